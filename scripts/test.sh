@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite: the Release build's doctest suites, the same suites under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and a bounded libFuzzer run of every parser.
+# Exits non-zero on any failure. Used by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+FUZZ_SECONDS=${KINFER_FUZZ_SECONDS:-60}
+
+KINFER_SETUP_NO_RUN=1 scripts/setup.sh
+
+echo "== Release suites"
+ctest --test-dir build --output-on-failure -j"$JOBS"
+
+echo "== ASan + UBSan suites"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINFER_SANITIZE=ON -DKINFER_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    KINFER_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+
+echo "== libFuzzer (${FUZZ_SECONDS}s per target)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINFER_FUZZ=ON \
+    -DKINFER_TESTS=ON -DKINFER_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$JOBS" --target $(cd tests/fuzz && ls fuzz_*.cpp 2>/dev/null | sed 's/\.cpp$//' | tr '\n' ' ')
+for f in tests/fuzz/fuzz_*.cpp; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f" .cpp)
+    corpus=tests/fuzz/corpus/${name#fuzz_}
+    work=$(mktemp -d)
+    [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+    echo "-- $name"
+    ./build-fuzz/tests/$name "$work" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+        -print_final_stats=1 2>&1 | tail -n 12
+    rm -rf "$work"
+done
+echo "== all suites passed"
