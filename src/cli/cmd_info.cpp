@@ -1,0 +1,44 @@
+// kinfer info FILE [-c N] [--json] [--no-tensors]: metadata, hyper-parameters, tokenizer, tensor
+// table, totals and the memory one sequence needs. The content lives in cli/lib/info_report.
+#include "cli/command.h"
+#include "cli/lib/info_report.h"
+#include "common/error.h"
+#include "gguf/reader.h"
+
+#include <cstdio>
+#include <memory>
+
+namespace {
+
+struct InfoArgs {
+    std::string file;
+    int64_t context = 4096;
+    bool json = false;
+    bool no_tensors = false;
+};
+
+void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+}  // namespace
+
+KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", [](CLI::App& app) {
+    auto a = std::make_shared<InfoArgs>();
+    app.add_option("file", a->file, "GGUF file")->required();
+    app.add_option("-c,--ctx-size", a->context, "Context length for the per-sequence state estimate")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+    app.add_flag("--json", a->json, "Print one JSON object instead of text");
+    app.add_flag("--no-tensors", a->no_tensors, "Leave out the per-tensor table");
+    return std::function<int()>([a] {
+        auto f = kinfer::gguf::File::open(a->file);
+        kinfer::cli::InfoOptions opt;
+        opt.context = a->context;
+        opt.with_tensors = !a->no_tensors;
+        auto report = kinfer::cli::info_report(*f, opt);
+        if (a->json)
+            write_out(report.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+        else
+            write_out(kinfer::cli::info_text(report));
+        return std::fflush(stdout) == 0 ? 0 : 1;
+    });
+});
