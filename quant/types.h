@@ -32,12 +32,28 @@ struct Traits {
     VecDotFn vec_dot;        // best kernel for this CPU (chosen once at start-up)
     VecDotFn vec_dot_ref;    // scalar reference of the same
     Type vec_dot_type;       // what activations are quantized to before vec_dot
+    // What ggml_quantize_chunk (llama-quantize without an imatrix) writes: from_float_ref for
+    // every type except IQ4_NL, whose chunk path searches 15 scales (ntry = 7) instead of one.
+    FromFloatFn quantize;
+    // The run-time activation quantizer ggml-cpu uses when this type is a vec_dot_type
+    // (Q8_0 / Q8_1: the x86 AVX2 flavour; Q8_K: the reference; F16/BF16/F32: plain conversion).
+    FromFloatFn from_float;
 };
 
 // nullptr for ids kinfer does not know.
 const Traits* traits_or_null(uint32_t id);
 const Traits& traits(Type t);
 std::optional<Type> type_from_name(std::string_view name);  // case-insensitive, "Q4_K" or "q4_K"
+
+// Instruction-set level of the vec_dot kernels, chosen once at start-up: the best the CPU has,
+// unless KINFER_ISA=scalar|avx2|avx512 asks for a lower (or an unsupported: ignored) one.
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+Isa active_isa();
+const char* isa_name(Isa isa);
+bool cpu_supports(Isa isa);
+// The vec_dot kernel of type t at a given level; nullptr when that level has no kernel of its own
+// for t or the CPU lacks it (callers then use vec_dot_ref). For tests and benchmarks.
+VecDotFn vec_dot_for(Type t, Isa isa);
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline size_t row_size(const Traits& t, int64_t n) { return size_t(n / t.block_size) * t.type_size; }

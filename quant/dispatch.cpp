@@ -1,0 +1,171 @@
+// The per-type trait table and the one-time choice of kernel level (AVX-512 > AVX2 > scalar,
+// or KINFER_ISA=scalar|avx2|avx512). Every consumer reaches kernels through traits(type).
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/types.h"
+
+namespace kinfer::quant {
+
+bool cpu_supports(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return true;
+        case Isa::avx2:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        case Isa::avx512:
+            return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
+    }
+    return "?";
+}
+
+namespace {
+
+Isa choose_isa() {
+    Isa best = cpu_supports(Isa::avx512) ? Isa::avx512 : cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    if (const char* env = std::getenv("KINFER_ISA"); env && *env) {
+        for (Isa want : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+            if (std::strcmp(env, isa_name(want)) != 0) continue;
+            if (cpu_supports(want)) return want;
+            std::fprintf(stderr, "kinfer: KINFER_ISA=%s not supported by this CPU, using %s\n", env, isa_name(best));
+            return best;
+        }
+        std::fprintf(stderr, "kinfer: unknown KINFER_ISA=%s (scalar|avx2|avx512), using %s\n", env, isa_name(best));
+    }
+    return best;
+}
+
+// Types whose vec_dot has SIMD versions, by their ref kernel.
+struct SimdEntry { VecDotFn ref, avx2, avx512; };
+#define KINFER_SIMD_ENTRY(name) SimdEntry{ref::vec_dot_##name, avx2::vec_dot_##name, avx512::vec_dot_##name},
+const SimdEntry kSimd[] = {KINFER_SIMD_VEC_DOTS(KINFER_SIMD_ENTRY) SimdEntry{nullptr, nullptr, nullptr}};
+#undef KINFER_SIMD_ENTRY
+
+VecDotFn simd_for(VecDotFn ref_fn, Isa isa) {
+    if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
+    for (const SimdEntry& e : kSimd) {
+        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
+    }
+    return nullptr;
+}
+
+constexpr size_t kMaxId = 40;
+
+std::array<Traits, kMaxId> build_table(Isa isa) {
+    std::array<Traits, kMaxId> t{};
+    // name, block size, block bytes, quantized, to_float, from_float_ref, vec_dot_ref, vec_dot_type,
+    // quantize (chunk path), from_float (activation path)
+    auto set = [&](Type ty, const char* name, int64_t bs, size_t sz, bool q, ToFloatFn to, FromFloatFn ref_q,
+                   VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
+        Traits& e = t[size_t(ty)];
+        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act};
+        if (VecDotFn fast = simd_for(dot, isa)) e.vec_dot = fast;
+    };
+    set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
+        quantize_row_f32, quantize_row_f32);
+    set(Type::F16, "f16", 1, 2, false, dequantize_row_f16, quantize_row_f16, ref::vec_dot_f16_f32, Type::F32,
+        quantize_row_f16, quantize_row_f16);
+    set(Type::BF16, "bf16", 1, 2, false, dequantize_row_bf16, quantize_row_bf16, ref::vec_dot_bf16_f32, Type::F32,
+        quantize_row_bf16, quantize_row_bf16);
+    set(Type::Q4_0, "q4_0", QK4_0, sizeof(block_q4_0), true, dequantize_row_q4_0, quantize_row_q4_0_ref,
+        ref::vec_dot_q4_0_q8_0, Type::Q8_0, quantize_row_q4_0_ref, quantize_row_q4_0_ref);
+    set(Type::Q4_1, "q4_1", QK4_1, sizeof(block_q4_1), true, dequantize_row_q4_1, quantize_row_q4_1_ref,
+        ref::vec_dot_q4_1_q8_1, Type::Q8_1, quantize_row_q4_1_ref, quantize_row_q4_1_ref);
+    set(Type::Q5_0, "q5_0", QK5_0, sizeof(block_q5_0), true, dequantize_row_q5_0, quantize_row_q5_0_ref,
+        ref::vec_dot_q5_0_q8_0, Type::Q8_0, quantize_row_q5_0_ref, quantize_row_q5_0_ref);
+    set(Type::Q5_1, "q5_1", QK5_1, sizeof(block_q5_1), true, dequantize_row_q5_1, quantize_row_q5_1_ref,
+        ref::vec_dot_q5_1_q8_1, Type::Q8_1, quantize_row_q5_1_ref, quantize_row_q5_1_ref);
+    set(Type::Q8_0, "q8_0", QK8_0, sizeof(block_q8_0), true, dequantize_row_q8_0, quantize_row_q8_0_ref,
+        ref::vec_dot_q8_0_q8_0, Type::Q8_0, quantize_row_q8_0_ref, quantize_row_q8_0);
+    set(Type::Q8_1, "q8_1", QK8_1, sizeof(block_q8_1), true, dequantize_row_q8_1, quantize_row_q8_1_ref,
+        nullptr, Type::Q8_1, quantize_row_q8_1_ref, quantize_row_q8_1);
+    set(Type::Q2_K, "q2_K", QK_K, sizeof(block_q2_K), true, dequantize_row_q2_K, quantize_row_q2_K_ref,
+        ref::vec_dot_q2_K_q8_K, Type::Q8_K, quantize_row_q2_K_ref, quantize_row_q2_K_ref);
+    set(Type::Q3_K, "q3_K", QK_K, sizeof(block_q3_K), true, dequantize_row_q3_K, quantize_row_q3_K_ref,
+        ref::vec_dot_q3_K_q8_K, Type::Q8_K, quantize_row_q3_K_ref, quantize_row_q3_K_ref);
+    set(Type::Q4_K, "q4_K", QK_K, sizeof(block_q4_K), true, dequantize_row_q4_K, quantize_row_q4_K_ref,
+        ref::vec_dot_q4_K_q8_K, Type::Q8_K, quantize_row_q4_K_ref, quantize_row_q4_K_ref);
+    set(Type::Q5_K, "q5_K", QK_K, sizeof(block_q5_K), true, dequantize_row_q5_K, quantize_row_q5_K_ref,
+        ref::vec_dot_q5_K_q8_K, Type::Q8_K, quantize_row_q5_K_ref, quantize_row_q5_K_ref);
+    set(Type::Q6_K, "q6_K", QK_K, sizeof(block_q6_K), true, dequantize_row_q6_K, quantize_row_q6_K_ref,
+        ref::vec_dot_q6_K_q8_K, Type::Q8_K, quantize_row_q6_K_ref, quantize_row_q6_K_ref);
+    set(Type::Q8_K, "q8_K", QK_K, sizeof(block_q8_K), true, dequantize_row_q8_K, quantize_row_q8_K_ref,
+        nullptr, Type::Q8_K, quantize_row_q8_K_ref, quantize_row_q8_K);
+    set(Type::IQ4_NL, "iq4_nl", QK4_NL, sizeof(block_iq4_nl), true, dequantize_row_iq4_nl, quantize_row_iq4_nl_ref,
+        ref::vec_dot_iq4_nl_q8_0, Type::Q8_0, quantize_iq4_nl, quantize_iq4_nl);
+    set(Type::IQ4_XS, "iq4_xs", QK_K, sizeof(block_iq4_xs), true, dequantize_row_iq4_xs, quantize_row_iq4_xs_ref,
+        ref::vec_dot_iq4_xs_q8_K, Type::Q8_K, quantize_row_iq4_xs_ref, quantize_row_iq4_xs_ref);
+    set(Type::MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, dequantize_row_mxfp4, quantize_row_mxfp4_ref,
+        ref::vec_dot_mxfp4_q8_0, Type::Q8_0, quantize_row_mxfp4_ref, quantize_row_mxfp4_ref);
+    // Integer / f64 tensors: sizes only (GGUF may carry them; no kernels).
+    set(Type::I8, "i8", 1, 1, false, nullptr, nullptr, nullptr, Type::I8, nullptr, nullptr);
+    set(Type::I16, "i16", 1, 2, false, nullptr, nullptr, nullptr, Type::I16, nullptr, nullptr);
+    set(Type::I32, "i32", 1, 4, false, nullptr, nullptr, nullptr, Type::I32, nullptr, nullptr);
+    set(Type::I64, "i64", 1, 8, false, nullptr, nullptr, nullptr, Type::I64, nullptr, nullptr);
+    set(Type::F64, "f64", 1, 8, false, nullptr, nullptr, nullptr, Type::F64, nullptr, nullptr);
+    return t;
+}
+
+struct State {
+    Isa isa = choose_isa();
+    std::array<Traits, kMaxId> table = build_table(isa);
+};
+
+const State& state() {
+    static const State s;  // built once, thread-safe
+    return s;
+}
+
+}  // namespace
+
+Isa active_isa() { return state().isa; }
+
+VecDotFn vec_dot_for(Type t, Isa isa) {
+    const Traits* tr = traits_or_null(uint32_t(t));
+    return tr ? simd_for(tr->vec_dot_ref, isa) : nullptr;
+}
+
+const Traits* traits_or_null(uint32_t id) {
+    if (id >= kMaxId) return nullptr;
+    const Traits& t = state().table[id];
+    return t.name ? &t : nullptr;
+}
+
+const Traits& traits(Type t) {
+    const Traits* p = traits_or_null(uint32_t(t));
+    if (!p) {
+        std::fprintf(stderr, "kinfer: unknown ggml type id %u\n", unsigned(t));
+        std::abort();
+    }
+    return *p;
+}
+
+std::optional<Type> type_from_name(std::string_view name) {
+    for (uint32_t id = 0; id < kMaxId; ++id) {
+        const Traits* t = traits_or_null(id);
+        if (!t || std::strlen(t->name) != name.size()) continue;
+        bool eq = true;
+        for (size_t i = 0; i < name.size() && eq; ++i) {
+            eq = std::tolower(static_cast<unsigned char>(name[i])) == std::tolower(static_cast<unsigned char>(t->name[i]));
+        }
+        if (eq) return t->type;
+    }
+    return std::nullopt;
+}
+
+}  // namespace kinfer::quant
