@@ -224,6 +224,15 @@ uint64_t Writer::tensor_offset(size_t i) const {
     return off;
 }
 
+uint64_t Writer::expected_file_size() const {
+    const size_t align = alignment();
+    uint64_t n = 4 + 4 + 8 + 8;
+    for (const auto& kv : kv_) n += 8 + kv.key.size() + kv.enc.size();
+    for (const auto& t : tensors_) n += 8 + t.name.size() + 4 + 8 * uint64_t(t.n_dims) + 4 + 8;
+    n += pad_to(n, align);
+    return n + tensor_offset(tensors_.size());
+}
+
 // ---- file output ----
 
 void Writer::put(const void* p, size_t n) {

@@ -66,6 +66,8 @@ public:
     size_t tensor_nbytes(size_t i) const { return tensors_.at(i).nbytes; }
     uint64_t tensor_offset(size_t i) const;   // within the data section, padded as written
     size_t alignment() const;               // general.alignment if set, else 32
+    // Size of the finished file as declared so far (header + padded data); for --dry-run.
+    uint64_t expected_file_size() const;
 
     // ---- data ----
     // Appends bytes to the current tensor (declaration order); may be called in any number of
