@@ -1,0 +1,202 @@
+// The Kimi tokenizer against llama.cpp: ids for the golden cases (plain and with special tokens
+// parsed), llama-tokenize ids for gpl-3 and the prompt text, pieces, decoding; the converter's
+// tiktoken -> GGUF vocabulary path against the vocabulary llama.cpp's converter wrote.
+#include "test_util.h"
+#include "text_test_util.h"
+
+#include "gguf/reader.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+using namespace kinfer::text;
+using namespace kinfer::test;
+using nlohmann::json;
+
+namespace {
+
+std::string to_hex(std::string_view s) {
+    static const char* d = "0123456789abcdef";
+    std::string h;
+    for (unsigned char c : s) {
+        h += d[c >> 4];
+        h += d[c & 15];
+    }
+    return h;
+}
+
+std::unique_ptr<Tokenizer> gguf_tokenizer(const std::string& layout) {
+    auto file = kinfer::gguf::File::open(data("models/" + layout + "-tiny-a-Q4_K_M.gguf"));
+    return Tokenizer::from_gguf(*file);
+}
+
+// Kimi's special tokens for the tiny vocab: the named ones of tokenizer_config.json, the other
+// slots of 4096..4351 as <|reserved_token_{id}|> (as tokenization_kimi.py names them).
+std::map<Token, std::string> kimi_specials(const std::string& config_path) {
+    const json cfg = json::parse(read_file(config_path));
+    std::map<Token, std::string> sp;
+    for (Token id = 4096; id < 4352; ++id) sp[id] = "<|reserved_token_" + std::to_string(id) + "|>";
+    for (const auto& [k, v] : cfg.at("added_tokens_decoder").items()) sp[std::stoi(k)] = v.at("content").get<std::string>();
+    return sp;
+}
+
+void check_cases(const Tokenizer& tok, const std::string& json_path) {
+    const json g = json::parse(read_file(json_path));
+    CHECK(tok.n_tokens() == g.at("n_tokens").get<size_t>());
+    CHECK(tok.bos() == g.at("bos").get<Token>());
+    CHECK(tok.eos() == g.at("eos").get<Token>());
+    for (const auto& c : g.at("cases")) {
+        const std::string name = c.at("name");
+        const std::string text = c.at("text");
+        INFO("case " << name);
+        const auto want = c.at("ids").get<std::vector<Token>>();
+        const auto want_sp = c.at("ids_parse_special").get<std::vector<Token>>();
+        const auto got = tok.encode(text, false);
+        const auto got_sp = tok.encode(text, true);
+        CHECK(describe_match(got, want) == "equal");
+        CHECK(describe_match(got_sp, want_sp) == "equal");
+        if (c.contains("pieces_hex")) {
+            const auto pieces = c.at("pieces_hex").get<std::vector<std::string>>();
+            REQUIRE(pieces.size() == want.size());
+            for (size_t i = 0; i < want.size(); ++i) CHECK(to_hex(tok.piece(want[i])) == pieces[i]);
+        }
+        CHECK(tok.decode(got) == text);
+        CHECK(tok.decode(got_sp) == text);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("kimi tokenizer from GGUF matches llama.cpp on the golden cases") {
+    for (const char* layout : {"k3", "kl"}) {
+        INFO(layout);
+        auto tok = gguf_tokenizer(layout);
+        CHECK(tok->uses_merges());
+        CHECK(tok->pre_tokenizer() == PreTokenizer::KimiK2);
+        check_cases(*tok, data(std::string("text/tokenizer_") + layout + "_vocab.json"));
+    }
+}
+
+TEST_CASE("kimi tokenizer matches llama-tokenize on gpl-3 and the prompt text") {
+    for (const char* layout : {"k3", "kl"}) {
+        auto tok = gguf_tokenizer(layout);
+        for (const char* name : {"gpl-3", "pp_text"}) {
+            INFO(layout << " " << name);
+            const std::string text = read_file(data(std::string("text/") + name + ".txt"));
+            const auto want = read_ids(data(std::string("text/") + name + "." + layout + "_vocab.llama-tokenize.ids.txt"));
+            const auto got = tok->encode(text, true);
+            CHECK(describe_match(got, want) == "equal");
+            CHECK(tok->decode(got) == text);
+        }
+    }
+    // llama-perplexity's stream: the same text without its trailing newline.
+    if (have_golden("llama.cpp/tokenizer/gpl-3.perplexity_input.ids.txt")) {
+        auto tok = gguf_tokenizer("k3");
+        std::string text = read_file(data("text/gpl-3.txt"));
+        text.pop_back();
+        CHECK(describe_match(tok->encode(text, true), read_ids(golden("llama.cpp/tokenizer/gpl-3.perplexity_input.ids.txt"))) == "equal");
+    }
+}
+
+TEST_CASE("special ids and end-of-generation set as llama.cpp derives them") {
+    auto k3 = gguf_tokenizer("k3");
+    CHECK(k3->eos() == 4098);
+    CHECK(k3->eot() == 4105);
+    CHECK(k3->unk() == 4350);
+    CHECK(k3->pad() == 4351);
+    CHECK(k3->eog_ids() == std::vector<Token>{4097, 4098, 4105, 4351});
+    CHECK(k3->find("<|open|>") == 4099);
+    CHECK(k3->is_special(4099));
+    CHECK_FALSE(k3->is_eog(4099));
+    auto kl = gguf_tokenizer("kl");
+    CHECK(kl->eos() == 4097);
+    CHECK(kl->eog_ids() == std::vector<Token>{4097, 4098, 4105, 4351});
+    CHECK(kl->find("<|im_end|>") == 4098);
+    // Specials are not parsed when asked not to, and decode can drop them.
+    const auto plain = kl->encode("<|im_end|>", false);
+    CHECK(plain.size() > 1);
+    CHECK(kl->encode("a<|im_end|>b", true) == std::vector<Token>{kl->encode("a", false)[0], 4098, kl->encode("b", false)[0]});
+    CHECK(kl->decode({4098, 64}, false) == "a");
+    CHECK(kl->decode({4098, 64}, true) == "<|im_end|>a");
+}
+
+TEST_CASE("tiktoken.model -> GGUF vocabulary equals llama.cpp's converter output") {
+    const TiktokenRanks ranks = load_tiktoken(data("text/kimi_tiny.tiktoken.model"));
+    CHECK(ranks.count == 4096);
+    for (const char* layout : {"k3", "kl"}) {
+        INFO(layout);
+        auto file = kinfer::gguf::File::open(data(std::string("models/") + layout + "-tiny-a-Q4_K_M.gguf"));
+        const VocabData want = vocab_from_gguf(*file);
+        const VocabData got = vocab_from_tiktoken(ranks, kimi_specials(data(std::string("text/") + layout + "_tokenizer_config.json")), 4352);
+        CHECK(got.pre == want.pre);
+        CHECK(got.tokens == want.tokens);
+        CHECK(got.types == want.types);
+        CHECK(got.merges.size() == want.merges.size());
+        CHECK(got.merges == want.merges);
+    }
+}
+
+TEST_CASE("tiktoken-mode Kimi tokenizer gives the same ids as the GGUF one") {
+    const TiktokenRanks ranks = load_tiktoken(data("text/kimi_tiny.tiktoken.model"));
+    auto tok = Tokenizer::from_tiktoken(ranks, PreTokenizer::KimiK2, kimi_specials(data("text/k3_tokenizer_config.json")));
+    CHECK_FALSE(tok->uses_merges());
+    const json g = json::parse(read_file(data("text/tokenizer_k3_vocab.json")));
+    for (const auto& c : g.at("cases")) {
+        INFO("case " << c.at("name").get<std::string>());
+        CHECK(describe_match(tok->encode(c.at("text").get<std::string>(), false), c.at("ids").get<std::vector<Token>>()) == "equal");
+        CHECK(describe_match(tok->encode(c.at("text").get<std::string>(), true), c.at("ids_parse_special").get<std::vector<Token>>()) == "equal");
+    }
+    const std::string text = read_file(data("text/gpl-3.txt"));
+    CHECK(describe_match(tok->encode(text, true), read_ids(data("text/gpl-3.k3_vocab.llama-tokenize.ids.txt"))) == "equal");
+}
+
+TEST_CASE("GPT-2 byte mapping round-trips every byte") {
+    std::string all;
+    for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+    CHECK(gpt2_to_bytes(bytes_to_gpt2(all)) == all);
+    CHECK(bytes_to_gpt2(" ") == "\xC4\xA0");   // U+0120 'Ġ'
+    CHECK(bytes_to_gpt2("\n") == "\xC4\x8A");  // U+010A 'Ċ'
+    CHECK(bytes_to_gpt2("a!") == "a!");
+}
+
+TEST_CASE("decode(encode(x)) == x on the corpora, and the encoder is fast") {
+    auto tok = gguf_tokenizer("k3");
+    for (const char* name : {"gpl-3.txt", "dict-devil.txt", "fortunes_all.txt", "kjv_bible.txt", "python311_docs_rst.txt"}) {
+        const std::string rel = std::string("../corpora/") + name;
+        if (!have_golden(rel)) continue;
+        const std::string text = read_file(golden(rel));
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto ids = tok->encode(text, true);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("  %-24s %9zu bytes -> %8zu tokens, %.1f MB/s\n", name, text.size(), ids.size(), text.size() / 1e6 / s);
+        INFO(name);
+        CHECK(tok->decode(ids) == text);
+    }
+    // Invalid UTF-8 survives byte-level BPE.
+    const std::string junk = "a\xff\xfe b\xc3 \xe4\xbd caf\xc3\xa9 \xf0\x9f\x98";
+    CHECK(tok->decode(tok->encode(junk)) == junk);
+}
+
+TEST_CASE("StreamDecoder never emits half a character") {
+    auto tok = gguf_tokenizer("k3");
+    const std::string text = "你好，世界！ emoji \xF0\x9F\x98\x80 done <|open|>";
+    const auto ids = tok->encode(text, true);
+    StreamDecoder sd(*tok);
+    std::string out;
+    for (Token id : ids) {
+        const std::string s = sd.push(id);
+        CHECK(kinfer::text::unicode::incomplete_utf8_tail(s) == 0);
+        for (size_t p = 0; p < s.size();) {
+            const auto c = kinfer::text::unicode::decode(s, p);
+            CHECK(c.cp != kinfer::text::unicode::kInvalid);
+            p += c.len;
+        }
+        out += s;
+    }
+    out += sd.flush();
+    CHECK(out == text);
+}
