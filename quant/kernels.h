@@ -68,8 +68,8 @@ void dequantize_row_f32(const void* x, float* y, int64_t n);
 namespace ref { KINFER_QUANT_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 
 // SIMD kernels: defined in *_avx2.cpp / *_avx512.cpp, only ever called after a CPU check.
-#define KINFER_SIMD_VEC_DOTS(X) \
-    // SIMD_TODO
+#define KINFER_SIMD_VEC_DOTS(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q4_K_q8_K) X(q6_K_q8_K) \
+    X(mxfp4_q8_0) X(f32_f32)
 namespace avx2 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 namespace avx512 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 #undef KINFER_DECLARE_VEC_DOT

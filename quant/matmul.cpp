@@ -1,0 +1,38 @@
+// gemm / gemv over the trait table's best vec_dot (see matmul.h).
+#include "quant/matmul.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace kinfer::quant {
+
+namespace {
+const Traits& act_traits(Type w) { return traits(traits(w).vec_dot_type); }
+}  // namespace
+
+size_t act_row_size(Type w, int64_t n) { return row_size(act_traits(w), n); }
+
+void quantize_acts(Type w, const float* x, int64_t m, int64_t n, void* out) {
+    const Traits& a = act_traits(w);
+    const size_t rb = row_size(a, n);
+    for (int64_t t = 0; t < m; ++t) a.from_float(x + t * n, static_cast<uint8_t*>(out) + size_t(t) * rb, n);
+}
+
+void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, int64_t m, float* y,
+          int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const Traits& t = traits(w);
+    const VecDotFn dot = t.vec_dot;
+    if (!dot) {
+        std::fprintf(stderr, "kinfer: no dot product for weight type %s\n", t.name);
+        std::abort();
+    }
+    const size_t ab = act_row_size(w, n);
+    const auto* wb = static_cast<const uint8_t*>(W);
+    const auto* xb = static_cast<const uint8_t*>(acts);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* row = wb + size_t(r) * w_row_bytes;
+        for (int64_t k = 0; k < m; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
+    }
+}
+
+}  // namespace kinfer::quant

@@ -1,0 +1,36 @@
+// Row-range matrix-vector / matrix-matrix products over quantized weights, the way ggml does
+// them: activations are first quantized to the weight type's vec_dot_type (Q8_0 / Q8_1 / Q8_K,
+// or kept fp32 for float weights), then each weight row is dotted with each activation row.
+// The caller threads the work by splitting [row_begin, row_end) across threads.
+//
+//   std::vector<uint8_t> xq(act_row_size(type, n) * m);
+//   quantize_acts(type, x, m, n, xq.data());              // once per input, shared by threads
+//   gemm(type, W, row_bytes, n, xq.data(), m, y, ldy, r0, r1);   // per thread
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace kinfer::quant {
+
+// Bytes of one activation row of n elements prepared for weights of type w.
+size_t act_row_size(Type w, int64_t n);
+
+// Quantize m fp32 rows of n elements (contiguous, stride n) for weights of type w, exactly as
+// ggml-cpu does before the matmul. out holds m rows of act_row_size(w, n) bytes.
+void quantize_acts(Type w, const float* x, int64_t m, int64_t n, void* out);
+
+// y[t * ldy + r] = dot(W row r, activation row t) for r in [row_begin, row_end), t in [0, m).
+// W rows are w_row_bytes apart (row_size(traits(w), n) for a dense tensor). Each weight row is
+// read once and dotted with all m activation rows while it is in cache.
+void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, int64_t m, float* y,
+          int64_t ldy, int64_t row_begin, int64_t row_end);
+
+// The decode case (one activation row): y[r] = dot(W row r, acts).
+inline void gemv(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, float* y,
+                 int64_t row_begin, int64_t row_end) {
+    gemm(w, W, w_row_bytes, n, acts, 1, y, 0, row_begin, row_end);
+}
+
+}  // namespace kinfer::quant

@@ -1,0 +1,67 @@
+// AVX2 + FMA + F16C dot products (reached only through dispatch.cpp after a CPU check).
+// The kernels themselves live in vec_dot_simd.inc; this file supplies the AVX2 primitives.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+
+namespace kinfer::quant::avx2 {
+
+namespace {
+
+// maddubs wants an unsigned left operand: move x's sign onto y. |x|*|y| <= 127*127, so the
+// pairwise int16 sums cannot saturate.
+__m256i dot_s8(__m256i x, __m256i y) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+__m256i dot_u8(__m256i u, __m256i y) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)); }
+
+float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+float h2f(uint16_t h) { return _cvtsh_ss(h); }
+float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+
+float k_f32_f32(int64_t n, const void* vx, const void* vy) {
+    const float* x = static_cast<const float*>(vx);
+    const float* y = static_cast<const float*>(vy);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int k = 0; k < 4; ++k) {
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+    float sum = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) sum += x[i] * y[i];
+    return sum;
+}
+
+#include "quant/vec_dot_simd.inc"
+
+}  // namespace
+
+#define KINFER_DEFINE_VEC_DOT(name) \
+    float vec_dot_##name(int64_t n, const void* x, const void* y) { return k_##name(n, x, y); }
+KINFER_SIMD_VEC_DOTS(KINFER_DEFINE_VEC_DOT)
+#undef KINFER_DEFINE_VEC_DOT
+
+}  // namespace kinfer::quant::avx2

@@ -1,0 +1,266 @@
+// Dot products (SIMD vs scalar reference, and vs the dequantized float dot), activation
+// quantizers, fp16/bf16 conversion, the round-trip error table and the gemm helper.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/kernels.h"
+#include "quant/matmul.h"
+#include "quant/types.h"
+#include "quant_test_util.h"
+
+using namespace kinfer::quant;
+using namespace kinfer::quant::testing;
+
+namespace {
+
+const Type kWeightTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,
+                             Type::Q5_1, Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K,   Type::Q5_K,
+                             Type::Q6_K, Type::IQ4_NL, Type::IQ4_XS, Type::MXFP4};
+
+std::vector<uint8_t> quantize(Type t, const std::vector<float>& x) {
+    std::vector<uint8_t> q(row_size(traits(t), int64_t(x.size())));
+    traits(t).quantize(x.data(), q.data(), int64_t(x.size()));
+    return q;
+}
+
+std::vector<float> dequantize(Type t, const void* q, int64_t n) {
+    std::vector<float> y(static_cast<size_t>(n));
+    traits(t).to_float(q, y.data(), n);
+    return y;
+}
+
+// Sum of |w_i * a_i| over the dequantized operands: the scale float rounding errors live on.
+double abs_dot(Type w, const void* wq, const void* aq, int64_t n) {
+    const auto wd = dequantize(w, wq, n);
+    const auto ad = dequantize(traits(w).vec_dot_type, aq, n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += std::fabs(double(wd[size_t(i)]) * ad[size_t(i)]);
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("vec_dot: scalar reference equals the dequantized dot product") {
+    for (Type w : kWeightTypes) {
+        INFO("type ", std::string(traits(w).name));
+        const int64_t n = 1024;
+        const auto x = random_row(n, 7), a = random_row(n, 8);
+        const auto wq = quantize(w, x);
+        std::vector<uint8_t> aq(act_row_size(w, n));
+        quantize_acts(w, a.data(), 1, n, aq.data());
+        const auto wd = dequantize(w, wq.data(), n);
+        const auto ad = dequantize(traits(w).vec_dot_type, aq.data(), n);
+        double exact = 0;
+        for (int64_t i = 0; i < n; ++i) exact += double(wd[size_t(i)]) * ad[size_t(i)];
+        const float got = traits(w).vec_dot_ref(n, wq.data(), aq.data());
+        double tol = 2e-6 * abs_dot(w, wq.data(), aq.data(), n);
+        if (traits(w).vec_dot_type == Type::Q8_1) {
+            // Like ggml, the min term uses Q8_1's s = d * sum(q) stored as fp16 (rel. error 2^-11).
+            const auto* yb = reinterpret_cast<const block_q8_1*>(aq.data());
+            const auto* wb = wq.data();
+            for (int64_t b = 0; b < n / 32; ++b) {
+                fp16_t m;  // Q4_1 and Q5_1 both start with fp16 d, fp16 m
+                std::memcpy(&m, wb + size_t(b) * traits(w).type_size + 2, 2);
+                tol += std::fabs(fp16_to_fp32(m) * fp16_to_fp32(yb[b].s)) * 1e-3;
+            }
+        }
+        CHECK(std::fabs(got - exact) <= tol);
+    }
+}
+
+TEST_CASE("vec_dot: AVX2 and AVX-512 kernels equal the scalar reference within 1e-6 relative") {
+    int compared = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!cpu_supports(isa)) {
+            MESSAGE("SKIP: CPU lacks ", std::string(isa_name(isa)));
+            continue;
+        }
+        for (Type w : kWeightTypes) {
+            const VecDotFn simd = vec_dot_for(w, isa);
+            if (!simd) continue;  // this type uses the scalar kernel at every level
+            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
+            for (int64_t n : {int64_t(256), int64_t(512), int64_t(4096), int64_t(7168)}) {
+                for (uint32_t seed = 1; seed <= 8; ++seed) {
+                    const auto x = random_row(n, seed * 31 + uint32_t(n), seed % 3 == 0 ? 10.0f : 1.0f);
+                    const auto a = random_row(n, seed * 77 + uint32_t(n));
+                    const auto wq = quantize(w, x);
+                    std::vector<uint8_t> aq(act_row_size(w, n));
+                    quantize_acts(w, a.data(), 1, n, aq.data());
+                    const float r = traits(w).vec_dot_ref(n, wq.data(), aq.data());
+                    const float s = simd(n, wq.data(), aq.data());
+                    const double scale = std::max(double(std::fabs(r)), abs_dot(w, wq.data(), aq.data(), n));
+                    CHECK(std::fabs(double(s) - r) <= 1e-6 * scale);
+                    ++compared;
+                }
+            }
+        }
+        // Odd lengths for the float kernel's tail handling.
+        if (const VecDotFn f = vec_dot_for(Type::F32, isa)) {
+            for (int64_t n : {1, 7, 15, 17, 33, 100}) {
+                const auto x = random_row(n, 3), y = random_row(n, 4);
+                const float r = ref::vec_dot_f32_f32(n, x.data(), y.data());
+                double scale = 0;
+                for (int64_t i = 0; i < n; ++i) scale += std::fabs(double(x[size_t(i)]) * y[size_t(i)]);
+                CHECK(std::fabs(double(f(n, x.data(), y.data())) - r) <= 1e-6 * scale);
+            }
+        }
+    }
+    MESSAGE("SIMD vs scalar comparisons: ", compared);
+}
+
+TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {
+    // Q8_K: ggml-cpu on x86 runs the reference, so the bytes must be identical.
+    const auto x = random_row(QK_K * 64, 11, 3.0f);
+    std::vector<uint8_t> a(x.size() / QK_K * sizeof(block_q8_K)), b(a.size());
+    quantize_row_q8_K(x.data(), a.data(), int64_t(x.size()));
+    quantize_row_q8_K_ref(x.data(), b.data(), int64_t(x.size()));
+    CHECK(a == b);
+    // Q8_0: the AVX2 path scales by 127/amax and rounds half to even; the reference multiplies by
+    // 1/(amax/127) and rounds half away from zero. Count how often a byte differs (by one level).
+    std::vector<block_q8_0> p(x.size() / QK8_0), q(p.size());
+    quantize_row_q8_0(x.data(), p.data(), int64_t(x.size()));
+    quantize_row_q8_0_ref(x.data(), q.data(), int64_t(x.size()));
+    int diff = 0, worst = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+        CHECK(p[i].d == q[i].d);
+        for (int j = 0; j < QK8_0; ++j) {
+            diff += p[i].qs[j] != q[i].qs[j];
+            worst = std::max(worst, std::abs(p[i].qs[j] - q[i].qs[j]));
+        }
+    }
+    MESSAGE("q8_0 x86 activation quantizer vs _ref: ", diff, " of ", x.size(), " quants differ (max 1 level)");
+    CHECK(worst <= 1);
+    // On the golden LCG input (multiples of 1/250) they agree exactly.
+    const auto g = lcg_input();
+    std::vector<block_q8_0> g1(g.size() / QK8_0), g2(g1.size());
+    quantize_row_q8_0(g.data(), g1.data(), int64_t(g.size()));
+    quantize_row_q8_0_ref(g.data(), g2.data(), int64_t(g.size()));
+    CHECK(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(block_q8_0)) == 0);
+    // A tie: 0.5 * 127/amax hits exactly x.5 -> even (x86) vs away (ref).
+    float t[QK8_0] = {};
+    t[0] = 127.0f;
+    t[1] = 2.5f;
+    block_q8_0 te, tr;
+    quantize_row_q8_0(t, &te, QK8_0);
+    quantize_row_q8_0_ref(t, &tr, QK8_0);
+    CHECK(te.qs[1] == 2);
+    CHECK(tr.qs[1] == 3);
+    // Q8_1 carries s = d * sum(qs).
+    std::vector<block_q8_1> s1(x.size() / QK8_1);
+    quantize_row_q8_1(x.data(), s1.data(), int64_t(x.size()));
+    for (size_t i = 0; i < 4; ++i) {
+        int sum = 0;
+        for (int j = 0; j < QK8_1; ++j) sum += s1[i].qs[j];
+        float amax = 0;
+        for (int j = 0; j < QK8_1; ++j) amax = std::max(amax, std::fabs(x[i * QK8_1 + size_t(j)]));
+        CHECK(s1[i].s == fp32_to_fp16(amax / 127.f * float(sum)));
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_fp16(float f) { return uint16_t(_cvtss_sh(f, 0)); }
+__attribute__((target("f16c"))) static float hw_fp32(uint16_t h) { return _cvtsh_ss(h); }
+#endif
+
+TEST_CASE("fp16 / bf16 / e8m0 conversions") {
+    // fp16 -> fp32 -> fp16 is the identity for every non-NaN code.
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = fp16_to_fp32(uint16_t(h));
+        if (std::isnan(f)) {
+            CHECK((fp32_to_fp16(f) & 0x7fff) == 0x7e00);
+            continue;
+        }
+        if (fp32_to_fp16(f) != h) { CHECK(fp32_to_fp16(f) == h); break; }
+    }
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("f16c")) {
+        // Against the F16C instruction (round to nearest even) on random and boundary bit patterns.
+        std::mt19937 rng(5);
+        int bad = 0;
+        for (int i = 0; i < 2000000; ++i) {
+            uint32_t u = rng();
+            if (i % 4 == 1) u = (u & 0x80000000u) | (0x33000000u + (u % 0x14800000u));  // fp16 range
+            float f;
+            std::memcpy(&f, &u, 4);
+            if (std::isnan(f)) continue;
+            bad += hw_fp16(f) != fp32_to_fp16(f);
+        }
+        for (uint32_t h = 0; h < 65536; ++h) {
+            const float f = hw_fp32(uint16_t(h));
+            const float g = fp16_to_fp32(uint16_t(h));
+            if (!std::isnan(f)) bad += std::memcmp(&f, &g, 4) != 0;
+        }
+        CHECK(bad == 0);
+    }
+#endif
+    CHECK(fp32_to_fp16(65504.0f) == 0x7bff);
+    CHECK(fp32_to_fp16(65520.0f) == 0x7c00);
+    CHECK(fp32_to_fp16(5.9604644775390625e-8f) == 0x0001);
+    CHECK(fp32_to_fp16(2.98023223876953125e-8f) == 0x0000);  // exactly half the smallest: even
+    CHECK(fp32_to_bf16(1.0f) == 0x3f80);
+    CHECK(fp32_to_bf16(f32_from_bits(0x3f808000)) == 0x3f80);  // tie -> even
+    CHECK(fp32_to_bf16(f32_from_bits(0x3f818000)) == 0x3f82);
+    CHECK(fp32_to_bf16(f32_from_bits(0x7f800001)) == 0x7fc0);  // NaN forced quiet
+    CHECK(e8m0_to_fp32(127) == 1.0f);
+    CHECK(e8m0_to_fp32_half(127) == 0.5f);
+    CHECK(e8m0_to_fp32_half(1) == e8m0_to_fp32(0));
+}
+
+TEST_CASE("round trip: rmse of quantize -> dequantize per type (N(0,1) input)") {
+    // Upper bounds ~1.3x the measured values: catch a broken quantizer, not tune one.
+    struct Bound { Type t; double max_rmse; };
+    const Bound bounds[] = {
+        {Type::F32, 0.0},     {Type::F16, 2.8e-4},  {Type::BF16, 2.2e-3}, {Type::Q8_0, 7e-3},
+        {Type::Q6_K, 2.4e-2}, {Type::Q5_K, 4.8e-2}, {Type::Q5_0, 5.6e-2}, {Type::Q5_1, 5e-2},
+        {Type::Q4_K, 9.5e-2}, {Type::IQ4_NL, 1e-1}, {Type::IQ4_XS, 1e-1}, {Type::Q4_0, 1.12e-1},
+        {Type::Q4_1, 1.02e-1}, {Type::MXFP4, 1.5e-1}, {Type::Q3_K, 2e-1},  {Type::Q2_K, 3.9e-1},
+    };
+    const int64_t n = 256 * 64;
+    const auto x = random_row(n, 99);
+    std::string table = "\n  type     rmse        bits/weight\n";
+    for (const Bound& b : bounds) {
+        const auto q = quantize(b.t, x);
+        const auto y = dequantize(b.t, q.data(), n);
+        double se = 0;
+        for (int64_t i = 0; i < n; ++i) se += double(x[size_t(i)] - y[size_t(i)]) * (x[size_t(i)] - y[size_t(i)]);
+        const double rmse = std::sqrt(se / double(n));
+        char line[96];
+        std::snprintf(line, sizeof line, "  %-8s %.3e   %.3f\n", traits(b.t).name, rmse,
+                      8.0 * double(q.size()) / double(n));
+        table += line;
+        INFO(std::string(traits(b.t).name));
+        CHECK(rmse <= b.max_rmse);
+    }
+    MESSAGE(table);
+}
+
+TEST_CASE("gemm: row ranges and several activation rows equal per-row dots") {
+    const int64_t n = 512, rows = 24, m = 3;
+    for (Type w : {Type::Q4_K, Type::Q8_0, Type::MXFP4, Type::F32, Type::Q6_K}) {
+        INFO(std::string(traits(w).name));
+        const auto wf = random_row(n * rows, 1234);
+        const size_t rb = row_size(traits(w), n);
+        std::vector<uint8_t> W(rb * size_t(rows));
+        for (int64_t r = 0; r < rows; ++r) traits(w).quantize(wf.data() + r * n, W.data() + size_t(r) * rb, n);
+        const auto x = random_row(n * m, 4321);
+        std::vector<uint8_t> xq(act_row_size(w, n) * size_t(m));
+        quantize_acts(w, x.data(), m, n, xq.data());
+        std::vector<float> y(size_t(m * rows), -1.0f);
+        gemm(w, W.data(), rb, n, xq.data(), m, y.data(), rows, 0, 10);   // two "threads"
+        gemm(w, W.data(), rb, n, xq.data(), m, y.data(), rows, 10, rows);
+        for (int64_t t = 0; t < m; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+                const float want = traits(w).vec_dot(n, W.data() + size_t(r) * rb, xq.data() + size_t(t) * act_row_size(w, n));
+                CHECK(y[size_t(t * rows + r)] == want);
+            }
+        }
+        std::vector<float> g(static_cast<size_t>(rows));
+        gemv(w, W.data(), rb, n, xq.data(), g.data(), 0, rows);
+        for (int64_t r = 0; r < rows; ++r) CHECK(g[size_t(r)] == y[size_t(r)]);
+    }
+}
