@@ -58,7 +58,7 @@ void dequantize_row_f32(const void* x, float* y, int64_t n);
 
 // ---- dot products: one weight row x against one activation row y -------------------------------
 // Named <weight>_<activation>; the same names exist in namespaces ref (scalar, portable),
-// avx2 and avx512 (only for the types that have SIMD kernels; see dispatch.cpp).
+// avx2 and avx512 (every pair has SIMD kernels today; dispatch.cpp copes with fewer).
 #define KINFER_QUANT_VEC_DOTS(X)                                                               \
     X(q4_0_q8_0) X(q4_1_q8_1) X(q5_0_q8_0) X(q5_1_q8_1) X(q8_0_q8_0) X(q2_K_q8_K) X(q3_K_q8_K) \
     X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K) X(iq4_nl_q8_0) X(iq4_xs_q8_K) X(mxfp4_q8_0)        \
@@ -68,8 +68,9 @@ void dequantize_row_f32(const void* x, float* y, int64_t n);
 namespace ref { KINFER_QUANT_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 
 // SIMD kernels: defined in *_avx2.cpp / *_avx512.cpp, only ever called after a CPU check.
-#define KINFER_SIMD_VEC_DOTS(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q4_K_q8_K) X(q6_K_q8_K) \
-    X(mxfp4_q8_0) X(f32_f32)
+#define KINFER_SIMD_VEC_DOTS(X) X(q4_0_q8_0) X(q4_1_q8_1) X(q5_0_q8_0) X(q5_1_q8_1) X(q8_0_q8_0) \
+    X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K) X(iq4_nl_q8_0) X(iq4_xs_q8_K)    \
+    X(mxfp4_q8_0) X(f32_f32) X(f16_f32) X(bf16_f32)
 namespace avx2 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 namespace avx512 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 #undef KINFER_DECLARE_VEC_DOT

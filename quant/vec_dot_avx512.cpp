@@ -18,6 +18,14 @@ __m256i dot_s8(__m256i x, __m256i y) {
 }
 __m256i dot_u8(__m256i u, __m256i y) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y); }
 
+// vpdpwssd: scale the maddubs pair sums and accumulate in one instruction.
+__m256i acc_u8(__m256i acc, __m256i u, __m256i y, __m256i s16) {
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, y), s16);
+}
+__m256i acc_s8(__m256i acc, __m256i x, __m256i y, __m256i s16) {
+    return acc_u8(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), s16);
+}
+
 float hsum_f32(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
