@@ -1,0 +1,125 @@
+// kinfer eval: evaluate token ids and write raw float32 logits, for parity checks against
+// llama.cpp (tests/model, ../shared/golden/llama.cpp/logits) and for bisecting a divergence
+// layer by layer (--dump-layer / --dump-layers).
+#include "cli/command.h"
+#include "common/error.h"
+#include "model/ops.h"
+#include "model/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+namespace kinfer::cli {
+
+namespace {
+
+std::vector<int32_t> read_ids(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) fail("cannot open token file '{}'", path);
+    std::vector<int32_t> ids;
+    long long v;
+    while (f >> v) ids.push_back(int32_t(v));
+    if (!f.eof()) fail("token file '{}': not a whitespace-separated list of integers", path);
+    if (ids.empty()) fail("token file '{}' holds no ids", path);
+    return ids;
+}
+
+int32_t argmax(const std::vector<float>& x) {
+    // Ties go to the lowest id (as the golden greedy runs do).
+    return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+struct EvalArgs {
+    std::string model, tokens, logits_out, mode = "batch", kda = "chunked", mla = "absorbed";
+    int threads = 0;
+    int64_t batch = 512, ctx = 0;
+    int dump_layer = -1;
+    bool dump_layers = false;
+    int greedy = 0;
+};
+
+int run_eval(const EvalArgs& a) {
+    auto model = model::Model::load(a.model);
+    const auto& hp = model->hparams();
+    auto ids = read_ids(a.tokens);
+    model::SessionOptions so;
+    so.n_threads = a.threads;
+    so.n_batch = a.batch;
+    so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
+    so.kda_chunked = a.kda == "chunked";
+    so.mla_decompressed = a.mla == "decompressed";
+    model::Session s(*model, so);
+
+    if (a.dump_layers || a.dump_layer >= 0) {
+        s.on_layer = [&](int layer, int64_t pos0, int64_t n, const float* x) {
+            if (!a.dump_layers && layer != a.dump_layer) return;
+            for (int64_t t = 0; t < n; ++t) {
+                auto st = model::ops::stats(x + t * hp.n_embd, hp.n_embd);
+                std::printf("layer %3d pos %5lld  mean % .6e  rms %.6e  max|x| %.6e\n", layer,
+                            (long long)(pos0 + t), st.mean, st.rms, st.max_abs);
+            }
+        };
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits;
+    if (a.mode == "batch") {
+        s.prefill(ids, &logits);
+    } else if (a.mode == "decode") {
+        logits.reserve(ids.size() * size_t(hp.n_vocab));
+        for (int32_t id : ids) {
+            s.decode(id);
+            logits.insert(logits.end(), s.logits().begin(), s.logits().end());
+        }
+    } else {
+        fail("--mode must be batch or decode (got '{}')", a.mode);
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "eval: %zu tokens (%s) in %.3f s, %d threads\n", ids.size(), a.mode.c_str(), secs,
+                 s.pool().size());
+
+    if (!a.logits_out.empty()) {
+        std::ofstream f(a.logits_out, std::ios::binary);
+        if (!f) fail("cannot write '{}'", a.logits_out);
+        f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
+        if (!f) fail("writing '{}' failed", a.logits_out);
+    }
+
+    if (a.greedy > 0) {
+        std::vector<int32_t> gen;
+        int32_t next = argmax(s.logits());
+        for (int i = 0; i < a.greedy; ++i) {
+            gen.push_back(next);
+            if (i + 1 == a.greedy) break;
+            s.decode(next);
+            next = argmax(s.logits());
+        }
+        for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? " " : "", gen[i]);
+        std::printf("\n");
+    }
+    return 0;
+}
+
+}  // namespace
+
+KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI::App& app) {
+    auto a = std::make_shared<EvalArgs>();
+    app.add_option("-m,--model", a->model, "GGUF model")->required();
+    app.add_option("--tokens", a->tokens, "file of whitespace-separated token ids")->required();
+    app.add_option("--logits", a->logits_out, "write float32 logits [n_tokens x n_vocab] here");
+    app.add_option("--mode", a->mode, "batch (one prefill) or decode (token by token)")->check(CLI::IsMember({"batch", "decode"}));
+    app.add_option("-t,--threads", a->threads, "threads (default: physical cores)");
+    app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+    app.add_option("-c,--ctx-size", a->ctx, "context size (default: prompt + generation)");
+    app.add_option("--dump-layer", a->dump_layer, "print residual statistics after layer N (n_layer = final)");
+    app.add_flag("--dump-layers", a->dump_layers, "print residual statistics after every layer");
+    app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids");
+    app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
+    app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
+    return [a] { return run_eval(*a); };
+});
+
+}  // namespace kinfer::cli

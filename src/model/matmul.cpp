@@ -1,0 +1,183 @@
+#include "model/matmul.h"
+
+#include "common/error.h"
+#include "quant/fp16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace kinfer::model {
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n);
+void dot4_f32_avx2(const float* const* w, const float* x, int64_t n, float* out);
+
+namespace {
+
+bool have_avx2() {
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return ok;
+}
+
+float dot_f32_scalar(const float* a, const float* b, int64_t n) {
+    // Eight partial sums, like a SIMD kernel would keep, so results do not depend much on
+    // which path ran.
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; ++i) r += a[i] * b[i];
+    return r;
+}
+
+// Multiplications below this many multiply-adds run on the calling thread: waking the pool
+// costs a few microseconds, more than a tiny matvec.
+constexpr int64_t kMinParallelWork = 1 << 15;
+// Activation rows processed together, so each weight row is reused from L1 for a whole block.
+constexpr int64_t kTokenBlock = 16;
+
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return have_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n);
+}
+
+Mat mat_of(TensorRef t) {
+    Mat m;
+    m.type = t->type;
+    m.cols = t->ne[0];
+    m.rows = t->nrows();
+    m.data = t->data;
+    m.row_bytes = t->row_bytes();
+    return m;
+}
+
+Mat mat_slice(TensorRef t, int64_t i2) {
+    Mat m = mat_of(t);
+    m.rows = t->ne[1];
+    m.data = t->data + size_t(i2) * size_t(t->ne[1]) * m.row_bytes;
+    return m;
+}
+
+void dequant_row(const Mat& W, int64_t r, float* out) {
+    if (W.type == quant::Type::F32) {
+        std::memcpy(out, W.row(r), size_t(W.cols) * sizeof(float));
+        return;
+    }
+    quant::traits(W.type).to_float(W.row(r), out, W.cols);
+}
+
+// ---- activation conversion ----
+
+void quantize_acts(runtime::ThreadPool* pool, quant::Type wtype, const float* x, int64_t n, int64_t cols,
+                   int64_t ldx, QuantActs& out) {
+    if (ldx == 0) ldx = cols;
+    out.cols = cols;
+    out.f32 = nullptr;
+    if (wtype == quant::Type::F32) {
+        out.type = quant::Type::F32;
+        out.f32 = x;
+        out.ld_f32 = ldx;
+        return;
+    }
+    const quant::Traits& wt = quant::traits(wtype);
+    const quant::Type vdt = wt.vec_dot_type;
+    out.type = vdt;
+    if (vdt == quant::Type::F32) {
+        if (wtype == quant::Type::F16 || wtype == quant::Type::BF16) {
+            // ggml-cpu converts activations to F16 / BF16 for these weights (vec_dot_type);
+            // quant's kernels take F32 activations, so round them through the narrow type.
+            out.buf.resize(size_t(n * cols) * sizeof(float));
+            float* r = reinterpret_cast<float*>(out.buf.data());
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t i = 0; i < cols; ++i) {
+                    const float v = x[t * ldx + i];
+                    r[t * cols + i] = wtype == quant::Type::F16 ? quant::fp16_to_fp32(quant::fp32_to_fp16(v))
+                                                                : quant::bf16_to_fp32(quant::fp32_to_bf16(v));
+                }
+            out.f32 = r;
+            out.ld_f32 = cols;
+            return;
+        }
+        out.f32 = x;
+        out.ld_f32 = ldx;
+        return;
+    }
+    const quant::Traits& at = quant::traits(vdt);
+    if (cols % at.block_size != 0)
+        fail("matmul: row of {} elements is not a multiple of {}'s block size {}", cols, at.name, at.block_size);
+    out.row_bytes = quant::row_size(at, cols);
+    if (out.buf.size() < out.row_bytes * size_t(n)) out.buf.resize(out.row_bytes * size_t(n));
+
+    const quant::FromFloatFn conv = at.from_float ? at.from_float : at.from_float_ref;
+    if (!conv) fail("matmul: no activation quantizer for {}", at.name);
+
+    auto work = [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t) conv(x + t * ldx, out.buf.data() + size_t(t) * out.row_bytes, cols);
+    };
+    if (pool && n * cols >= kMinParallelWork) pool->parallel_for(n, work);
+    else work(0, n, 0);
+}
+
+// ---- the product ----
+
+void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (ldy == 0) ldy = W.rows;
+    if (W.type == quant::Type::F32) {
+        const bool avx2 = have_avx2();
+        for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
+            const int64_t t1 = std::min(n, t0 + kTokenBlock);
+            int64_t r = r0;
+            if (avx2) {
+                for (; r + 4 <= r1; r += 4) {
+                    const float* w[4] = {reinterpret_cast<const float*>(W.row(r)), reinterpret_cast<const float*>(W.row(r + 1)),
+                                         reinterpret_cast<const float*>(W.row(r + 2)), reinterpret_cast<const float*>(W.row(r + 3))};
+                    for (int64_t t = t0; t < t1; ++t) {
+                        float o[4];
+                        dot4_f32_avx2(w, static_cast<const float*>(xq.row(t)), W.cols, o);
+                        float* yt = y + t * ldy + r;
+                        yt[0] = o[0]; yt[1] = o[1]; yt[2] = o[2]; yt[3] = o[3];
+                    }
+                }
+            }
+            for (; r < r1; ++r) {
+                const float* w = reinterpret_cast<const float*>(W.row(r));
+                for (int64_t t = t0; t < t1; ++t) y[t * ldy + r] = dot_f32(w, static_cast<const float*>(xq.row(t)), W.cols);
+            }
+        }
+        return;
+    }
+    const quant::VecDotFn vd = quant::traits(W.type).vec_dot;
+    for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
+        const int64_t t1 = std::min(n, t0 + kTokenBlock);
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* w = W.row(r);
+            for (int64_t t = t0; t < t1; ++t) y[t * ldy + r] = vd(W.cols, w, xq.row(t));
+        }
+    }
+}
+
+void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy) {
+    if (ldy == 0) ldy = W.rows;
+    const int64_t work = W.rows * W.cols * n;
+    if (pool.size() == 1 || work < kMinParallelWork || W.rows < 8) {
+        matmul_q_rows(W, xq, n, y, ldy, 0, W.rows);
+        return;
+    }
+    // Contiguous row slices, rounded to 4 rows so the F32 kernel's row groups stay whole.
+    pool.run([&](int ith, int nth) {
+        const int64_t groups = (W.rows + 3) / 4;
+        const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
+        const int64_t r0 = std::min(W.rows, g0 * 4), r1 = std::min(W.rows, g1 * 4);
+        if (r0 < r1) matmul_q_rows(W, xq, n, y, ldy, r0, r1);
+    });
+}
+
+void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {
+    thread_local QuantActs xq;
+    quantize_acts(&pool, W.type, x, n, W.cols, ldx, xq);
+    matmul_q(pool, W, xq, n, y, ldy);
+}
+
+}  // namespace kinfer::model

@@ -1,0 +1,62 @@
+// y = W x for every weight type, the way ggml's CPU backend computes it: activations are first
+// converted to the weight type's vec_dot_type (Q8_K for K-quants, Q8_0 for Q8_0 / Q4_0 / Q5_0 /
+// MXFP4 / IQ4, Q8_1 for Q4_1 / Q5_1, F16 for F16, F32 for F32), then each output is one vec_dot
+// of a weight row with an activation row. Reproducing that conversion is what lets quantized
+// models agree with llama.cpp bit for bit until the first rounding event (DESIGN.md section 6).
+#pragma once
+#include "model/weights.h"
+#include "quant/types.h"
+#include "runtime/thread_pool.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kinfer::model {
+
+// A 2-D view of a weight: `rows` rows of `cols` elements, each row_bytes long.
+struct Mat {
+    quant::Type type = quant::Type::F32;
+    int64_t cols = 0;
+    int64_t rows = 0;
+    const uint8_t* data = nullptr;
+    size_t row_bytes = 0;
+    const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
+};
+
+Mat mat_of(TensorRef t);                    // all rows: ne1 * ne2 * ne3
+Mat mat_slice(TensorRef t, int64_t i2);     // slice i2 of a 3-D tensor (expert e, head h)
+
+// Activations converted to a vec_dot_type, row by row.
+struct QuantActs {
+    quant::Type type = quant::Type::F32;
+    int64_t cols = 0;
+    size_t row_bytes = 0;
+    std::vector<uint8_t> buf;
+    const float* f32 = nullptr;             // F32: points at the caller's rows (ld = ld_f32)
+    int64_t ld_f32 = 0;
+    const void* row(int64_t t) const {
+        return f32 ? static_cast<const void*>(f32 + t * ld_f32) : static_cast<const void*>(buf.data() + size_t(t) * row_bytes);
+    }
+};
+
+// Converts n rows of x (row stride ldx) for multiplication with weights of type wtype.
+void quantize_acts(runtime::ThreadPool* pool, quant::Type wtype, const float* x, int64_t n, int64_t cols,
+                   int64_t ldx, QuantActs& out);
+
+// y[t][r] = W.row(r) . x[t] for t < n; x rows have W.cols floats (stride ldx, default cols),
+// y rows have stride ldy (default W.rows).
+void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, float* y,
+            int64_t ldx = 0, int64_t ldy = 0);
+// Same, with activations already converted by quantize_acts (several weights, one input).
+void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy = 0);
+// Single-threaded variant for callers that already run inside the pool.
+void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+// Plain fp32 dot product (AVX2/FMA when the CPU has it).
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// Dequantized row r of W into out[W.cols].
+void dequant_row(const Mat& W, int64_t r, float* out);
+
+}  // namespace kinfer::model

@@ -1,0 +1,127 @@
+// Feed-forward blocks, DESIGN.md section 3.4: the dense FFN of the leading layers and the MoE
+// with sigmoid routing, selection bias, optional latent space (K3) and shared experts.
+#include "model/forward_ctx.h"
+#include "model/ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace kinfer::model {
+
+namespace {
+
+void glu(const HParams& hp, const float* g, const float* u, float* out, int64_t n) {
+    if (hp.use_situ()) ops::situ_glu(g, u, out, n, hp.situ_beta, hp.situ_linear_beta);
+    else ops::swiglu(g, u, out, n);
+}
+
+// down . act(gate . x, up . x) for n rows of x.
+void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const float* x, int64_t n, float* out) {
+    ScratchScope s(c.ws);
+    const int64_t ff = gate.rows;
+    float* g = s.get(size_t(n * ff));
+    float* u = s.get(size_t(n * ff));
+    matmul(c.pool, gate, x, n, g);
+    matmul(c.pool, up, x, n, u);
+    glu(c.hp, g, u, g, n * ff);
+    matmul(c.pool, down, g, n, out);
+}
+
+}  // namespace
+
+void dense_ffn(FwdCtx& c, int il, const float* xn, float* out) {
+    const LayerWeights& L = c.w.layers[size_t(il)];
+    glu_ffn(c, mat_of(L.ffn_gate), mat_of(L.ffn_up), mat_of(L.ffn_down), xn, c.n, out);
+}
+
+void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
+    const HParams& hp = c.hp;
+    const LayerWeights& L = c.w.layers[size_t(il)];
+    const int64_t n = c.n, d = hp.n_embd, E = hp.n_expert, K = hp.n_expert_used, lat = hp.latent_dim();
+    ScratchScope s(c.ws);
+
+    // Router: sigmoid scores in fp32; the bias only picks, the weights use the raw scores.
+    float* probs = s.get(size_t(n * E));
+    c.mm(L.ffn_gate_inp, xn, probs);
+    for (int64_t i = 0; i < n * E; ++i) probs[i] = ops::sigmoid(probs[i]);
+    std::vector<int32_t> sel(static_cast<size_t>(n * K));
+    std::vector<float> wsel(static_cast<size_t>(n * K));
+    std::vector<int32_t> idx(static_cast<size_t>(E));
+    std::vector<float> biased(static_cast<size_t>(E));
+    for (int64_t t = 0; t < n; ++t) {
+        const float* pt = probs + t * E;
+        for (int64_t e = 0; e < E; ++e) biased[size_t(e)] = pt[e] + L.exp_probs_b[e];
+        std::iota(idx.begin(), idx.end(), 0);
+        // Descending biased score; exact ties go to the lower expert id.
+        std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
+            return biased[size_t(a)] > biased[size_t(b)] || (biased[size_t(a)] == biased[size_t(b)] && a < b);
+        });
+        float* wt = wsel.data() + t * K;
+        for (int64_t i = 0; i < K; ++i) {
+            sel[size_t(t * K + i)] = idx[size_t(i)];
+            wt[i] = pt[idx[size_t(i)]];
+        }
+        if (hp.expert_weights_norm) {
+            const float sum = std::max(ops::sum(wt, K), 6.103515625e-5f);
+            for (int64_t i = 0; i < K; ++i) wt[i] /= sum;
+        }
+        if (hp.expert_weights_scale != 1.0f)
+            for (int64_t i = 0; i < K; ++i) wt[i] *= hp.expert_weights_scale;
+    }
+
+    // Routed experts read the latent input (K3) or x itself.
+    const float* z = xn;
+    if (L.ffn_routed_down) {
+        float* zl = s.get(size_t(n * lat));
+        c.mm(L.ffn_routed_down, xn, zl);
+        z = zl;
+    }
+
+    // Group tokens by expert so each expert's weights are read once per chunk.
+    float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
+    float* zg = s.get(size_t(n * lat));
+    float* yg = s.get(size_t(n * lat));
+    std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));   // entries t * K + slot
+    for (int64_t i = 0; i < n * K; ++i) by_expert[size_t(sel[size_t(i)])].push_back(i);
+    for (int64_t e = 0; e < E; ++e) {
+        const auto& list = by_expert[size_t(e)];
+        if (list.empty()) continue;
+        const int64_t m = int64_t(list.size());
+        for (int64_t j = 0; j < m; ++j) std::memcpy(zg + j * lat, z + (list[size_t(j)] / K) * lat, size_t(lat) * sizeof(float));
+        glu_ffn(c, mat_slice(L.ffn_gate_exps, e), mat_slice(L.ffn_up_exps, e), mat_slice(L.ffn_down_exps, e), zg, m, yg);
+        for (int64_t j = 0; j < m; ++j) {
+            const int64_t ts = list[size_t(j)];
+            const float w = wsel[size_t(ts)];
+            float* dst = ys + ts * lat;
+            const float* src = yg + j * lat;
+            for (int64_t i = 0; i < lat; ++i) dst[i] = src[i] * w;
+        }
+    }
+    // Sum the slots in selection order, as ggml's chain of adds does.
+    float* yl = s.get(size_t(n * lat));
+    for (int64_t t = 0; t < n; ++t) {
+        float* dst = yl + t * lat;
+        std::memcpy(dst, ys + (t * K) * lat, size_t(lat) * sizeof(float));
+        for (int64_t k = 1; k < K; ++k) {
+            const float* src = ys + (t * K + k) * lat;
+            for (int64_t i = 0; i < lat; ++i) dst[i] += src[i];
+        }
+    }
+
+    if (L.ffn_routed_up) {
+        if (L.ffn_routed_norm)
+            for (int64_t t = 0; t < n; ++t) ops::rms_norm(yl + t * lat, L.ffn_routed_norm, yl + t * lat, lat, hp.rms_eps);
+        c.mm(L.ffn_routed_up, yl, out);
+    } else {
+        std::memcpy(out, yl, size_t(n * d) * sizeof(float));
+    }
+
+    if (L.ffn_gate_shexp) {   // shared experts: full width, unscaled
+        float* sh = s.get(size_t(n * d));
+        glu_ffn(c, mat_of(L.ffn_gate_shexp), mat_of(L.ffn_up_shexp), mat_of(L.ffn_down_shexp), xn, n, sh);
+        for (int64_t i = 0; i < n * d; ++i) out[i] += sh[i];
+    }
+}
+
+}  // namespace kinfer::model

@@ -1,0 +1,77 @@
+#include "model/ops.h"
+
+#include <cmath>
+
+namespace kinfer::model::ops {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+    const float mean = float(sum / double(n));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    // ggml scales first and multiplies by the weight in a separate op: keep that rounding.
+    if (w) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    }
+}
+
+void l2_norm(const float* x, float* y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+    const float scale = 1.0f / std::fmax(std::sqrt(float(sum)), eps);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+}
+
+void swiglu(const float* g, const float* u, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
+}
+
+void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta, float linear_beta) {
+    // ggml graph: scale(tanh(scale(g, 1/b)), b) * sigmoid(g) * [scale(tanh(scale(u, 1/bl)), bl)]
+    const float ib = 1.0f / beta;
+    const float ilb = linear_beta > 0.0f ? 1.0f / linear_beta : 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float a = (std::tanh(g[i] * ib) * beta) * sigmoid(g[i]);
+        const float up = linear_beta > 0.0f ? std::tanh(u[i] * ilb) * linear_beta : u[i];
+        out[i] = a * up;
+    }
+}
+
+void softmax(float* x, int64_t n, float scale) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] *= scale;
+        mx = std::fmax(mx, x[i]);
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        s += double(x[i]);
+    }
+    const float inv = float(1.0 / s);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float sum(const float* x, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+    return float(s);
+}
+
+Stats stats(const float* x, int64_t n) {
+    Stats st;
+    double s = 0, s2 = 0, m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        s += x[i];
+        s2 += double(x[i]) * x[i];
+        m = std::fmax(m, std::fabs(double(x[i])));
+    }
+    st.mean = s / double(n);
+    st.rms = std::sqrt(s2 / double(n));
+    st.max_abs = m;
+    return st;
+}
+
+}  // namespace kinfer::model::ops

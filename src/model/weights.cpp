@@ -1,0 +1,81 @@
+#include "model/weights.h"
+
+#include "common/error.h"
+#include "model/tensor_list.h"
+#include "quant/types.h"
+
+#include <fmt/format.h>
+
+namespace kinfer::model {
+
+namespace {
+
+std::vector<int64_t> squeeze(const int64_t* ne, int n) {
+    std::vector<int64_t> s;
+    for (int i = 0; i < n; ++i)
+        if (ne[i] != 1) s.push_back(ne[i]);
+    return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    return fmt::format("{{{}}}", fmt::join(s, ", "));
+}
+
+// Element-wise vectors are read as floats: F32 in place, anything else converted once.
+const float* as_floats(const gguf::TensorInfo& t, Weights& w) {
+    if (t.type == quant::Type::F32) return reinterpret_cast<const float*>(t.data);
+    const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
+    if (!tr || !tr->to_float) fail("tensor '{}': type {} cannot be read as floats", t.name, uint32_t(t.type));
+    auto& v = w.converted.emplace_back(size_t(t.nelements()));
+    tr->to_float(t.data, v.data(), t.nelements());
+    return v.data();
+}
+
+void check_matrix_type(const gguf::TensorInfo& t) {
+    const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
+    if (!tr) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
+    if (t.type == quant::Type::F32) return;
+    if (!tr->vec_dot || !tr->to_float)
+        fail("tensor '{}': type {} has no CPU dot product in this build", t.name, tr->name);
+}
+
+}  // namespace
+
+Weights load_weights(const gguf::File& f, const HParams& hp) {
+    Weights w;
+    w.layers.resize(size_t(hp.n_layer));
+    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+
+    for_each_tensor(hp, has, [&](const TensorSpec& s) {
+        const gguf::TensorInfo* t = f.find_tensor(s.name);
+        if (!t) {
+            if (!s.required) return;
+            const char* what = s.layer < 0 ? "model" : hp.is_kda(s.layer) ? "KDA layer" : "MLA layer";
+            if (s.layer < 0) fail("{}: tensor '{}' missing ({})", f.path(), s.name, what);
+            fail("{}: tensor '{}' missing ({} {})", f.path(), s.name, what, s.layer);
+        }
+        // Expert tensors: say plainly when the expert count disagrees with the metadata.
+        if (s.shape.size() == 3 && s.name.find("_exps.") != std::string::npos && t->ne[2] != s.shape[2])
+            fail("{}: tensor '{}' holds {} experts, expert_count is {}", f.path(), s.name, t->ne[2], s.shape[2]);
+        auto want = squeeze(s.shape.data(), int(s.shape.size()));
+        auto got = squeeze(t->ne, t->n_dims);
+        if (want != got)
+            fail("{}: tensor '{}' has shape {}, expected {}", f.path(), s.name, t->shape_str(), shape_str(s.shape));
+
+        if (s.is_vector()) {
+            const float* p = as_floats(*t, w);
+            if (s.layer_vec) w.layers[size_t(s.layer)].*(s.layer_vec) = p;
+            else w.*(s.global_vec) = p;
+        } else {
+            // token_embd is only gathered (dequantized rows), never multiplied.
+            if (s.global_mat != &Weights::token_embd) check_matrix_type(*t);
+            if (s.layer_mat) w.layers[size_t(s.layer)].*(s.layer_mat) = t;
+            else w.*(s.global_mat) = t;
+        }
+        w.n_params += size_t(t->nelements());
+        w.n_bytes += t->nbytes;
+    });
+    return w;
+}
+
+}  // namespace kinfer::model
