@@ -281,7 +281,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(const VocabData& v) {
     t->chat_template_ = v.chat_template;
     t->finish_setup(v.types);
     // Merges: "left right" in GPT-2 form; both sides and their concatenation must be tokens.
-    t->merges_.reserve(v.merges.size() * 2);
+    size_t cap = 16;
+    while (cap < v.merges.size() * 2) cap *= 2;
+    t->merge_table_.assign(cap, MergeSlot{});
+    t->merge_shift_ = 64 - static_cast<uint32_t>(__builtin_ctzll(cap));
     for (size_t r = 0; r < v.merges.size(); ++r) {
         const std::string& m = v.merges[r];
         const size_t sp = m.find(' ', 1);
@@ -292,7 +295,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(const VocabData& v) {
         const Token c = t->find(std::string(m.substr(0, sp)) + m.substr(sp + 1));
         if (c == kNoToken) continue;   // its result is not a token: skipped
         const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-        t->merges_.emplace(key, Merge{static_cast<int32_t>(r), c});   // first (lowest) rank wins
+        t->add_merge(key, Merge{static_cast<int32_t>(r), c});   // first (lowest) rank wins
     }
     return t;
 }
@@ -376,6 +379,29 @@ void Tokenizer::finish_setup(const std::vector<int32_t>& types) {
         if (id != kNoToken && is_special(id)) add_eog(id);
     }
     std::sort(eog_.begin(), eog_.end());
+}
+
+void Tokenizer::add_merge(uint64_t key, Merge m) {
+    const size_t mask = merge_table_.size() - 1;
+    for (size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> merge_shift_);; i = (i + 1) & mask) {
+        MergeSlot& s = merge_table_[i];
+        if (s.m.rank < 0) {
+            s.key = key;
+            s.m = m;
+            return;
+        }
+        if (s.key == key) return;   // keep the lower rank, added first
+    }
+}
+
+const Tokenizer::Merge* Tokenizer::find_merge(uint64_t key) const {
+    if (merge_table_.empty()) return nullptr;
+    const size_t mask = merge_table_.size() - 1;
+    for (size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> merge_shift_);; i = (i + 1) & mask) {
+        const MergeSlot& s = merge_table_[i];
+        if (s.m.rank < 0) return nullptr;
+        if (s.key == key) return &s.m;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -509,16 +535,21 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<Token>& out) co
             return;
         }
     }
-    auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
+    // FNV-1a of the piece picks the cache slot.
+    uint64_t h = 1469598103934665603ull;
+    for (char c : piece) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    if (cache_.empty()) cache_.resize(1u << 16);
+    CacheSlot& slot = cache_[(h >> 20) & (cache_.size() - 1)];
+    if (slot.hash == h && slot.key == piece) {
+        out.insert(out.end(), slot.ids.begin(), slot.ids.end());
         return;
     }
     const size_t start = out.size();
     bpe(piece, out);
-    if (piece.size() <= 256) {
-        if (cache_.size() >= (1u << 16)) cache_.clear();
-        cache_.emplace(std::string(piece), std::vector<Token>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+    if (piece.size() <= 128) {
+        slot.hash = h;
+        slot.key.assign(piece);
+        slot.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
     }
 }
 
@@ -549,10 +580,10 @@ void Tokenizer::bpe(std::string_view piece, std::vector<Token>& out) const {
             if (syms[i].id < 0 || syms[j].id < 0) return -1;
             const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(syms[i].id)) << 32) |
                                  static_cast<uint32_t>(syms[j].id);
-            auto it = merges_.find(key);
-            if (it == merges_.end()) return -1;
-            result = it->second.result;
-            return it->second.rank;
+            const Merge* mg = find_merge(key);
+            if (!mg) return -1;
+            result = mg->result;
+            return mg->rank;
         }
         auto it = by_bytes_.find(piece.substr(syms[i].start, sym_end(j) - syms[i].start));
         if (it == by_bytes_.end()) return -1;
@@ -568,21 +599,30 @@ void Tokenizer::bpe(std::string_view piece, std::vector<Token>& out) const {
         syms[j].start = UINT32_MAX;   // dead
     };
 
-    if (n <= 48) {
-        for (;;) {
-            int32_t best_rank = -1, best_i = -1;
-            Token best_result = kNoToken;
-            for (int32_t i = 0; i >= 0; i = syms[i].next) {
-                Token r;
-                const int32_t rank = pair(i, r);
-                if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
-                    best_rank = rank;
-                    best_i = i;
-                    best_result = r;
-                }
+    if (n <= 64) {
+        // tiktoken's scheme: the rank of each adjacent pair is kept in an array and only the
+        // two pairs around a merge are looked up again.
+        int32_t rank[65];
+        Token res[65];
+        int32_t idx[65];   // live symbols, in order
+        int32_t m = 0;
+        for (int32_t i = 0; i >= 0; i = syms[i].next) idx[m++] = i;
+        for (int32_t k = 0; k + 1 < m; ++k) rank[k] = pair(idx[k], res[k]);
+        while (m > 1) {
+            int32_t best = -1;
+            for (int32_t k = 0; k + 1 < m; ++k)
+                if (rank[k] >= 0 && (best < 0 || rank[k] < rank[best])) best = k;
+            if (best < 0) break;
+            merge(idx[best], res[best]);
+            for (int32_t k = best + 1; k + 1 < m; ++k) {
+                idx[k] = idx[k + 1];
+                rank[k] = rank[k + 1];
+                res[k] = res[k + 1];
             }
-            if (best_i < 0) break;
-            merge(best_i, best_result);
+            --m;
+            if (best + 1 < m) rank[best] = pair(idx[best], res[best]);
+            else rank[best] = -1;
+            if (best > 0) rank[best - 1] = pair(idx[best - 1], res[best - 1]);
         }
     } else {
         struct Cand {

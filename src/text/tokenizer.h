@@ -147,7 +147,16 @@ private:
     std::vector<TokenType> types_;
     StrMap by_text_;                    // vocabulary string -> id
     StrMap by_bytes_;                   // bytes of NORMAL tokens -> id (rank mode and lookups)
-    std::unordered_map<uint64_t, Merge> merges_;   // (left << 32 | right) -> merge
+    // (left << 32 | right) -> merge: open addressing with linear probing; a slot is empty when
+    // its merge rank is -1.
+    struct MergeSlot {
+        uint64_t key = 0;
+        Merge m{-1, kNoToken};
+    };
+    std::vector<MergeSlot> merge_table_;
+    uint32_t merge_shift_ = 64;
+    void add_merge(uint64_t key, Merge m);
+    const Merge* find_merge(uint64_t key) const;
     Token byte_token_[256];
     Token bos_ = kNoToken, eos_ = kNoToken, eot_ = kNoToken, unk_ = kNoToken, pad_ = kNoToken;
     bool add_bos_ = false, add_eos_ = false;
@@ -159,9 +168,14 @@ private:
     std::vector<Token> specials_;
     std::string special_first_bytes_;   // 256 flags: can a special token start with this byte?
 
-    // Cache of encoded pieces (bounded; cleared when full).
+    // Direct-mapped cache of encoded pieces: a slot per hash, overwritten on collision.
+    struct CacheSlot {
+        uint64_t hash = 0;
+        std::string key;
+        std::vector<Token> ids;
+    };
     mutable std::mutex cache_mu_;
-    mutable std::unordered_map<std::string, std::vector<Token>, StrHash, std::equal_to<>> cache_;
+    mutable std::vector<CacheSlot> cache_;
 };
 
 // Incremental detokenizer for streaming output: push() returns the bytes that are safe to print,
