@@ -44,3 +44,16 @@ inline std::string describe_match(const std::vector<text::Token>& got, const std
 }
 
 }  // namespace kinfer::test
+
+namespace kinfer::test {
+
+// The golden file when ../shared/golden exists, else a temporary file holding `fallback` (the
+// same content, kept in the test so a bare clone still checks it).
+inline std::string golden_or_data(const std::string& rel, const std::string& fallback) {
+    if (std::filesystem::exists(golden(rel))) return golden(rel);
+    const std::string path = (std::filesystem::temp_directory_path() / "kinfer_text_fallback.txt").string();
+    std::ofstream(path, std::ios::binary) << fallback;
+    return path;
+}
+
+}  // namespace kinfer::test
