@@ -197,7 +197,13 @@ int run_quantize(const Args& a) {
     if (!a.token_embedding_type.empty()) opt.token_embedding_type = parse_type(a.token_embedding_type, "--token-embedding-type");
 
     auto in = gguf::File::open(in_path);
-    const QuantizePlan plan = make_quantize_plan(describe(*in), opt);
+    const QuantizePlan plan = [&] {
+        try {
+            return make_quantize_plan(describe(*in), opt);
+        } catch (const Error& e) {
+            fail("{}: {}", in_path, e.what());   // the planner knows tensors, not files
+        }
+    }();
 
     if (a.dry_run)
         std::fprintf(stderr, "kinfer quantize: calculating quantization size for '%s' as %s using %d threads\n",
@@ -210,7 +216,7 @@ int run_quantize(const Args& a) {
     if (!a.allow_requantize && !a.dry_run)
         for (const auto& t : plan.tensors)
             if (t.from != t.to && is_block_quantized(t.from))
-                fail("quantize: tensor {} is already {}: requantizing to {} needs --allow-requantize", t.name,
+                fail("{}: tensor {} is already {}: requantizing to {} needs --allow-requantize", in_path, t.name,
                      quant::traits(t.from).name, quant::traits(t.to).name);
 
     gguf::Writer w(a.dry_run ? in_path + ".dry-run" : out_path);   // a dry run never writes
