@@ -29,9 +29,15 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
     const size_t ab = act_row_size(w, n);
     const auto* wb = static_cast<const uint8_t*>(W);
     const auto* xb = static_cast<const uint8_t*>(acts);
-    for (int64_t r = row_begin; r < row_end; ++r) {
-        const uint8_t* row = wb + size_t(r) * w_row_bytes;
-        for (int64_t k = 0; k < m; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
+    // Blocks of activation rows small enough to stay in L2 while every weight row of the range
+    // streams past them once; within a block each weight row is reused from L1.
+    constexpr int64_t kActBlock = 16;
+    for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {
+        const int64_t k1 = m < k0 + kActBlock ? m : k0 + kActBlock;
+        for (int64_t r = row_begin; r < row_end; ++r) {
+            const uint8_t* row = wb + size_t(r) * w_row_bytes;
+            for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
+        }
     }
 }
 

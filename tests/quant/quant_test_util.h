@@ -62,12 +62,19 @@ struct GoldenEntry {
 // Reads the LCG section of a golden file (the 'cos' section is libm-dependent and skipped).
 // Reference file lines: "block_<name> bytes=... fnv1a64=... rmse=... y[0..3]=a b c d";
 // chunk file lines: "<name> id=... row_bytes=... ...". The next "all:" line holds the hex.
-inline std::vector<GoldenEntry> read_golden(const std::string& path) {
+// With cos_section, reads the summary lines after "input: cos" instead (no hex there).
+inline std::vector<GoldenEntry> read_golden(const std::string& path, bool cos_section = false) {
     std::vector<GoldenEntry> out;
     std::ifstream f(path);
     std::string line;
+    bool in_cos = false;
     while (std::getline(f, line)) {
-        if (line.rfind("input: cos", 0) == 0) break;
+        if (line.rfind("input: cos", 0) == 0) {
+            if (!cos_section) break;
+            in_cos = true;
+            continue;
+        }
+        if (cos_section && !in_cos) continue;
         if (line.empty() || line[0] == '#' || line[0] == ' ' || line.find("fnv1a64=") == std::string::npos) continue;
         GoldenEntry e;
         std::istringstream ss(line);
@@ -82,7 +89,7 @@ inline std::vector<GoldenEntry> read_golden(const std::string& path) {
                 for (int k = 1; k < 4; ++k) ss >> e.y[k];
             }
         }
-        while (std::getline(f, line)) {
+        while (!cos_section && std::getline(f, line)) {
             const auto p = line.find("all:");
             if (p != std::string::npos) { e.all_hex = line.substr(p + 4); break; }
         }
