@@ -89,6 +89,31 @@ std::optional<std::string> map_hf_name(const std::string& name, ModelArch arch) 
     return std::nullopt;
 }
 
+std::string hf_source_hint(const std::string& g) {
+    for (const auto& e : kGlobal)
+        if (g == std::string(e.gguf) + ".weight") return std::string(e.hf) + ".weight";
+    if (g == "output_res_score.weight") return "model.output_attn_res_norm.weight";
+    const int bid = first_number(g);
+    const std::string pre = "blk." + std::to_string(bid) + ".";
+    if (bid < 0 || g.compare(0, pre.size(), pre) != 0) return g;
+    const std::string L = "model.layers." + std::to_string(bid) + ".";
+    const std::string r = g.substr(pre.size());
+    static const std::pair<const char*, const char*> kSpecial[] = {
+        {"ssm_dt.bias", "self_attn.dt_bias"}, {"ssm_a", "self_attn.A_log"},
+        {"attn_k_b.weight", "self_attn.kv_b_proj.weight"}, {"attn_v_b.weight", "self_attn.kv_b_proj.weight"},
+        {"ssm_g.weight", "self_attn.g_proj.weight"}, {"attn_gate.weight", "self_attn.g_proj.weight"},
+        {"attn_res_score.weight", "self_attention_res_norm.weight"}, {"ffn_res_score.weight", "mlp_res_norm.weight"},
+        {"exp_probs_b.bias", "block_sparse_moe.gate.e_score_correction_bias"},
+        {"ffn_gate_exps.weight", "block_sparse_moe.experts.*.w1.weight"},
+        {"ffn_down_exps.weight", "block_sparse_moe.experts.*.w2.weight"},
+        {"ffn_up_exps.weight", "block_sparse_moe.experts.*.w3.weight"}};
+    for (const auto& [gg, hf] : kSpecial)
+        if (r == gg) return L + hf;
+    for (const auto& e : kLayer)
+        if (r == std::string(e.gguf) + ".weight") return L + e.hf + ".weight";
+    return g;
+}
+
 int first_number(const std::string& name) {
     size_t start = 0;
     while (start <= name.size()) {

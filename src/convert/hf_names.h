@@ -16,6 +16,9 @@ std::optional<std::string> map_hf_name(const std::string& name, ModelArch arch);
 // Index of the first all-digit component ("model.layers.7.mlp..." -> 7), or -1.
 int first_number(const std::string& name);
 
+// The (prefix-stripped) checkpoint tensor a GGUF tensor comes from, for "missing" messages.
+std::string hf_source_hint(const std::string& gguf_name);
+
 // The torch shape config.json implies for this (prefix-stripped) name, or nullopt when there is
 // no rule (the shape is then checked only by the transforms that need it).
 std::optional<std::vector<int64_t>> expected_shape(const std::string& name, const HfConfig& cfg);
