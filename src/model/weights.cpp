@@ -55,8 +55,14 @@ Weights load_weights(const gguf::File& f, const HParams& hp) {
             fail("{}: tensor '{}' missing ({} {})", f.path(), s.name, what, s.layer);
         }
         // Expert tensors: say plainly when the expert count disagrees with the metadata.
-        if (s.shape.size() == 3 && s.name.find("_exps.") != std::string::npos && t->ne[2] != s.shape[2])
-            fail("{}: tensor '{}' holds {} experts, expert_count is {}", f.path(), s.name, t->ne[2], s.shape[2]);
+        const bool per_expert = s.name.find("_exps.") != std::string::npos || s.name.find("ffn_gate_inp.") != std::string::npos ||
+                                s.name.find("exp_probs_b.") != std::string::npos;
+        if (per_expert) {
+            const size_t e = s.shape.size() - 1;   // the expert dimension is the last one
+            const int64_t got_e = e == 0 ? t->nelements() : t->ne[e];
+            if (got_e != s.shape[e])
+                fail("{}: tensor '{}' holds {} experts, expert_count is {}", f.path(), s.name, got_e, s.shape[e]);
+        }
         auto want = squeeze(s.shape.data(), int(s.shape.size()));
         auto got = squeeze(t->ne, t->n_dims);
         if (want != got)

@@ -8,9 +8,9 @@
 namespace kinfer::runtime {
 
 namespace {
-// Workers spin this many rounds before sleeping: decode issues an op every few microseconds,
-// and a futex wake-up per op would cost more than the op itself.
-constexpr int kSpinRounds = 20000;
+// Workers spin this many rounds (a few tens of microseconds) before sleeping on a futex: decode
+// issues an op every few microseconds. Longer spins hurt badly when cores are oversubscribed.
+constexpr int kSpinRounds = 2000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,32 +43,40 @@ ThreadPool::ThreadPool(int n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop_.store(true);
-        generation_.fetch_add(1);
-    }
-    cv_.notify_all();
+    stop_.store(true);
+    generation_.fetch_add(1);
+    generation_.notify_all();
     for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::worker(int ith) {
-    uint64_t seen = 0;
+int ThreadPool::claim(uint32_t gen) {
+    uint64_t cur = next_.load(std::memory_order_acquire);
     for (;;) {
-        uint64_t gen = generation_.load(std::memory_order_acquire);
+        if (uint32_t(cur >> 32) != gen || int(cur & 0xffffffffu) >= n_threads_) return -1;
+        if (next_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) return int(cur & 0xffffffffu);
+    }
+}
+
+void ThreadPool::worker(int) {
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t gen = generation_.load(std::memory_order_acquire);
         for (int spin = 0; gen == seen && spin < kSpinRounds; ++spin) {
             cpu_relax();
             gen = generation_.load(std::memory_order_acquire);
         }
         if (gen == seen) {
-            std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [&] { return generation_.load() != seen; });
-            gen = generation_.load();
+            generation_.wait(seen, std::memory_order_acquire);
+            continue;
         }
         seen = gen;
         if (stop_.load()) return;
-        (*job_)(ith, n_threads_);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        // job_ is the one of generation gen as long as a task of gen can still be claimed.
+        const std::function<void(int, int)>* job = job_;
+        for (int task; (task = claim(gen)) >= 0;) {
+            (*job)(task, n_threads_);
+            done_.fetch_add(1, std::memory_order_acq_rel);
+        }
     }
 }
 
@@ -78,14 +86,21 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         return;
     }
     job_ = &fn;
-    pending_.store(n_threads_ - 1, std::memory_order_release);
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        generation_.fetch_add(1, std::memory_order_acq_rel);
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    next_.store(uint64_t(gen) << 32, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
+    generation_.notify_all();
+    for (int task; (task = claim(gen)) >= 0;) {
+        fn(task, n_threads_);
+        done_.fetch_add(1, std::memory_order_acq_rel);
     }
-    cv_.notify_all();
-    fn(0, n_threads_);
-    while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+    // Only tasks a worker actually started are left: wait for them, yielding the core in case
+    // that worker shares it with us.
+    for (int spin = 0; done_.load(std::memory_order_acquire) != n_threads_; ++spin) {
+        if (spin < 64) cpu_relax();
+        else std::this_thread::yield();
+    }
     job_ = nullptr;
 }
 

@@ -3,10 +3,8 @@
 // call to call, so a thread keeps streaming "its" part of each matrix.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -22,7 +20,9 @@ public:
 
     int size() const { return n_threads_; }
 
-    // Runs fn(ith, nth) on every thread (ith = 0..nth-1) and waits for all of them.
+    // Runs fn(ith, nth) for ith = 0..nth-1 (nth = size()) and waits for all of them. Each ith
+    // is a task, claimed by whichever thread is free first: when the machine is oversubscribed
+    // and a worker is not scheduled, the caller runs its share instead of waiting for it.
     // Not reentrant: fn must not call run() again.
     void run(const std::function<void(int ith, int nth)>& fn);
 
@@ -39,12 +39,14 @@ private:
 
     int n_threads_ = 1;
     std::vector<std::thread> threads_;
+    // Claims the next task of generation gen; -1 when none is left (or gen is over).
+    int claim(uint32_t gen);
+
     const std::function<void(int, int)>* job_ = nullptr;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<int> pending_{0};
+    std::atomic<uint32_t> generation_{0};      // bumped per run(); workers wait on it
+    std::atomic<uint64_t> next_{0};            // (generation << 32) | next task index
+    std::atomic<int> done_{0};                 // tasks finished in the current generation
     std::atomic<bool> stop_{false};
-    std::mutex mu_;
-    std::condition_variable cv_;
 };
 
 }  // namespace kinfer::runtime
