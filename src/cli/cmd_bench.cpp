@@ -1,0 +1,126 @@
+// kinfer bench: llama-bench-shaped speed table. pp<N>: one prefill of N tokens into an empty
+// context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
+// once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
+#include "cli/command.h"
+#include "common/error.h"
+#include "model/session.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+namespace kinfer::cli {
+
+namespace {
+
+struct BenchArgs {
+    std::string model;
+    std::vector<int> n_prompt{512}, n_gen{128}, threads;
+    int reps = 3;
+    int64_t batch = 512;
+};
+
+// llama.cpp's names for general.file_type, so the "model" column reads the same.
+std::string ftype_name(int64_t ft) {
+    switch (ft) {
+        case 0: return "all F32";
+        case 1: return "F16";
+        case 2: return "Q4_0";
+        case 3: return "Q4_1";
+        case 7: return "Q8_0";
+        case 8: return "Q5_0";
+        case 9: return "Q5_1";
+        case 10: return "Q2_K - Medium";
+        case 11: return "Q3_K - Small";
+        case 12: return "Q3_K - Medium";
+        case 13: return "Q3_K - Large";
+        case 14: return "Q4_K - Small";
+        case 15: return "Q4_K - Medium";
+        case 16: return "Q5_K - Small";
+        case 17: return "Q5_K - Medium";
+        case 18: return "Q6_K";
+        case 25: return "IQ4_NL - 4.5 bpw";
+        case 30: return "IQ4_XS - 4.25 bpw";
+        case 32: return "BF16";
+        case 38: return "MXFP4 MoE";
+        default: return fmt::format("ftype {}", ft);
+    }
+}
+
+std::string human_params(double n) {
+    if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+    return fmt::format("{:.2f} M", n / 1e6);
+}
+
+// Seconds for one run of the test.
+double run_once(const model::Model& m, model::Session& s, int np, int ng, std::mt19937& rng) {
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(m.hparams().n_vocab) - 1);
+    s.reset();
+    auto t0 = std::chrono::steady_clock::now();
+    if (np > 0) {
+        std::vector<int32_t> ids(static_cast<size_t>(np));
+        for (auto& id : ids) id = tok(rng);
+        s.prefill(ids);
+    }
+    for (int i = 0; i < ng; ++i) s.decode(tok(rng));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run_bench(const BenchArgs& a) {
+    auto m = model::Model::load(a.model);
+    const auto& f = m->file();
+    std::string name = fmt::format("{} ?B {}", m->hparams().arch_name, ftype_name(f.get_int_or("general.file_type", -1)));
+    double bytes = 0, params = 0;
+    for (const auto& t : f.tensors()) bytes += double(t.nbytes), params += double(t.nelements());
+
+    std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend", "threads",
+                "test", "t/s");
+    std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+    std::vector<int> threads = a.threads.empty() ? std::vector<int>{runtime::ThreadPool::default_threads()} : a.threads;
+    std::mt19937 rng(1234);
+    for (int nt : threads) {
+        std::vector<std::pair<int, int>> tests;
+        for (int p : a.n_prompt)
+            if (p > 0) tests.push_back({p, 0});
+        for (int g : a.n_gen)
+            if (g > 0) tests.push_back({0, g});
+        int64_t ctx = 1;
+        for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
+        model::Session s(*m, {.n_ctx = ctx, .n_batch = a.batch, .n_threads = nt});
+        for (auto [p, g] : tests) {
+            run_once(*m, s, p, g, rng);   // warm-up: page in the weights, size the scratch
+            std::vector<double> tps;
+            for (int r = 0; r < a.reps; ++r) tps.push_back(double(p + g) / run_once(*m, s, p, g, rng));
+            double mean = 0, var = 0;
+            for (double x : tps) mean += x;
+            mean /= double(tps.size());
+            for (double x : tps) var += (x - mean) * (x - mean);
+            const double sd = tps.size() > 1 ? std::sqrt(var / double(tps.size() - 1)) : 0.0;
+            std::string test = p > 0 ? fmt::format("pp{}", p) : fmt::format("tg{}", g);
+            std::printf("| %-30s | %6.2f MiB | %10s | %-10s | %7d | %15s | %20s |\n", name.c_str(), bytes / 1048576.0,
+                        human_params(params).c_str(), "CPU", s.pool().size(), test.c_str(),
+                        fmt::format("{:.2f} ± {:.2f}", mean, sd).c_str());
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation speed", [](CLI::App& app) {
+    auto a = std::make_shared<BenchArgs>();
+    app.add_option("-m,--model", a->model, "GGUF model")->required();
+    app.add_option("-p,--n-prompt", a->n_prompt, "prompt lengths (pp tests)")->delimiter(',');
+    app.add_option("-n,--n-gen", a->n_gen, "generation lengths (tg tests)")->delimiter(',');
+    app.add_option("-r,--repetitions", a->reps, "repetitions per test")->check(CLI::PositiveNumber);
+    app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',');
+    app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+    return [a] { return run_bench(*a); };
+});
+
+}  // namespace kinfer::cli
