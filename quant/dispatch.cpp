@@ -56,6 +56,20 @@ struct SimdEntry { VecDotFn ref, avx2, avx512; };
 const SimdEntry kSimd[] = {KINFER_SIMD_VEC_DOTS(KINFER_SIMD_ENTRY) SimdEntry{nullptr, nullptr, nullptr}};
 #undef KINFER_SIMD_ENTRY
 
+struct SimdMultiEntry { VecDotFn ref; VecDotMultiFn avx2, avx512; };
+#define KINFER_SIMD_MULTI_ENTRY(name) \
+    SimdMultiEntry{ref::vec_dot_##name, avx2::vec_dot_multi_##name, avx512::vec_dot_multi_##name},
+const SimdMultiEntry kSimdMulti[] = {KINFER_SIMD_VEC_DOTS_MULTI(KINFER_SIMD_MULTI_ENTRY) SimdMultiEntry{nullptr, nullptr, nullptr}};
+#undef KINFER_SIMD_MULTI_ENTRY
+
+VecDotMultiFn simd_multi_for(VecDotFn ref_fn, Isa isa) {
+    if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
+    for (const SimdMultiEntry& e : kSimdMulti) {
+        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
+    }
+    return nullptr;
+}
+
 VecDotFn simd_for(VecDotFn ref_fn, Isa isa) {
     if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
     for (const SimdEntry& e : kSimd) {
@@ -73,8 +87,9 @@ std::array<Traits, kMaxId> build_table(Isa isa) {
     auto set = [&](Type ty, const char* name, int64_t bs, size_t sz, bool q, ToFloatFn to, FromFloatFn ref_q,
                    VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
         Traits& e = t[size_t(ty)];
-        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act};
+        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr};
         if (VecDotFn fast = simd_for(dot, isa)) e.vec_dot = fast;
+        e.vec_dot_multi = simd_multi_for(dot, isa);
     };
     set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
         quantize_row_f32, quantize_row_f32);
@@ -138,6 +153,11 @@ Isa active_isa() { return state().isa; }
 VecDotFn vec_dot_for(Type t, Isa isa) {
     const Traits* tr = traits_or_null(uint32_t(t));
     return tr ? simd_for(tr->vec_dot_ref, isa) : nullptr;
+}
+
+VecDotMultiFn vec_dot_multi_for(Type t, Isa isa) {
+    const Traits* tr = traits_or_null(uint32_t(t));
+    return tr ? simd_multi_for(tr->vec_dot_ref, isa) : nullptr;
 }
 
 const Traits* traits_or_null(uint32_t id) {

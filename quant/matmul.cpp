@@ -36,7 +36,14 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
         const int64_t k1 = m < k0 + kActBlock ? m : k0 + kActBlock;
         for (int64_t r = row_begin; r < row_end; ++r) {
             const uint8_t* row = wb + size_t(r) * w_row_bytes;
-            for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
+            if (t.vec_dot_multi && k1 - k0 > 1) {
+                // Decode each weight block once for the whole activation block.
+                float out[kActBlock];
+                t.vec_dot_multi(n, row, xb + size_t(k0) * ab, ab, int(k1 - k0), out);
+                for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = out[k - k0];
+            } else {
+                for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
+            }
         }
     }
 }

@@ -20,6 +20,9 @@ using FromFloatFn = void (*)(const float* x, void* y, int64_t n);
 using ToFloatFn = void (*)(const void* x, float* y, int64_t n);
 // Dot product of one quantized row x with one row y of the type's activation (vec_dot) type.
 using VecDotFn = float (*)(int64_t n, const void* x, const void* y);
+// out[t] = dot(x, activation row t) for t < ny, rows y_stride bytes apart, with each weight block
+// decoded once for several rows (prefill). Bit-identical to calling vec_dot per row.
+using VecDotMultiFn = void (*)(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out);
 
 struct Traits {
     Type type;
@@ -38,6 +41,8 @@ struct Traits {
     // The run-time activation quantizer ggml-cpu uses when this type is a vec_dot_type
     // (Q8_0 / Q8_1: the x86 AVX2 flavour; Q8_K: the reference; F16/BF16/F32: plain conversion).
     FromFloatFn from_float;
+    // Several activation rows per weight row (SIMD levels, main types only); nullptr: loop vec_dot.
+    VecDotMultiFn vec_dot_multi;
 };
 
 // nullptr for ids kinfer does not know.
@@ -54,6 +59,7 @@ bool cpu_supports(Isa isa);
 // The vec_dot kernel of type t at a given level; nullptr when that level has no kernel of its own
 // for t or the CPU lacks it (callers then use vec_dot_ref). For tests and benchmarks.
 VecDotFn vec_dot_for(Type t, Isa isa);
+VecDotMultiFn vec_dot_multi_for(Type t, Isa isa);  // likewise for the multi-row kernels
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline size_t row_size(const Traits& t, int64_t n) { return size_t(n / t.block_size) * t.type_size; }

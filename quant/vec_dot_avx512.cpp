@@ -77,4 +77,11 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
 KINFER_SIMD_VEC_DOTS(KINFER_DEFINE_VEC_DOT)
 #undef KINFER_DEFINE_VEC_DOT
 
+#define KINFER_DEFINE_VEC_DOT_MULTI(name)                                                                \
+    void vec_dot_multi_##name(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out) { \
+        m_##name(n, x, y, y_stride, ny, out);                                                            \
+    }
+KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DEFINE_VEC_DOT_MULTI)
+#undef KINFER_DEFINE_VEC_DOT_MULTI
+
 }  // namespace kinfer::quant::avx512

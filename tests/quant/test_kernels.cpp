@@ -113,6 +113,33 @@ TEST_CASE("vec_dot: AVX2 and AVX-512 kernels equal the scalar reference within 1
     MESSAGE("SIMD vs scalar comparisons: ", compared);
 }
 
+TEST_CASE("vec_dot_multi: several activation rows give vec_dot's bits exactly") {
+    int compared = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!cpu_supports(isa)) continue;
+        for (Type w : kWeightTypes) {
+            const VecDotMultiFn multi = vec_dot_multi_for(w, isa);
+            if (!multi) continue;
+            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
+            const VecDotFn single = vec_dot_for(w, isa);
+            const int64_t n = 2304;  // 9 super-blocks, 72 blocks of 32: odd block counts
+            const auto x = random_row(n, 17);
+            const auto wq = quantize(w, x);
+            for (int ny : {1, 2, 3, 4, 5, 7, 8, 9}) {
+                const auto a = random_row(n * ny, 100 + uint32_t(ny));
+                const size_t ab = act_row_size(w, n);
+                std::vector<uint8_t> aq(ab * size_t(ny));
+                quantize_acts(w, a.data(), ny, n, aq.data());
+                std::vector<float> out(static_cast<size_t>(ny));
+                multi(n, wq.data(), aq.data(), ab, ny, out.data());
+                for (int t = 0; t < ny; ++t) CHECK(out[size_t(t)] == single(n, wq.data(), aq.data() + size_t(t) * ab));
+                ++compared;
+            }
+        }
+    }
+    MESSAGE("multi-row calls compared: ", compared);
+}
+
 TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {
     // Q8_K: ggml-cpu on x86 runs the reference, so the bytes must be identical.
     const auto x = random_row(QK_K * 64, 11, 3.0f);
@@ -240,8 +267,8 @@ TEST_CASE("round trip: rmse of quantize -> dequantize per type (N(0,1) input)") 
 }
 
 TEST_CASE("gemm: row ranges and several activation rows equal per-row dots") {
-    const int64_t n = 512, rows = 24, m = 3;
-    for (Type w : {Type::Q4_K, Type::Q8_0, Type::MXFP4, Type::F32, Type::Q6_K}) {
+    const int64_t n = 512, rows = 24, m = 7;
+    for (Type w : {Type::Q4_K, Type::Q8_0, Type::MXFP4, Type::F32, Type::Q6_K, Type::Q4_0, Type::Q3_K, Type::BF16}) {
         INFO(std::string(traits(w).name));
         const auto wf = random_row(n * rows, 1234);
         const size_t rb = row_size(traits(w), n);
