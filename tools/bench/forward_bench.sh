@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Forward-pass speed: kinfer bench, and llama-bench on the same GGUF with the same threads when
+# LLAMA_BENCH points at a llama-bench binary. The two run alternately (-r repetitions each, one
+# round after the other) so that a busy machine slows both alike; the last table gives the ratio.
+#
+#   tools/bench/forward_bench.sh [MODEL.gguf] [THREADS]        (env: P=512 N=128 R=3 ROUNDS=2 LLAMA_BENCH=...)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
+threads="${2:-$(nproc)}"
+P="${P:-512}"; N="${N:-128}"; R="${R:-3}"; ROUNDS="${ROUNDS:-2}"
+kinfer="${KINFER:-$here/build/bin/kinfer}"
+[ -x "$kinfer" ] || kinfer="$here/build-model/bin/kinfer"
+[ -x "$kinfer" ] || { echo "kinfer binary not found (build first, or set KINFER)" >&2; exit 1; }
+[ -f "$model" ] || { echo "model $model not found" >&2; exit 1; }
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+echo "model $model, $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq "$ROUNDS"); do
+  "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" | tee -a "$out/kinfer.md"
+  if [ -n "${LLAMA_BENCH:-}" ]; then
+    "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/llama.md"
+  fi
+done
+
+# Mean t/s per test over the rounds, and kinfer / llama.cpp.
+summ() { awk -F'|' '/^\| [a-z]/ && $7 ~ /[pt][pg][0-9]/ { gsub(/ /,"",$7); split($8,a," "); s[$7]+=a[1]; c[$7]++ }
+                     END { for (k in s) printf "%s %.2f\n", k, s[k]/c[k] }' "$1" | sort; }
+echo
+echo "| test | kinfer t/s | llama.cpp t/s | ratio |"
+echo "| ---: | ---: | ---: | ---: |"
+summ "$out/kinfer.md" > "$out/k.txt"
+if [ -s "$out/llama.md" ]; then summ "$out/llama.md" > "$out/l.txt"; else : > "$out/l.txt"; fi
+while read -r test k; do
+  l="$(awk -v t="$test" '$1==t {print $2}' "$out/l.txt")"
+  if [ -n "$l" ]; then r="$(awk -v a="$k" -v b="$l" 'BEGIN{printf "%.2f", a/b}')"; else l="-"; r="-"; fi
+  echo "| $test | $k | $l | $r |"
+done < "$out/k.txt"
