@@ -56,6 +56,7 @@ TEST_CASE("quantize: every file type on both tiny models") {
         auto src = gguf::File::open(test::golden(rel));
         for (const char* tname : types) {
             for (bool pure : {false, true}) {
+                if (pure && std::string(m) != "k3-tiny-a") continue;   // --pure once is enough; keeps the suite quick
                 INFO(m << " " << tname << (pure ? " --pure" : ""));
                 const auto ft = cli::ftype_from_name(tname);
                 REQUIRE(ft);
