@@ -488,6 +488,16 @@ void Planner::finish_checks() {
 }
 
 Plan Planner::run() {
+    // Quantized checkpoints other than K3's MXFP4 experts would need a dequantization step
+    // (fp8 block scales, ...) that kinfer does not have: refuse instead of writing garbage.
+    if (cfg_.hp.contains("quantization_config") && cfg_.hp["quantization_config"].is_object() &&
+        !(cfg_.arch == ModelArch::KimiK3 && cfg_.mxfp4_packed)) {
+        const auto& q = cfg_.hp["quantization_config"];
+        fail("{}: quantization_config (quant_method {}, format {}) is not supported for {}; kinfer converts "
+             "BF16 / F16 / F32 checkpoints and K3's compressed-tensors MXFP4 experts",
+             cfg_.path, q.contains("quant_method") ? q["quant_method"].dump() : "none",
+             q.contains("format") ? q["format"].dump() : "none", cfg_.gguf_arch);
+    }
     resolve_outtype();
     if (cfg_.arch == ModelArch::KimiK3 && cfg_.mxfp4_packed) plan_mxfp4_experts();
     for (const StTensor* t : ck_.tensors()) visit(*t);
