@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "quant/kernels.h"
+#include "quant/matmul.h"
 #include "quant/types.h"
 #include "quant_test_util.h"
 
@@ -117,4 +118,50 @@ TEST_CASE("quantizers: degenerate inputs (zeros, constants, tiny and large value
             if (ss == 0) CHECK(se == 0);
         }
     }
+}
+
+TEST_CASE("golden: SIMD vec_dot is bit-identical to ggml-cpu's AVX2 kernels") {
+    // ggml_vec_dot_vectors.txt: ggml's float result bits for LCG weights / activations (its header).
+    const std::string path = kinfer::test::data("quant/ggml_vec_dot_vectors.txt");
+    REQUIRE(std::filesystem::exists(path));
+    auto lcg = [](uint32_t s, int n) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (auto& v : x) {
+            s = s * 1664525u + 1013904223u;
+            v = float(int(s >> 21) % 2001 - 1000) / 250.0f;
+        }
+        return x;
+    };
+    const int64_t n = 4096;
+    const auto w = lcg(12345, int(n)), a = lcg(777, int(n));
+    std::ifstream f(path);
+    std::string line;
+    int checked = 0;
+    while (std::getline(f, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::istringstream ss(line);
+        std::string name, bits_tok;
+        ss >> name >> bits_tok;
+        const uint32_t want = uint32_t(std::stoul(bits_tok.substr(5), nullptr, 16));
+        const Type t = *type_from_name(name);
+        INFO("type ", name);
+        std::vector<uint8_t> wq(row_size(traits(t), n)), aq(act_row_size(t, n));
+        traits(t).quantize(w.data(), wq.data(), n);
+        quantize_acts(t, a.data(), 1, n, aq.data());
+        for (Isa isa : {Isa::avx2, Isa::avx512}) {
+            const VecDotFn dot = vec_dot_for(t, isa);
+            if (!dot) continue;  // CPU without this level
+            const float got = dot(n, wq.data(), aq.data());
+            uint32_t bits;
+            std::memcpy(&bits, &got, 4);
+            CHECK_MESSAGE(bits == want, std::string(isa_name(isa)));
+            ++checked;
+        }
+        // The scalar reference sums in another order: equal within float rounding only.
+        uint32_t ref_bits = want;
+        float want_f;
+        std::memcpy(&want_f, &ref_bits, 4);
+        CHECK(traits(t).vec_dot_ref(n, wq.data(), aq.data()) == doctest::Approx(want_f).epsilon(1e-5));
+    }
+    MESSAGE("bit-exact SIMD vs ggml checks: ", checked);
 }
