@@ -9,7 +9,9 @@
 #include "gguf/reader.h"
 #include "text/tokenizer.h"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -30,6 +32,8 @@ struct Options {
     bool no_parse_special = false;
     bool show_count = false;
     bool no_bos = false;
+    bool timing = false;
+    bool quiet = false;
 };
 
 std::string read_all(std::istream& in) {
@@ -64,7 +68,16 @@ int run(const Options& o) {
         fail("tokenize needs one of -p TEXT, -f FILE or --stdin");
     }
 
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
     const auto ids = tok->encode(text, !o.no_parse_special, o.no_bos ? 0 : -1);
+    const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.timing)   // CPU time too: on a loaded machine the wall clock says little
+        std::fprintf(stderr, "tokenize: %zu bytes -> %zu tokens: wall %.3f s (%.1f MB/s), cpu %.3f s (%.1f MB/s)\n",
+                     text.size(), ids.size(), secs, secs > 0 ? text.size() / 1e6 / secs : 0.0, cpu,
+                     cpu > 0 ? text.size() / 1e6 / cpu : 0.0);
+    if (o.quiet) return 0;
     std::string out;
     if (o.ids) {
         out += '[';
@@ -102,6 +115,8 @@ std::function<int()> setup(CLI::App& app) {
     app.add_flag("--no-parse-special", o->no_parse_special, "Treat special-token text as plain text");
     app.add_flag("--show-count", o->show_count, "Print the number of tokens at the end");
     app.add_flag("--no-bos", o->no_bos, "Never add a BOS token");
+    app.add_flag("--timing", o->timing, "Print the encoding time and speed to stderr");
+    app.add_flag("--quiet", o->quiet, "Print no tokens (with --timing: a benchmark)");
     return [o, p] {
         o->prompt_set = p->count() > 0;
         return run(*o);

@@ -88,54 +88,52 @@ SpaceRun space_run(const Text& t, size_t pos) {
     return r;
 }
 
+// End of the run of characters in `set` (minus Han when no_han) starting at p. When
+// last_lower_end is given, it receives the end of the run's last character that is also in
+// kLowerish (0 if none). ASCII bytes take a table lookup, the rest a full decode.
+size_t scan_run(const Text& t, size_t p, uint16_t set, bool no_han, size_t* last_lower_end = nullptr) {
+    const uint16_t han = no_han ? uc::kHan : 0;
+    const size_t n = t.n();
+    const auto* s = reinterpret_cast<const uint8_t*>(t.s.data());
+    while (p < n) {
+        uint16_t fl;
+        size_t len;
+        if (s[p] < 0x80) {
+            fl = t.af[s[p]];
+            len = 1;
+        } else {
+            const Char c = uc::decode(t.s, p);
+            fl = c.fl;
+            len = c.len;
+        }
+        if (!(fl & set) || (fl & han)) break;
+        p += len;
+        if (last_lower_end && (fl & kLowerish)) *last_lower_end = p;
+    }
+    return p;
+}
+
 // The two letter branches shared by kimi-k2 (no_han = true) and o200k (no_han = false).
 // Branch A: P?U*L+C?   Branch B: P?U+L*C?   (P prefix, U upperish, L lowerish, C contraction)
 // Returns 0 when neither matches at pos.
 size_t letter_branches(const Text& t, size_t pos, bool no_han) {
-    auto in = [&](const Char& c, uint16_t set) {
-        return (c.fl & set) && !(no_han && (c.fl & uc::kHan));
-    };
     const Char c0 = t.at(pos);
     const bool can_prefix = is_prefix(c0);
     // Branch A, first with the prefix (the greedy `?`), then without it.
     for (int with_prefix = can_prefix ? 1 : 0; with_prefix >= 0; --with_prefix) {
-        size_t p = with_prefix ? pos + c0.len : pos;
-        size_t last_lower_end = 0;  // end of the last U-run character that is also in L
-        while (p < t.n()) {
-            const Char c = t.at(p);
-            if (!in(c, kUpperish)) break;
-            p += c.len;
-            if (in(c, kLowerish)) last_lower_end = p;
-        }
-        size_t e = 0;
-        if (p < t.n() && in(t.at(p), kLowerish)) {
-            e = p;
-            while (e < t.n()) {
-                const Char c = t.at(e);
-                if (!in(c, kLowerish)) break;
-                e += c.len;
-            }
-        } else if (last_lower_end) {
-            e = last_lower_end;  // U* gives back its last lowerish character to L+
-        }
+        const size_t p0 = with_prefix ? pos + c0.len : pos;
+        size_t last_lower_end = 0;   // end of the last U-run character that is also in L
+        const size_t u_end = scan_run(t, p0, kUpperish, no_han, &last_lower_end);
+        size_t e = scan_run(t, u_end, kLowerish, no_han);
+        if (e == u_end) e = last_lower_end;   // U* gives back its last lowerish character to L+
         if (e) return contraction(t, e);
     }
     // Branch B.
     for (int with_prefix = can_prefix ? 1 : 0; with_prefix >= 0; --with_prefix) {
-        size_t p = with_prefix ? pos + c0.len : pos;
-        const size_t u0 = p;
-        while (p < t.n()) {
-            const Char c = t.at(p);
-            if (!in(c, kUpperish)) break;
-            p += c.len;
-        }
-        if (p == u0) continue;
-        while (p < t.n()) {
-            const Char c = t.at(p);
-            if (!in(c, kLowerish)) break;
-            p += c.len;
-        }
-        return contraction(t, p);
+        const size_t p0 = with_prefix ? pos + c0.len : pos;
+        const size_t u_end = scan_run(t, p0, kUpperish, no_han);
+        if (u_end == p0) continue;
+        return contraction(t, scan_run(t, u_end, kLowerish, no_han));
     }
     return 0;
 }

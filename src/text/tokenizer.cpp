@@ -458,14 +458,28 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool parse_special, 
         }
     }
     if (any_special) {
-        for (size_t p = 0; p < text.size(); ++p) {
-            if (!special_first_bytes_[static_cast<uint8_t>(text[p])]) continue;
+        // Candidate starts: the bytes special tokens begin with (usually just '<' and '['),
+        // found with memchr.
+        std::vector<std::pair<const char*, char>> next;   // next occurrence of each first byte
+        for (int b = 0; b < 256; ++b)
+            if (special_first_bytes_[b]) next.emplace_back(nullptr, static_cast<char>(b));
+        const char* base = text.data();
+        const char* end = base + text.size();
+        for (auto& [at, b] : next) at = static_cast<const char*>(std::memchr(base, static_cast<unsigned char>(b), text.size()));
+        for (;;) {
+            const char* p = nullptr;
+            for (const auto& [at, b] : next)
+                if (at && (!p || at < p)) p = at;
+            if (!p) break;
+            const size_t pos = static_cast<size_t>(p - base);
             for (Token id : specials_) {
                 if (!parse_special && types_[id] != TokenType::UserDefined) continue;
                 const std::string& s = texts_[id];
-                if (s.size() <= text.size() - p && std::memcmp(text.data() + p, s.data(), s.size()) == 0)
-                    found.emplace_back(p, id);
+                if (s[0] == *p && s.size() <= text.size() - pos && std::memcmp(p, s.data(), s.size()) == 0)
+                    found.emplace_back(pos, id);
             }
+            for (auto& [at, b] : next)
+                if (at == p) at = static_cast<const char*>(std::memchr(p + 1, static_cast<unsigned char>(b), static_cast<size_t>(end - p - 1)));
         }
     }
     if (found.empty()) {
@@ -536,20 +550,34 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<Token>& out) co
         }
     }
     // FNV-1a of the piece picks the cache slot.
+    const bool cacheable = piece.size() <= sizeof(CacheSlot::key);
+    CacheSlot* slot = nullptr;
     uint64_t h = 1469598103934665603ull;
-    for (char c : piece) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-    if (cache_.empty()) cache_.resize(1u << 16);
-    CacheSlot& slot = cache_[(h >> 20) & (cache_.size() - 1)];
-    if (slot.hash == h && slot.key == piece) {
-        out.insert(out.end(), slot.ids.begin(), slot.ids.end());
-        return;
+    if (cacheable) {
+        for (char c : piece) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+        h ^= h >> 29;   // splitmix64's finaliser: FNV's low and high bits mix poorly on short keys
+        h *= 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 32;
+        h |= 1;   // never 0, the hash of an empty slot
+        if (!cache_) {
+            cache_.reset(static_cast<CacheSlot*>(std::calloc(kCacheSlots, sizeof(CacheSlot))));
+            if (!cache_) fail("tokenizer: out of memory for the piece cache");
+        }
+        slot = &cache_[(h >> 1) & (kCacheSlots - 1)];
+        if (slot->hash == h && slot->len == piece.size() && std::memcmp(slot->key, piece.data(), piece.size()) == 0) {
+            out.insert(out.end(), slot->ids, slot->ids + slot->n);
+            return;
+        }
     }
     const size_t start = out.size();
     bpe(piece, out);
-    if (piece.size() <= 128) {
-        slot.hash = h;
-        slot.key.assign(piece);
-        slot.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
+    const size_t produced = out.size() - start;
+    if (slot && produced <= 8) {
+        slot->hash = h;
+        slot->len = static_cast<uint8_t>(piece.size());
+        slot->n = static_cast<uint8_t>(produced);
+        std::memcpy(slot->key, piece.data(), piece.size());
+        std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), slot->ids);
     }
 }
 
@@ -557,12 +585,67 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<Token>& out) co
 // priority (merge rank, or the rank of the concatenation in tiktoken mode), the leftmost on ties,
 // until no pair can merge. Short pieces use a plain scan; long ones a heap over a linked list.
 void Tokenizer::bpe(std::string_view piece, std::vector<Token>& out) const {
+    const size_t n = piece.size();
+    if (n <= 64) {
+        // tiktoken's scheme on small arrays: the priority of each adjacent pair is kept and only
+        // the two pairs around a merge are looked up again.
+        uint32_t start[66];
+        Token id[65];
+        int32_t rank[65];
+        Token res[65];
+        size_t m = n;
+        for (size_t i = 0; i < n; ++i) {
+            start[i] = static_cast<uint32_t>(i);
+            id[i] = byte_token_[static_cast<uint8_t>(piece[i])];
+        }
+        start[n] = static_cast<uint32_t>(n);
+        auto pair_rank = [&](size_t k) -> int32_t {   // parts k and k+1
+            if (use_merges_) {
+                if (id[k] < 0 || id[k + 1] < 0) return -1;
+                const Merge* mg = find_merge((static_cast<uint64_t>(static_cast<uint32_t>(id[k])) << 32) |
+                                             static_cast<uint32_t>(id[k + 1]));
+                if (!mg) return -1;
+                res[k] = mg->result;
+                return mg->rank;
+            }
+            auto it = by_bytes_.find(piece.substr(start[k], start[k + 2] - start[k]));
+            if (it == by_bytes_.end()) return -1;
+            res[k] = it->second;
+            return it->second;
+        };
+        for (size_t k = 0; k + 1 < m; ++k) rank[k] = pair_rank(k);
+        while (m > 1) {
+            size_t best = m;
+            int32_t best_rank = INT32_MAX;
+            for (size_t k = 0; k + 1 < m; ++k)
+                if (rank[k] >= 0 && rank[k] < best_rank) {
+                    best_rank = rank[k];
+                    best = k;
+                }
+            if (best == m) break;
+            id[best] = res[best];
+            for (size_t k = best + 1; k + 1 < m; ++k) {
+                id[k] = id[k + 1];
+                start[k] = start[k + 1];
+                rank[k] = rank[k + 1];
+                res[k] = res[k + 1];
+            }
+            --m;
+            start[m] = static_cast<uint32_t>(n);
+            if (best + 1 < m) rank[best] = pair_rank(best);
+            if (best > 0) rank[best - 1] = pair_rank(best - 1);
+        }
+        for (size_t k = 0; k < m; ++k)
+            if (id[k] >= 0) out.push_back(id[k]);
+        return;
+    }
+
+    // Long pieces: a heap of candidate pairs over a linked list of symbols.
     struct Sym {
         uint32_t start;
         int32_t prev, next;
         Token id;
     };
-    const size_t n = piece.size();
     std::vector<Sym> syms;
     syms.reserve(n);
     for (size_t i = 0; i < n; ++i) {
@@ -599,32 +682,7 @@ void Tokenizer::bpe(std::string_view piece, std::vector<Token>& out) const {
         syms[j].start = UINT32_MAX;   // dead
     };
 
-    if (n <= 64) {
-        // tiktoken's scheme: the rank of each adjacent pair is kept in an array and only the
-        // two pairs around a merge are looked up again.
-        int32_t rank[65];
-        Token res[65];
-        int32_t idx[65];   // live symbols, in order
-        int32_t m = 0;
-        for (int32_t i = 0; i >= 0; i = syms[i].next) idx[m++] = i;
-        for (int32_t k = 0; k + 1 < m; ++k) rank[k] = pair(idx[k], res[k]);
-        while (m > 1) {
-            int32_t best = -1;
-            for (int32_t k = 0; k + 1 < m; ++k)
-                if (rank[k] >= 0 && (best < 0 || rank[k] < rank[best])) best = k;
-            if (best < 0) break;
-            merge(idx[best], res[best]);
-            for (int32_t k = best + 1; k + 1 < m; ++k) {
-                idx[k] = idx[k + 1];
-                rank[k] = rank[k + 1];
-                res[k] = res[k + 1];
-            }
-            --m;
-            if (best + 1 < m) rank[best] = pair(idx[best], res[best]);
-            else rank[best] = -1;
-            if (best > 0) rank[best - 1] = pair(idx[best - 1], res[best - 1]);
-        }
-    } else {
+    {
         struct Cand {
             int32_t rank;
             int32_t left, right;

@@ -16,6 +16,7 @@
 #include "text/pretokenize.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -168,14 +169,21 @@ private:
     std::vector<Token> specials_;
     std::string special_first_bytes_;   // 256 flags: can a special token start with this byte?
 
-    // Direct-mapped cache of encoded pieces: a slot per hash, overwritten on collision.
+    // Direct-mapped cache of encoded pieces (up to 22 bytes, 8 tokens): one 64-byte slot per
+    // hash, overwritten on collision. Zeroed memory from calloc, so untouched slots cost nothing.
     struct CacheSlot {
-        uint64_t hash = 0;
-        std::string key;
-        std::vector<Token> ids;
+        uint64_t hash;
+        uint8_t len, n;
+        char key[22];
+        Token ids[8];
+    };
+    static_assert(sizeof(CacheSlot) == 64);
+    static constexpr size_t kCacheSlots = size_t{1} << 16;
+    struct FreeDeleter {
+        void operator()(void* p) const { std::free(p); }
     };
     mutable std::mutex cache_mu_;
-    mutable std::vector<CacheSlot> cache_;
+    mutable std::unique_ptr<CacheSlot[], FreeDeleter> cache_;
 };
 
 // Incremental detokenizer for streaming output: push() returns the bytes that are safe to print,

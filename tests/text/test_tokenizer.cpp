@@ -11,7 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 using namespace kinfer::text;
 using namespace kinfer::test;
@@ -199,4 +202,45 @@ TEST_CASE("StreamDecoder never emits half a character") {
     }
     out += sd.flush();
     CHECK(out == text);
+}
+
+TEST_CASE("long pieces (heap merging) agree with a naive BPE") {
+    const TiktokenRanks ranks = load_tiktoken(data("text/kimi_tiny.tiktoken.model"));
+    std::unordered_map<std::string, int32_t> rank_of;
+    for (size_t r = 0; r < ranks.by_rank.size(); ++r) rank_of[ranks.by_rank[r]] = static_cast<int32_t>(r);
+    auto tik = Tokenizer::from_tiktoken(ranks, PreTokenizer::KimiK2);
+    auto gg = gguf_tokenizer("kl");
+    uint32_t state = 12345;
+    auto rnd = [&] { return (state = state * 1664525u + 1013904223u) >> 8; };
+    for (int iter = 0; iter < 60; ++iter) {
+        // One pre-tokenizer piece: a lowercase word, a run of spaces before a letter, or symbols.
+        const size_t n = 20 + rnd() % 300;
+        std::string s;
+        const int kind = iter % 3;
+        for (size_t i = 0; i < n; ++i) s += kind == 0 ? static_cast<char>('a' + rnd() % (iter % 7 == 0 ? 2 : 26))
+                                                      : kind == 1 ? ' ' : "=-*#"[rnd() % (iter % 2 ? 1 : 4)];
+        if (kind == 1) s += 'x';
+        std::vector<Token> want;
+        std::string_view piece = s;
+        if (kind == 1) piece = std::string_view(s).substr(0, s.size() - 2);   // the spaces before " x"
+        for (const auto& part : bpe_with_max_rank(rank_of, piece, INT32_MAX)) want.push_back(rank_of.at(part));
+        INFO("kind " << kind << " length " << piece.size());
+        const auto got_tik = tik->encode(piece, false);
+        const auto got_gg = gg->encode(piece, false);
+        CHECK(describe_match(got_tik, want) == "equal");
+        CHECK(describe_match(got_gg, want) == "equal");
+    }
+}
+
+TEST_CASE("kinfer tokenize prints what llama-tokenize prints") {
+    const std::string out = (std::filesystem::temp_directory_path() / "kinfer_tokenize_ids.txt").string();
+    const std::string cmd = kinfer_bin() + " tokenize -m " + data("models/k3-tiny-a-Q4_K_M.gguf") + " -f " +
+                            data("text/gpl-3.txt") + " --ids > " + out;
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    CHECK(read_file(out) == read_file(data("text/gpl-3.k3_vocab.llama-tokenize.ids.txt")));
+    const std::string out2 = (std::filesystem::temp_directory_path() / "kinfer_tokenize_pieces.txt").string();
+    const std::string cmd2 = kinfer_bin() + " tokenize -m " + data("models/kl-tiny-a-Q4_K_M.gguf") +
+                             " -p 'Hello world<|im_end|>' > " + out2;
+    REQUIRE(std::system(cmd2.c_str()) == 0);
+    CHECK(read_file(out2) == "    39 -> 'H'\n   301 -> 'el'\n   385 -> 'lo'\n  1917 -> ' world'\n  4098 -> '<|im_end|>'\n");
 }
