@@ -189,3 +189,23 @@ TEST_CASE("convert: the CLI reports a broken checkpoint as one error line and ex
     CHECK(msg.find("model-00001-of-00003.safetensors") != std::string::npos);
     CHECK(sb.out_empty());
 }
+
+TEST_CASE("convert: a vision tower and projector are skipped; the text GGUF is unchanged") {
+    if (!test::have_golden("hf/gguf/hf-k3-tiny-bf16.gguf")) return;
+    Sandbox sb("hf-k3-tiny");
+    // A fourth shard with a vision-tower stub, listed in the index like the real release's.
+    const std::string shard = "model-00004-of-00004.safetensors";
+    const std::string hdr = R"({"__metadata__":{"format":"pt"},)"
+                            R"("mm_projector.proj.0.weight":{"dtype":"BF16","shape":[4,4],"data_offsets":[0,32]},)"
+                            R"("vision_tower.patch_embed.proj.weight":{"dtype":"BF16","shape":[8,2],"data_offsets":[32,64]}})";
+    std::string file(8, '\0');
+    const uint64_t n = hdr.size();
+    std::memcpy(file.data(), &n, 8);
+    spit(sb.ckpt / shard, file + hdr + std::string(64, '\x3f'));
+    sb.edit_index([&](json& i) {
+        i["weight_map"]["mm_projector.proj.0.weight"] = shard;
+        i["weight_map"]["vision_tower.patch_embed.proj.weight"] = shard;
+    });
+    CHECK(sb.convert().empty());
+    CHECK(slurp(sb.out / "x.gguf") == slurp(test::golden("hf/gguf/hf-k3-tiny-bf16.gguf")));
+}
