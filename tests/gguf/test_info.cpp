@@ -2,6 +2,7 @@
 // shipped GGUF (--json) and on a broken file (one error line, exit code 1).
 #include "cli/lib/info_report.h"
 #include "gguf/reader.h"
+#include "gguf_files.h"
 #include "test_util.h"
 #include "tiny_gguf.h"
 
@@ -51,19 +52,6 @@ RunResult run_kinfer(const std::string& args) {
     return r;
 }
 
-std::vector<std::string> model_files() {
-    std::vector<std::string> r;
-    for (const char* dir : {"llama.cpp/models", "hf/gguf"}) {
-        fs::path d = kinfer::test::golden(dir);
-        if (!fs::is_directory(d)) continue;
-        for (auto& e : fs::recursive_directory_iterator(d))
-            if (e.path().extension() == ".gguf") r.push_back(e.path().string());
-    }
-    for (auto& e : fs::directory_iterator(kinfer::test::data("models")))
-        if (e.path().extension() == ".gguf") r.push_back(e.path().string());
-    std::sort(r.begin(), r.end());
-    return r;
-}
 
 }  // namespace
 
@@ -102,7 +90,7 @@ TEST_CASE("info: report of the tiny hand-made file") {
 }
 
 TEST_CASE("info: the binary on every golden and shipped GGUF (--json)") {
-    for (const auto& path : model_files()) {
+    for (const auto& path : kinfer::test::all_test_ggufs()) {
         CAPTURE(path);
         auto f = File::open(path);
         RunResult r = run_kinfer("info --json -c 1000 " + shell_quote(path));

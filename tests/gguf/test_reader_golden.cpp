@@ -2,6 +2,7 @@
 // metadata matches the *.gguf-kv.json / kv.txt listings and every tensor's name, type and shape
 // matches the *.tensors.tsv listings exactly.
 #include "gguf/reader.h"
+#include "gguf_files.h"
 #include "test_util.h"
 
 #include <nlohmann/json.hpp>
@@ -19,21 +20,6 @@ using kinfer::gguf::ValueType;
 
 namespace {
 
-std::vector<std::string> all_test_ggufs() {
-    std::vector<std::string> r;
-    for (const char* dir : {"llama.cpp/models", "hf/gguf"}) {
-        fs::path d = kinfer::test::golden(dir);
-        if (!fs::is_directory(d)) continue;
-        for (auto& e : fs::recursive_directory_iterator(d))
-            if (e.path().extension() == ".gguf") r.push_back(e.path().string());
-    }
-    fs::path d = kinfer::test::data("models");
-    if (fs::is_directory(d))
-        for (auto& e : fs::directory_iterator(d))
-            if (e.path().extension() == ".gguf") r.push_back(e.path().string());
-    std::sort(r.begin(), r.end());
-    return r;
-}
 
 std::vector<int64_t> ints_in(const std::string& s) {
     std::vector<int64_t> r;
@@ -61,7 +47,7 @@ std::string tsv_for(const fs::path& gguf) {
 }  // namespace
 
 TEST_CASE("gguf: every golden and shipped GGUF opens, tensors match the .tensors.tsv listing") {
-    auto files = all_test_ggufs();
+    auto files = kinfer::test::all_test_ggufs();
     REQUIRE(!files.empty());  // tests/data/models always ships two
     int checked_tsv = 0;
     for (const auto& path : files) {

@@ -48,7 +48,7 @@ struct TinyGguf {
     }
     void str(std::string_view s) {
         put<uint64_t>(s.size());
-        b.insert(b.end(), s.begin(), s.end());
+        for (char c : s) b.push_back(uint8_t(c));
     }
     template <typename T>
     void patch(size_t at, T v) {
@@ -62,7 +62,7 @@ struct TinyGguf {
         pos_tensor_ndims.clear();
         pos_tensor_type.clear();
         pos_tensor_offset.clear();
-        b.insert(b.end(), {'G', 'G', 'U', 'F'});
+        put<uint32_t>(0x46554747);  // "GGUF"
         pos_version = b.size();
         put<uint32_t>(version);
         pos_n_tensors = b.size();

@@ -114,13 +114,13 @@ json metadata_json(const Value& v, const InfoOptions& opt) {
         for (size_t i = 0; i < std::min(v.size(), opt.array_head); ++i) {
             json e = element_json(v, i);
             if (e.is_string() && e.get_ref<const std::string&>().size() > opt.string_max)
-                e = std::string(utf8_prefix(e.get_ref<const std::string&>(), opt.string_max)) + "...";
+                e = fmt::format("{}...", utf8_prefix(e.get_ref<const std::string&>(), opt.string_max));
             head.push_back(std::move(e));
         }
         a["head"] = std::move(head);
         j["value"] = std::move(a);
     } else if (v.type() == ValueType::STRING && v.as_string().size() > opt.string_max) {
-        j["value"] = std::string(utf8_prefix(v.as_string(), opt.string_max)) + "...";
+        j["value"] = fmt::format("{}...", utf8_prefix(v.as_string(), opt.string_max));
         j["length"] = v.as_string().size();
     } else {
         j["value"] = scalar_json(v);
@@ -357,7 +357,7 @@ json info_report(const gguf::File& f, const InfoOptions& opt) {
 namespace {
 
 std::string json_scalar_text(const json& v) {
-    if (v.is_string()) return "\"" + escape(v.get<std::string>()) + "\"";
+    if (v.is_string()) return fmt::format("\"{}\"", escape(v.get<std::string>()));
     if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
     if (v.is_null()) return "-";
     return v.dump();
@@ -365,7 +365,10 @@ std::string json_scalar_text(const json& v) {
 
 std::string json_list_text(const json& a, size_t total) {
     std::string s = "[";
-    for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + json_scalar_text(a[i]);
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (i) s += ", ";
+        s += json_scalar_text(a[i]);
+    }
     if (total > a.size()) s += fmt::format(", ... ({} total)", total);
     return s + "]";
 }
@@ -393,7 +396,8 @@ std::string info_text(const json& r) {
         std::string ks;
         size_t n_kda = 0;
         for (const auto& k : kinds) {
-            ks += (ks.empty() ? "" : " ") + k.get<std::string>();
+            if (!ks.empty()) ks += ' ';
+            ks += k.get<std::string>();
             n_kda += k == "KDA";
         }
         line(fmt::format("  {:<36} {} ({} KDA, {} MLA)", "layer kinds", ks, n_kda, kinds.size() - n_kda));
@@ -421,7 +425,7 @@ std::string info_text(const json& r) {
         std::string val;
         if (type == "ARRAY") {
             const auto& a = v["value"];
-            type += "[" + a["array_of"].get<std::string>() + "]";
+            type = fmt::format("{}[{}]", type, a["array_of"].get<std::string>());
             val = json_list_text(a["head"], a["length"].get<size_t>());
         } else {
             val = json_scalar_text(v["value"]);
@@ -436,7 +440,10 @@ std::string info_text(const json& r) {
         line(fmt::format("  {:<40} {:<8} {:<22} {:>12} {:>12}", "name", "type", "shape", "bytes", "offset"));
         for (const auto& e : r["tensors"]) {
             std::string shape = "{";
-            for (size_t i = 0; i < e["shape"].size(); ++i) shape += (i ? ", " : "") + e["shape"][i].dump();
+            for (size_t i = 0; i < e["shape"].size(); ++i) {
+                if (i) shape += ", ";
+                shape += e["shape"][i].dump();
+            }
             shape += "}";
             line(fmt::format("  {:<40} {:<8} {:<22} {:>12} {:>12}", escape(e["name"].get<std::string>()),
                              e["type"].get<std::string>(), shape, e["bytes"].get<uint64_t>(), e["offset"].get<uint64_t>()));
