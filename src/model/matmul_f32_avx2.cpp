@@ -5,22 +5,27 @@
 
 namespace kinfer::model {
 
+// The exact operation order of ggml_vec_dot_f32 on an AVX-512 build (what llama.cpp's CPU runs
+// for single-row F32 products): four 16-lane FMA accumulators over steps of 64, folded
+// (0+2, 1+3, then 0+1), a _mm512_reduce_add_ps tree, then a scalar FMA tail. Each 16-lane
+// register is emulated by two 8-lane halves; float results are identical.
 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float r = _mm_cvtss_f32(h);
-    for (; i < n; ++i) r += a[i] * b[i];
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+    const int64_t np = n & ~int64_t(63);
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j) {
+            lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16 * j), _mm256_loadu_ps(b + i + 16 * j), lo[j]);
+            hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16 * j + 8), _mm256_loadu_ps(b + i + 16 * j + 8), hi[j]);
+        }
+    lo[0] = _mm256_add_ps(lo[0], lo[2]); hi[0] = _mm256_add_ps(hi[0], hi[2]);
+    lo[1] = _mm256_add_ps(lo[1], lo[3]); hi[1] = _mm256_add_ps(hi[1], hi[3]);
+    lo[0] = _mm256_add_ps(lo[0], lo[1]); hi[0] = _mm256_add_ps(hi[0], hi[1]);
+    const __m256 t3 = _mm256_add_ps(hi[0], lo[0]);                                   // lanes i+8, i
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    float r = _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+    for (int64_t i = np; i < n; ++i) r = __builtin_fmaf(a[i], b[i], r);
     return r;
 }
 
