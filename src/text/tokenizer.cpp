@@ -194,6 +194,13 @@ VocabData vocab_from_tiktoken(const TiktokenRanks& ranks, const std::map<Token, 
     return v;
 }
 
+std::map<Token, std::string> kimi_special_tokens(Token first_id, int count, const std::map<Token, std::string>& named) {
+    std::map<Token, std::string> sp;
+    for (Token id = first_id; id < first_id + count; ++id) sp[id] = "<|reserved_token_" + std::to_string(id) + "|>";
+    for (const auto& [id, text] : named) sp[id] = text;
+    return sp;
+}
+
 // ---------------------------------------------------------------------------------------------
 // GGUF
 

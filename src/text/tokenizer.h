@@ -80,6 +80,11 @@ std::vector<std::string> bpe_with_max_rank(const std::unordered_map<std::string,
 VocabData vocab_from_tiktoken(const TiktokenRanks& ranks, const std::map<Token, std::string>& specials,
                               size_t vocab_size = 0, std::string_view pre = "kimi-k2");
 
+// Kimi's special-token table (tokenization_kimi.py): `count` slots from `first_id` (the real
+// models: 163584, 256; the tiny test vocab: 4096, 256), each named by `named` (id -> text, e.g.
+// tokenizer_config.json's added_tokens_decoder) or else "<|reserved_token_{id}|>".
+std::map<Token, std::string> kimi_special_tokens(Token first_id, int count, const std::map<Token, std::string>& named);
+
 class Tokenizer {
 public:
     // Merge-list BPE (llama.cpp semantics). Throws kinfer::Error on an unusable vocabulary.

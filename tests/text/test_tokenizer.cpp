@@ -41,10 +41,9 @@ std::unique_ptr<Tokenizer> gguf_tokenizer(const std::string& layout) {
 // slots of 4096..4351 as <|reserved_token_{id}|> (as tokenization_kimi.py names them).
 std::map<Token, std::string> kimi_specials(const std::string& config_path) {
     const json cfg = json::parse(read_file(config_path));
-    std::map<Token, std::string> sp;
-    for (Token id = 4096; id < 4352; ++id) sp[id] = "<|reserved_token_" + std::to_string(id) + "|>";
-    for (const auto& [k, v] : cfg.at("added_tokens_decoder").items()) sp[std::stoi(k)] = v.at("content").get<std::string>();
-    return sp;
+    std::map<Token, std::string> named;
+    for (const auto& [k, v] : cfg.at("added_tokens_decoder").items()) named[std::stoi(k)] = v.at("content").get<std::string>();
+    return kimi_special_tokens(4096, 256, named);
 }
 
 void check_cases(const Tokenizer& tok, const std::string& json_path) {
