@@ -77,8 +77,8 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 #undef KINFER_DECLARE_VEC_DOT
 
 // Multi-row variants (VecDotMultiFn, types.h) of the types that matter most for prefill.
-#define KINFER_SIMD_VEC_DOTS_MULTI(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q4_K_q8_K) X(q6_K_q8_K) \
-    X(mxfp4_q8_0) X(iq4_nl_q8_0)
+#define KINFER_SIMD_VEC_DOTS_MULTI(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q4_K_q8_K) X(q5_K_q8_K) \
+    X(q6_K_q8_K) X(mxfp4_q8_0) X(iq4_nl_q8_0)
 #define KINFER_DECLARE_VEC_DOT_MULTI(name) \
     void vec_dot_multi_##name(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out);
 namespace avx2 { KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DECLARE_VEC_DOT_MULTI) }
