@@ -157,7 +157,7 @@ private:
     std::vector<uint8_t> out_;
 };
 
-void print_plan(const Plan& plan, const KvList& kv, std::FILE* out) {
+void print_plan(const Plan& plan, const KvList& kv, const std::string& label, std::FILE* out) {
     fmt::print(out, "{} metadata keys:\n", kv.size());
     for (const auto& l : kv.describe()) fmt::print(out, "  {}\n", l);
     fmt::print(out, "{} tensors:\n", plan.tensors.size());
@@ -165,7 +165,7 @@ void print_plan(const Plan& plan, const KvList& kv, std::FILE* out) {
         fmt::print(out, "  {:<36} {:<6} {:<22} {:>10.3f} MB  <- {}\n", t.name, quant::traits(t.type).name, t.shape_str(),
                    double(t.nbytes()) / 1e6, t.describe());
     fmt::print(out, "total tensor data: {:.3f} MB ({} bytes), outtype {}\n", double(plan.out_bytes) / 1e6, plan.out_bytes,
-               outtype_name(plan.outtype));
+               label);
 }
 
 }  // namespace
@@ -173,13 +173,18 @@ void print_plan(const Plan& plan, const KvList& kv, std::FILE* out) {
 void convert_checkpoint(const ConvertOptions& opt, std::FILE* out, std::FILE* log) {
     const HfConfig cfg = load_hf_config(opt.checkpoint_dir);
     const Checkpoint ck = Checkpoint::open(opt.checkpoint_dir);
-    const Plan plan = make_plan(ck, cfg, opt.outtype);
+    Plan plan = make_plan(ck, cfg, opt.outtype);
+    if (opt.retype) {
+        opt.retype(plan);
+        plan.out_bytes = 0;
+        for (const auto& t : plan.tensors) plan.out_bytes += t.nbytes();
+    }
     if (!plan.skipped.empty())
         fmt::print(log, "kinfer convert: skipping {} vision tower / projector tensors (text model only), e.g. '{}'\n",
                    plan.skipped.size(), plan.skipped.front());
     const KvList kv = build_metadata(cfg, plan, opt.checkpoint_dir);
     if (opt.dry_run) {
-        print_plan(plan, kv, out);
+        print_plan(plan, kv, opt.retype ? opt.outtype_label : outtype_name(plan.outtype), out);
         return;
     }
     if (opt.output.empty()) fail("convert: no output file (-o)");
@@ -188,7 +193,8 @@ void convert_checkpoint(const ConvertOptions& opt, std::FILE* out, std::FILE* lo
     kv.apply(w);
     for (const auto& t : plan.tensors) w.add_tensor(t.name, t.type, t.ne, t.n_dims);
     fmt::print(log, "kinfer convert: {} ({}) -> {}: {} tensors, {:.1f} MB, outtype {}\n", opt.checkpoint_dir,
-               cfg.gguf_arch, opt.output, plan.tensors.size(), double(plan.out_bytes) / 1e6, outtype_name(plan.outtype));
+               cfg.gguf_arch, opt.output, plan.tensors.size(), double(plan.out_bytes) / 1e6,
+               opt.retype ? opt.outtype_label : outtype_name(plan.outtype));
     Progress progress(plan.out_bytes, opt.progress);
     Streamer s(w, progress);
     for (const auto& t : plan.tensors) s.write(t);

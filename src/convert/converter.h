@@ -7,6 +7,7 @@
 #include "convert/tensor_plan.h"
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,12 @@ struct ConvertOptions {
     OutType outtype = OutType::F16;     // llama.cpp's default
     bool dry_run = false;
     bool progress = true;
+    // Optional: called on the plan before anything is written, to choose other tensor types
+    // (the CLI uses it for llama-quantize mixtures such as Q4_K_M; convert itself stays free of
+    // the quantize rules). It may change types, shapes with the same element count, and
+    // file_type; the data is then encoded from f32 with each type's reference quantizer.
+    std::function<void(Plan&)> retype;
+    std::string outtype_label;          // for the log line when retype is set
 };
 
 std::optional<OutType> outtype_from_name(const std::string& s);   // f32 f16 bf16 q8_0 auto

@@ -2,6 +2,7 @@
 // (golden/hf/gguf): bf16 files byte for byte; f32 files (not stored) through their listings:
 // every metadata key, type and value in order, every tensor's name, type, shape, offset and
 // sha256 of its bytes.
+#include "cli/lib/quantize_plan.h"
 #include "convert/converter.h"
 #include "gguf/reader.h"
 #include "sha256.h"
@@ -176,4 +177,27 @@ TEST_CASE("convert: the CLI converts, and --dry-run prints the plan without writ
                             " --outtype bf16 --no-progress 2>/dev/null";
     REQUIRE(std::system(run.c_str()) == 0);
     CHECK(read_all(out) == read_all(test::golden("hf/gguf/hf-kl-tiny-bf16.gguf")));
+}
+
+TEST_CASE("convert: --outtype Q4_K_M types tensors as llama-quantize would, experts stay MXFP4") {
+    if (!test::have_golden("hf/hf-k3-tiny/config.json")) return;
+    TmpDir tmp;
+    const std::string f32 = run_convert("hf-k3-tiny", "f32", tmp.path);
+    const std::string out = tmp.path + "/q4km.gguf";
+    const std::string cmd = test::kinfer_bin() + " convert " + test::golden("hf/hf-k3-tiny") + " -o " + out +
+                            " --outtype Q4_K_M --no-progress 2>/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    auto ref = gguf::File::open(f32);
+    auto q = gguf::File::open(out);
+    cli::QuantizeOptions o;
+    o.ftype = cli::Ftype::Q4_K_M;
+    const cli::QuantizePlan plan = cli::make_quantize_plan(cli::describe(*ref), o);
+    REQUIRE(q->tensors().size() == plan.tensors.size());
+    CHECK(q->get_int("general.file_type") == int64_t(cli::Ftype::Q4_K_M));
+    for (const auto& p : plan.tensors) {
+        const auto& t = *q->find_tensor(p.name);
+        CAPTURE(p.name);
+        if (ref->tensors()[p.src].type == quant::Type::MXFP4) CHECK(t.type == quant::Type::MXFP4);
+        else CHECK(t.type == p.to);
+    }
 }
