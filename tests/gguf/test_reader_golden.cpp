@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -21,11 +20,17 @@ using kinfer::gguf::ValueType;
 namespace {
 
 
-std::vector<int64_t> ints_in(const std::string& s) {
+std::vector<int64_t> ints_in(const std::string& s) {  // "[256, 4352]" or "{64,32,32}"
     std::vector<int64_t> r;
-    std::regex num("-?[0-9]+");
-    for (auto it = std::sregex_iterator(s.begin(), s.end(), num); it != std::sregex_iterator(); ++it)
-        r.push_back(std::stoll(it->str()));
+    for (size_t i = 0; i < s.size();) {
+        if (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '-') {
+            size_t used = 0;
+            r.push_back(std::stoll(s.substr(i), &used));
+            i += used;
+        } else {
+            ++i;
+        }
+    }
     return r;
 }
 
