@@ -109,3 +109,19 @@ TEST_CASE("errors and reply splitting") {
     CHECK(r.reasoning == "a");
     CHECK(r.response == "b");
 }
+
+TEST_CASE("a GGUF from llama.cpp's K3 converter carries Kimi-K3.jinja and is detected as kimi-k3") {
+    if (!have_golden("hf/gguf/hf-k3-tiny-bf16.gguf")) return;
+    auto file = kinfer::gguf::File::open(golden("hf/gguf/hf-k3-tiny-bf16.gguf"));
+    auto tok = Tokenizer::from_gguf(*file);
+    CHECK(tok->chat_template() == read_file(data("text/Kimi-K3.jinja")));
+    CHECK(detect_chat_format(tok->chat_template()) == ChatFormat::KimiK3);
+    CHECK(tok->eos() == 4098);
+    CHECK(tok->eog_ids() == std::vector<Token>{4097, 4098, 4105, 4351});
+    if (have_golden("hf/gguf/hf-kl-tiny-bf16.gguf")) {
+        auto kl = kinfer::gguf::File::open(golden("hf/gguf/hf-kl-tiny-bf16.gguf"));
+        auto kt = Tokenizer::from_gguf(*kl);
+        CHECK(kt->chat_template().empty());
+        CHECK(detect_chat_format(kt->chat_template(), kt.get()) == ChatFormat::KimiK2);
+    }
+}

@@ -243,3 +243,25 @@ TEST_CASE("kinfer tokenize prints what llama-tokenize prints") {
     REQUIRE(std::system(cmd2.c_str()) == 0);
     CHECK(read_file(out2) == "    39 -> 'H'\n   301 -> 'el'\n   385 -> 'lo'\n  1917 -> ' world'\n  4098 -> '<|im_end|>'\n");
 }
+
+TEST_CASE("random bytes round-trip and split cleanly under every pre-tokenizer") {
+    auto tok = gguf_tokenizer("k3");
+    uint32_t state = 99;
+    auto rnd = [&] { return (state = state * 1664525u + 1013904223u) >> 8; };
+    const char* chunks[] = {"a", "Z", " ", "\n", "\r", "\t", "'", "s", "1", "/", "<|open|>", "[EOS]", "\xe4\xbd\xa0",
+                            "\xcc\x81", "\xf0\x9f\x98\x80", "\xc3", "\xff", "\x80", "\xe2\x80\x99", "\xef\xbc\x8c"};
+    for (int iter = 0; iter < 3000; ++iter) {
+        std::string s;
+        const size_t n = rnd() % 60;
+        for (size_t i = 0; i < n; ++i) s += chunks[rnd() % std::size(chunks)];
+        CHECK(tok->decode(tok->encode(s, iter % 2 == 0)) == s);
+        for (PreTokenizer k : {PreTokenizer::KimiK2, PreTokenizer::O200k, PreTokenizer::Cl100k}) {
+            for (size_t pos = 0; pos < s.size();) {
+                const size_t end = next_piece(k, s, pos);
+                REQUIRE(end > pos);
+                REQUIRE(end <= s.size());
+                pos = end;
+            }
+        }
+    }
+}
