@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Parity of the PyTorch reference model (tools/reference) against llama.cpp's exact F32 logits
+# (k3-tiny-a, kl-tiny-a; prompts p64 and p700; tolerance 1e-3 max abs), plus chunked KDA ==
+# recurrent KDA and absorbed MLA == MHA MLA. Prints one 'SKIP: ...' line and exits 0 when
+# Debian's python3-torch or ../shared/golden is missing.
+#   tests/reference/run.sh [--quick]
+set -u
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+golden="${KINFER_GOLDEN_DIR:-$root/../shared/golden}"
+py="${KINFER_PYTHON:-/usr/bin/python3}"
+
+if [ ! -x "$py" ] || ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
+    echo "SKIP: python3-torch not installed (apt-get install -y python3-torch python3-numpy)"
+    exit 0
+fi
+if [ ! -f "$golden/llama.cpp/models/k3-tiny-a-F32.gguf" ] || [ ! -f "$golden/llama.cpp/models/kl-tiny-a-F32.gguf" ]; then
+    echo "SKIP: ../shared/golden missing"
+    exit 0
+fi
+exec nice -n 10 "$py" "$root/tools/reference/check_llama.py" --golden "$golden" "$@"
