@@ -13,11 +13,25 @@ namespace kinfer::model {
 
 // ---- the recurrence (what llama.cpp's fused GATED_DELTA_NET op computes) ----
 
+float kda_row_step_avx2(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta);
+
+namespace {
+// S = diag(exp g) S;  u_j = beta (v_j - (S^T k)_j);  S[:, j] += k u_j;  returns (S^T q)_j.
+float kda_row_step(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta) {
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) return kda_row_step_avx2(Mj, eg, k, q, D, vj, beta);
+    for (int64_t i = 0; i < D; ++i) Mj[i] *= eg[i];
+    const float d = (vj - dot_f32(Mj, k, D)) * beta;
+    for (int64_t i = 0; i < D; ++i) Mj[i] = std::fma(k[i], d, Mj[i]);
+    return dot_f32(Mj, q, D);
+}
+}  // namespace
+
 void kda_recurrent_head(int64_t D, int64_t n, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, int64_t ld, int64_t ldb, float* M, float* o, int64_t ldo) {
     // M[j][i] = S[i][j]: state transposed so that S^T x is a row-contiguous dot per j.
     const float scale = 1.0f / std::sqrt(float(D));
-    std::vector<float> eg(static_cast<size_t>(D)), delta(static_cast<size_t>(D));
+    std::vector<float> eg(static_cast<size_t>(D));
     for (int64_t t = 0; t < n; ++t) {
         const float* qt = q + t * ld;
         const float* kt = k + t * ld;
@@ -25,19 +39,9 @@ void kda_recurrent_head(int64_t D, int64_t n, const float* q, const float* k, co
         const float* gt = g + t * ld;
         const float bt = beta[t * ldb];
         for (int64_t i = 0; i < D; ++i) eg[size_t(i)] = std::exp(gt[i]);
-        for (int64_t j = 0; j < D; ++j) {                    // S = diag(exp g) S: decay along keys
-            float* Mj = M + j * D;
-            for (int64_t i = 0; i < D; ++i) Mj[i] *= eg[size_t(i)];
-        }
-        for (int64_t j = 0; j < D; ++j)                       // u = beta (v - S^T k)
-            delta[size_t(j)] = (vt[j] - dot_f32(M + j * D, kt, D)) * bt;
-        for (int64_t j = 0; j < D; ++j) {                    // S += k u^T
-            float* Mj = M + j * D;
-            const float dj = delta[size_t(j)];
-            for (int64_t i = 0; i < D; ++i) Mj[i] += kt[i] * dj;
-        }
-        float* ot = o + t * ldo;                              // o = S^T q / sqrt(D)
-        for (int64_t j = 0; j < D; ++j) ot[j] = dot_f32(M + j * D, qt, D) * scale;
+        float* ot = o + t * ldo;
+        // Row j of M only ever needs row j: decay, u_j, update and o_j in one pass over the state.
+        for (int64_t j = 0; j < D; ++j) ot[j] = kda_row_step(M + j * D, eg.data(), kt, qt, D, vt[j], bt) * scale;
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "quant/fp16.h"
+#include "quant/matmul.h"
 
 #include <algorithm>
 #include <cmath>
@@ -148,6 +149,12 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
         }
         return;
     }
+    if (quant::traits(W.type).quantized) {
+        // quant's gemm: ggml's dot kernels (bit-equal), several activation rows per weight row.
+        quant::gemm(W.type, W.data, W.row_bytes, W.cols, xq.buf.data(), n, y, ldy, r0, r1);
+        return;
+    }
+    // F16 / BF16 weights with activations already rounded to the narrow type (quantize_acts).
     const quant::VecDotFn vd = quant::traits(W.type).vec_dot;
     for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
         const int64_t t1 = std::min(n, t0 + kTokenBlock);

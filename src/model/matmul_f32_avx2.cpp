@@ -52,3 +52,22 @@ void dot4_f32_avx2(const float* const* w, const float* x, int64_t n, float* out)
 }
 
 }  // namespace kinfer::model
+
+namespace kinfer::model {
+
+// One row j of the KDA recurrence (state row M_j = column j of S), fused into a single pass
+// over memory but with ggml's arithmetic: decay (mul), delta from a vec_dot, FMA update
+// (ggml_vec_mad_f32), output vec_dot. Returns the unscaled output o_j.
+float kda_row_step_avx2(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta) {
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) _mm256_storeu_ps(Mj + i, _mm256_mul_ps(_mm256_loadu_ps(Mj + i), _mm256_loadu_ps(eg + i)));
+    for (; i < D; ++i) Mj[i] *= eg[i];
+    const float d = (vj - dot_f32_avx2(Mj, k, D)) * beta;
+    const __m256 dv = _mm256_set1_ps(d);
+    for (i = 0; i + 8 <= D; i += 8)
+        _mm256_storeu_ps(Mj + i, _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dv, _mm256_loadu_ps(Mj + i)));
+    for (; i < D; ++i) Mj[i] = __builtin_fmaf(k[i], d, Mj[i]);
+    return dot_f32_avx2(Mj, q, D);
+}
+
+}  // namespace kinfer::model
