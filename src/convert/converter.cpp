@@ -138,6 +138,9 @@ private:
             f32_.resize(size_t(m));
             load_f32(s, first + i, m, f32_.data());
             encode_emit(type, m);
+            // Drop the pages just read: a multi-GB embedding never becomes resident as a whole.
+            const size_t es = dtype_size(s.dtype);
+            s.file->release_range(s.data + size_t(first + i) * es, size_t(m) * es);
         }
     }
     void encode_emit(quant::Type type, int64_t n) {

@@ -238,11 +238,11 @@ const StTensor* SafetensorsFile::find(std::string_view name) const {
     return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
-void SafetensorsFile::release(const StTensor& t) const {
-    if (!mapped_ || t.nbytes() == 0) return;
-    // Whole pages strictly inside the tensor only: a neighbour may still be in use.
+void SafetensorsFile::release_range(const uint8_t* p, size_t n) const {
+    if (!mapped_ || n == 0) return;
+    // Whole pages strictly inside the range only: a neighbour may still be in use.
     const long page = ::sysconf(_SC_PAGESIZE);
-    uintptr_t b = reinterpret_cast<uintptr_t>(t.data), e = b + t.nbytes();
+    uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + n;
     b = (b + page - 1) / page * page;
     e = e / page * page;
     if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);

@@ -56,7 +56,9 @@ public:
 
     // Drops the mapped pages of a tensor once it has been consumed, so that streaming through a
     // checkpoint does not grow the resident set to the size of the model.
-    void release(const StTensor& t) const;
+    void release(const StTensor& t) const { release_range(t.data, t.nbytes()); }
+    // The same for part of a tensor (whole pages inside [p, p + n) only).
+    void release_range(const uint8_t* p, size_t n) const;
 
 private:
     SafetensorsFile() = default;
