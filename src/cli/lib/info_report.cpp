@@ -229,8 +229,10 @@ json info_report(const gguf::File& f, const InfoOptions& opt) {
 
     // Hyper-parameters.
     json hp = json::object();
-    for (const char* k : kHparamKeys)
-        if (const Value* v = f.find(arch + "." + k)) hp[k] = hparam_json(*v);
+    for (const char* k : kHparamKeys) {  // absent keys are listed as null
+        const Value* v = f.find(arch + "." + k);
+        hp[k] = v ? hparam_json(*v) : json(nullptr);
+    }
     r["hparams"] = hp;
     std::vector<std::string> kinds = layer_kinds(f);
     r["layer_kinds"] = kinds;
