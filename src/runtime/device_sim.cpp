@@ -1,0 +1,131 @@
+#include "runtime/device_sim.h"
+
+#include "common/error.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace kinfer::runtime {
+
+SimDeviceSpec parse_sim_device(const std::string& spec) {
+    if (spec.rfind("sim:", 0) != 0) fail("--device '{}': expected sim:SIZE[,GBps]", spec);
+    std::string rest = spec.substr(4);
+    SimDeviceSpec d;
+    const auto comma = rest.find(',');
+    d.bytes = parse_bytes(rest.substr(0, comma));
+    if (comma != std::string::npos) {
+        try {
+            size_t used = 0;
+            d.gbps = std::stod(rest.substr(comma + 1), &used);
+            if (used != rest.size() - comma - 1) throw 0;
+        } catch (...) {
+            fail("--device '{}': bandwidth '{}' is not a number of GB/s", spec, rest.substr(comma + 1));
+        }
+        if (!(d.gbps > 0)) fail("--device '{}': bandwidth must be positive", spec);
+    }
+    if (d.bytes == 0) fail("--device '{}': size must be positive", spec);
+    return d;
+}
+
+SimDevice::SimDevice(SimDeviceSpec spec, std::string name)
+    : spec_(spec), name_(std::move(name)), mem_(new uint8_t[spec.bytes]) {
+    free_.push_back({0, spec_.bytes});
+    thread_ = std::thread([this] { engine(); });
+}
+
+SimDevice::~SimDevice() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+// Allocations are 256-byte aligned, like cudaMalloc's, so block structs never straddle oddly.
+DeviceBuffer SimDevice::alloc(size_t bytes) {
+    const size_t need = (bytes + 255) & ~size_t(255);
+    std::lock_guard lk(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+        auto& [off, size] = free_[i];
+        if (size < need) continue;
+        DeviceBuffer b{off, bytes};
+        off += need;
+        size -= need;
+        if (size == 0) free_.erase(free_.begin() + std::ptrdiff_t(i));
+        return b;
+    }
+    return {};
+}
+
+void SimDevice::free(DeviceBuffer b) {
+    if (!b.valid()) return;
+    const size_t size = (b.bytes + 255) & ~size_t(255);
+    std::lock_guard lk(mu_);
+    auto it = free_.begin();
+    while (it != free_.end() && it->first < b.offset) ++it;
+    it = free_.insert(it, {b.offset, size});
+    // Merge with the neighbours so the pool does not fragment.
+    if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
+        it->second += (it + 1)->second;
+        free_.erase(it + 1);
+    }
+    if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
+        (it - 1)->second += it->second;
+        free_.erase(it);
+    }
+}
+
+uint64_t SimDevice::copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) {
+    if (dst_offset + bytes > dst.bytes) fail("{}: copy of {} bytes at {} overflows a {}-byte buffer", name_, bytes, dst_offset, dst.bytes);
+    std::lock_guard lk(mu_);
+    const uint64_t t = next_ticket_++;
+    queue_.push_back({t, mem_.get() + dst.offset + dst_offset, src, bytes});
+    cv_.notify_all();
+    return t;
+}
+
+bool SimDevice::done(uint64_t ticket) {
+    std::lock_guard lk(mu_);
+    return ticket <= completed_;
+}
+
+void SimDevice::wait(uint64_t ticket) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return ticket <= completed_; });
+}
+
+uint64_t SimDevice::bytes_copied() const {
+    std::lock_guard lk(mu_);
+    return bytes_copied_;
+}
+
+double SimDevice::busy_seconds() const {
+    std::lock_guard lk(mu_);
+    return busy_;
+}
+
+// The copy engine: one copy at a time, each held until bytes / bandwidth has elapsed since it
+// started, so a burst of misses queues up exactly as it would behind a real DMA engine.
+void SimDevice::engine() {
+    using clock = std::chrono::steady_clock;
+    std::unique_lock lk(mu_);
+    for (;;) {
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;   // stop_ with nothing left
+        const Copy c = queue_.front();
+        queue_.pop_front();
+        lk.unlock();
+        const auto t0 = clock::now();
+        std::memcpy(c.dst, c.src, c.bytes);
+        const double secs = double(c.bytes) / (spec_.gbps * 1e9);
+        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(secs));
+        lk.lock();
+        completed_ = c.ticket;
+        bytes_copied_ += c.bytes;
+        busy_ += secs;
+        cv_.notify_all();
+    }
+}
+
+}  // namespace kinfer::runtime

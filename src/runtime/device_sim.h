@@ -1,0 +1,70 @@
+// A simulated device: device memory is a separate host buffer with a fixed size, and copies into
+// it go through one copy-engine thread that takes bytes / bandwidth seconds per copy, like a
+// PCIe DMA engine. It lets the expert store's slot pool, eviction, copy overlap and stall
+// accounting run (and be tested) on a CPU-only machine: `--device sim:SIZE[,GBps]`.
+#pragma once
+#include "runtime/device.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kinfer::runtime {
+
+struct SimDeviceSpec {
+    size_t bytes = 0;
+    double gbps = 25.0;      // PCIe 4.0 x16-like by default
+};
+// Parses "sim:SIZE[,GBps]" (SIZE as parse_bytes accepts it); throws kinfer::Error otherwise.
+SimDeviceSpec parse_sim_device(const std::string& spec);
+
+class SimDevice final : public Device {
+public:
+    explicit SimDevice(SimDeviceSpec spec, std::string name = "sim0");
+    ~SimDevice() override;
+
+    std::string name() const override { return name_; }
+    size_t capacity() const override { return spec_.bytes; }
+    double copy_gbps() const override { return spec_.gbps; }
+    DeviceBuffer alloc(size_t bytes) override;
+    void free(DeviceBuffer b) override;
+    uint64_t copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) override;
+    bool done(uint64_t ticket) override;
+    void wait(uint64_t ticket) override;
+    const uint8_t* data(DeviceBuffer b) const override { return mem_.get() + b.offset; }
+
+    uint64_t bytes_copied() const;   // total through the copy engine
+    double busy_seconds() const;     // simulated time the copy engine spent copying
+
+private:
+    struct Copy {
+        uint64_t ticket;
+        uint8_t* dst;
+        const void* src;
+        size_t bytes;
+    };
+    void engine();
+
+    SimDeviceSpec spec_;
+    std::string name_;
+    std::unique_ptr<uint8_t[]> mem_;
+    // First-fit free list over [0, bytes): (offset, size) sorted by offset.
+    std::vector<std::pair<uint64_t, size_t>> free_;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Copy> queue_;
+    uint64_t next_ticket_ = 1;
+    uint64_t completed_ = 0;        // copies finish in order: tickets <= completed_ are done
+    uint64_t bytes_copied_ = 0;
+    double busy_ = 0;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+}  // namespace kinfer::runtime

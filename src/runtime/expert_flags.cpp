@@ -1,0 +1,77 @@
+#include "runtime/expert_flags.h"
+
+#include "common/error.h"
+
+#include <cstdio>
+#include <filesystem>
+
+namespace kinfer::runtime {
+
+namespace {
+// A budget as a size, or as "N%" of all routed experts' bytes (what the benchmarks sweep).
+size_t budget_of(const std::string& s, size_t total) {
+    if (!s.empty() && s.back() == '%') {
+        double pct = 0;
+        try {
+            pct = std::stod(s.substr(0, s.size() - 1));
+        } catch (...) {
+            fail("'{}' is not a percentage", s);
+        }
+        if (!(pct >= 0 && pct <= 100)) fail("'{}': a percentage between 0 and 100", s);
+        return size_t(double(total) * pct / 100.0);
+    }
+    return parse_bytes(s);
+}
+}  // namespace
+
+bool ExpertFlags::any() const {
+    return !ram_cache.empty() || !dev_cache.empty() || !device.empty() || io != "mmap" || !profile.empty() || cpu_moe ||
+           n_cpu_moe > 0 || !overrides.empty() || prefetch_next || verbose;
+}
+
+std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_layer, const ExpertFlags& fl) {
+    if (!fl.any()) return nullptr;
+    auto rt = std::unique_ptr<ExpertRuntime>(new ExpertRuntime());
+    rt->flags_ = fl;
+    ExpertStoreOptions o;
+    o.io = parse_expert_io(fl.io);
+    o.policy = parse_policy(fl.policy);
+    o.half_life = fl.half_life;
+    o.seed_fraction = fl.seed_fraction;
+    o.record = !fl.profile.empty() || fl.verbose;
+    o.async = !fl.sync_io;
+    o.cpu_gbps = fl.cpu_gbps;
+    const size_t total = ExpertLayout::from_file(f, n_layer).total_bytes();
+    if (!fl.ram_cache.empty()) o.ram_budget = budget_of(fl.ram_cache, total);
+    if (!fl.device.empty()) {
+        rt->device_ = std::make_unique<SimDevice>(parse_sim_device(fl.device));
+        o.device = rt->device_.get();
+    } else if (!fl.dev_cache.empty()) {
+        fail("--expert-cache needs a device (--device sim:SIZE[,GBps]; the CUDA backend is not built in)");
+    }   // without a device, --cpu-moe / --n-cpu-moe are accepted and moot: all is on the CPU
+    if (!fl.dev_cache.empty()) o.device_budget = budget_of(fl.dev_cache, total);
+    o.placement.cpu_moe = fl.cpu_moe;
+    o.placement.n_cpu_moe = fl.n_cpu_moe;
+    for (const auto& s : fl.overrides) o.placement.add_override(s);
+    if (!fl.profile.empty() && std::filesystem::exists(fl.profile)) {
+        rt->seed_ = std::make_unique<ExpertProfile>(ExpertProfile::load(fl.profile));
+        o.seed = rt->seed_.get();
+    }
+    rt->store_ = std::make_unique<ExpertStore>(f, n_layer, o);
+    return rt;
+}
+
+ExpertRuntime::~ExpertRuntime() = default;
+
+void ExpertRuntime::finish() {
+    if (finished_) return;
+    finished_ = true;
+    if (flags_.verbose) std::fputs(store_->report().c_str(), stderr);
+    if (!flags_.profile.empty()) {
+        ExpertProfile p = store_->profile();
+        if (seed_) p.merge(*seed_);
+        p.save(flags_.profile);
+    }
+}
+
+}  // namespace kinfer::runtime

@@ -1,0 +1,82 @@
+// The expert-store command-line flags shared by eval / run / bench / chat, and the bundle they
+// build (device, seed profile, store). add_expert_flags is a template over the CLI11 App so that
+// runtime/ does not depend on CLI11; only the commands that call it do.
+//
+//   auto ef = std::make_shared<runtime::ExpertFlags>();
+//   runtime::add_expert_flags(app, *ef);
+//   ...
+//   auto ex = runtime::ExpertRuntime::create(model->file(), hp.n_layer, *ef);   // nullptr: no flags
+//   so.experts = ex ? ex->store() : nullptr;  so.prefetch_next = ef->prefetch_next;
+//   ... run ...
+//   if (ex) ex->finish();   // --verbose-experts report, --expert-profile written
+#pragma once
+#include "gguf/reader.h"
+#include "runtime/device_sim.h"
+#include "runtime/expert_store.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kinfer::runtime {
+
+struct ExpertFlags {
+    std::string ram_cache;          // --expert-cache-ram SIZE
+    std::string dev_cache;          // --expert-cache SIZE (per device)
+    std::string device;             // --device sim:SIZE[,GBps]
+    std::string io = "mmap";        // --expert-io
+    std::string policy = "lfu-decay";
+    double half_life = 32;
+    std::string profile;            // --expert-profile FILE
+    double seed_fraction = 0.5;
+    bool cpu_moe = false;
+    int n_cpu_moe = 0;
+    std::vector<std::string> overrides;   // -ot
+    bool prefetch_next = false;
+    bool verbose = false;
+    double cpu_gbps = 0;
+    bool sync_io = false;           // --expert-sync: no I/O thread (for measuring the overlap)
+
+    // True when any flag asks for something beyond the plain mapping.
+    bool any() const;
+};
+
+template <class App>
+void add_expert_flags(App& app, ExpertFlags& f) {
+    const char* g = "Expert store";
+    app.add_option("--expert-cache-ram", f.ram_cache, "host RAM budget for routed experts (e.g. 8GiB, or 25% of them)")->group(g);
+    app.add_option("--expert-cache", f.dev_cache, "device expert cache per device (default: all of it)")->group(g);
+    app.add_option("--device", f.device, "device for the expert cache: sim:SIZE[,GBps] (simulated)")->group(g);
+    app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
+    app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
+    app.add_option("--expert-half-life", f.half_life, "LFU decay half-life in tokens")->group(g);
+    app.add_option("--expert-profile", f.profile, "routing profile: seeds the caches if FILE exists, run counts are added to it")->group(g);
+    app.add_option("--expert-seed-fraction", f.seed_fraction, "share of each cache the profile seed may take")->group(g);
+    app.add_flag("--cpu-moe", f.cpu_moe, "keep all routed experts on the CPU")->group(g);
+    app.add_option("--n-cpu-moe", f.n_cpu_moe, "keep the routed experts of the first N layers on the CPU")->group(g);
+    app.add_option("--ot,--override-tensor", f.overrides, "REGEX=DEVICE placement of expert tensors (CPU or the device); llama.cpp's -ot")->group(g);
+    app.add_flag("--prefetch-next", f.prefetch_next, "speculatively fetch the next layer's experts one layer early")->group(g);
+    app.add_flag("--verbose-experts", f.verbose, "print expert hit rates, traffic, stalls and the hottest experts")->group(g);
+    app.add_option("--expert-cpu-gbps", f.cpu_gbps, "cost model: CPU GEMV bandwidth (0: always copy misses to the device)")->group(g);
+    app.add_flag("--expert-sync", f.sync_io, "load misses when computed instead of at routing (no overlap)")->group(g);
+}
+
+class ExpertRuntime {
+public:
+    // nullptr when no flag is set: the model then reads experts straight from the mapping.
+    static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, int n_layer, const ExpertFlags& flags);
+    ~ExpertRuntime();
+    ExpertStore* store() { return store_.get(); }
+    Device* device() { return device_.get(); }
+    // Prints the report (--verbose-experts, to stderr) and adds the run's counts to the profile.
+    void finish();
+
+private:
+    ExpertFlags flags_;
+    std::unique_ptr<SimDevice> device_;
+    std::unique_ptr<ExpertProfile> seed_;
+    std::unique_ptr<ExpertStore> store_;
+    bool finished_ = false;
+};
+
+}  // namespace kinfer::runtime

@@ -1,0 +1,619 @@
+#include "runtime/expert_store.h"
+
+#include "common/error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+namespace kinfer::runtime {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+uint64_t ns_since(Clock::time_point t0) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+// Host buffers are page aligned: O_DIRECT-friendly, and what a pinned-memory allocator returns.
+size_t host_alloc_size(size_t b) { return (b + 4095) & ~size_t(4095); }
+}  // namespace
+
+const char* tier_name(Tier t) { return t == Tier::mapped ? "mapped" : t == Tier::host ? "host" : "device"; }
+
+ExpertLayerStats ExpertStoreStats::total() const {
+    ExpertLayerStats s;
+    for (const auto& l : layers) {
+        s.uses += l.uses, s.hits += l.hits, s.host_hits += l.host_hits, s.cpu_computed += l.cpu_computed;
+        s.bytes_read += l.bytes_read, s.bytes_copied += l.bytes_copied, s.stall_ns += l.stall_ns;
+        s.prefetched += l.prefetched, s.prefetch_used += l.prefetch_used;
+    }
+    return s;
+}
+
+ExpertStore::ExpertStore(const gguf::File& f, int n_layer, ExpertStoreOptions opt)
+    : f_(f), opt_(std::move(opt)), lay_(ExpertLayout::from_file(f, n_layer)) {
+    reader_ = std::make_unique<ExpertReader>(f_, lay_, opt_.io);
+    std::vector<bool> has(static_cast<size_t>(n_layer));
+    for (int l = 0; l < n_layer; ++l) {
+        has[size_t(l)] = lay_.layers[size_t(l)].present();
+        if (has[size_t(l)] && first_moe_layer_ < 0) first_moe_layer_ = l;
+    }
+    placement_ = resolve_placement(opt_.placement, has, opt_.device ? opt_.device->name() : "");
+    const bool any = lay_.n_expert > 0;
+    host_on_ = any && (opt_.io != ExpertIo::mmap || opt_.ram_budget > 0);
+    dev_on_ = any && opt_.device != nullptr;
+    entries_.resize(size_t(n_layer) * size_t(std::max(lay_.n_expert, 1)));
+    profile_ = ExpertProfile(n_layer, std::max(lay_.n_expert, 1));
+    stats_.layers.resize(size_t(n_layer));
+    if (opt_.seed && (opt_.seed->n_layer != n_layer || opt_.seed->n_expert != lay_.n_expert))
+        fail("expert profile has {} layers x {} experts, the model {} x {}", opt_.seed->n_layer, opt_.seed->n_expert,
+             n_layer, lay_.n_expert);
+
+    if (host_on_) {
+        // pread / direct need somewhere to put at least one expert.
+        ram_budget_ = std::max(opt_.ram_budget, lay_.max_expert_bytes());
+        ram_policy_ = make_policy(opt_.policy, opt_.half_life);
+    }
+    if (dev_on_) {
+        slot_bytes_ = lay_.max_expert_bytes();
+        size_t budget = opt_.device->capacity();
+        if (opt_.device_budget > 0) budget = std::min(budget, opt_.device_budget);
+        const size_t n = budget / slot_bytes_;
+        for (size_t i = 0; i < n; ++i) {
+            DeviceBuffer b = opt_.device->alloc(slot_bytes_);
+            if (!b.valid()) break;   // alignment padding ate the last slot
+            slots_.push_back(b);
+        }
+        if (slots_.empty())
+            fail("expert store: device {} ({}) cannot hold one expert ({})", opt_.device->name(),
+                 format_bytes(double(budget)), format_bytes(double(slot_bytes_)));
+        for (int i = int(slots_.size()) - 1; i >= 0; --i) free_slots_.push_back(i);
+        dev_policy_ = make_policy(opt_.policy, opt_.half_life);
+    }
+    std::unique_lock lk(mu_);
+    seed(lk);
+    lk.unlock();
+    if ((host_on_ || dev_on_) && opt_.async) io_ = std::thread([this] { io_loop(); });
+}
+
+ExpertStore::~ExpertStore() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (io_.joinable()) io_.join();
+    // Copies read host buffers: let them land before the buffers go.
+    if (dev_on_) {
+        for (const auto& x : entries_)
+            if (x.dev_st == St::loading) opt_.device->wait(x.ticket);
+        for (const auto& b : slots_) opt_.device->free(b);
+    }
+    for (auto& x : entries_)
+        if (x.ram) std::free(x.ram);
+    for (auto& [sz, v] : ram_free_)
+        for (uint8_t* p : v) std::free(p);
+}
+
+// ---- host tier ---------------------------------------------------------------------------
+
+uint8_t* ExpertStore::host_alloc(size_t bytes, bool may_wait, std::unique_lock<std::mutex>& lk) {
+    for (;;) {
+        auto& fl = ram_free_[bytes];
+        if (!fl.empty()) {
+            uint8_t* p = fl.back();
+            fl.pop_back();
+            return p;
+        }
+        if (ram_allocated_ + bytes <= ram_budget_) {
+            auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, host_alloc_size(bytes)));
+            if (!p) fail("expert store: out of memory allocating {} for an expert", format_bytes(double(bytes)));
+            ram_allocated_ += bytes;
+            return p;
+        }
+        bool freed = false;   // a recycled buffer of another size makes room
+        for (auto& [sz, v] : ram_free_)
+            if (sz != bytes && !v.empty()) {
+                std::free(v.back());
+                v.pop_back();
+                ram_allocated_ -= sz;
+                freed = true;
+                break;
+            }
+        if (freed || evict_host_one()) continue;
+        if (!may_wait) return nullptr;
+        if (ram_loading_ > 0) {   // the I/O thread holds buffers; they free up when it is done
+            cv_.wait(lk);
+            continue;
+        }
+        if (dev_copying_ > 0) {   // device copies hold host buffers until they land
+            uint64_t t = 0;
+            for (const auto& x : entries_)
+                if (x.dev_st == St::loading && x.copy_pins_ram) t = std::max(t, x.ticket);
+            if (t > 0) {
+                lk.unlock();
+                opt_.device->wait(t);
+                lk.lock();
+                for (int l = 0; l < lay_.n_layer; ++l)
+                    for (int e = 0; e < lay_.n_expert; ++e) finish_copy(l, e);
+                continue;
+            }
+        }
+        return nullptr;   // everything left is pinned by acquires
+    }
+}
+
+void ExpertStore::host_free(uint8_t* p, size_t bytes) { ram_free_[bytes].push_back(p); }
+
+bool ExpertStore::evict_host_one() {
+    const int64_t v = ram_policy_->victim([&](uint32_t k) {
+        const Entry& x = entries_[k];
+        return x.ram_st == St::ready && x.ram_pins == 0 && !x.ram_seeded;
+    });
+    if (v < 0) return false;
+    Entry& x = entries_[size_t(v)];
+    const int l = int(v / lay_.n_expert);
+    host_free(x.ram, lay_.layers[size_t(l)].bytes);
+    x.ram = nullptr;
+    x.ram_st = St::absent;
+    ram_policy_->erase(uint32_t(v));
+    return true;
+}
+
+const uint8_t* ExpertStore::host_bytes(int l, int e) const {
+    const Entry& x = entries_[key(l, e)];
+    if (host_on_) return x.ram_st == St::ready ? x.ram : nullptr;
+    return nullptr;   // the mapping: start_copy copies the three slices from it
+}
+
+void ExpertStore::load_host_sync(int l, int e, std::unique_lock<std::mutex>& lk) {
+    Entry& x = ent(l, e);
+    const ExpertLayer& L = lay_.layers[size_t(l)];
+    for (;;) {
+        if (x.ram_st == St::ready) return;
+        if (x.ram_st == St::loading) {   // someone is reading it: wait for that one read
+            cv_.wait(lk);
+            continue;
+        }
+        uint8_t* buf = host_alloc(L.bytes, true, lk);
+        if (x.ram_st != St::absent) {   // it arrived while we waited for room
+            if (buf) host_free(buf, L.bytes);
+            continue;
+        }
+        if (!buf) {
+            if (opt_.io == ExpertIo::mmap) return;   // caller computes from the mapping
+            fail("expert store: layer {} expert {}: the host budget ({}) is held by experts in use", l, e,
+                 format_bytes(double(ram_budget_)));
+        }
+        x.ram = buf;
+        x.ram_st = St::loading;
+        ++x.ram_pins;
+        ++ram_loading_;
+        ram_policy_->insert(key(l, e));
+        lk.unlock();
+        try {
+            reader_->read(l, {{e, buf}});
+        } catch (...) {
+            lk.lock();
+            x.ram = nullptr;
+            x.ram_st = St::absent;
+            --x.ram_pins;
+            --ram_loading_;
+            ram_policy_->erase(key(l, e));
+            host_free(buf, L.bytes);
+            cv_.notify_all();
+            throw;
+        }
+        lk.lock();
+        x.ram_st = St::ready;
+        --x.ram_pins;
+        --ram_loading_;
+        stats_.layers[size_t(l)].bytes_read += L.payload();
+        cv_.notify_all();
+        return;
+    }
+}
+
+// ---- device tier -------------------------------------------------------------------------
+
+int ExpertStore::dev_slot(bool may_wait, std::unique_lock<std::mutex>& lk) {
+    for (;;) {
+        if (!free_slots_.empty()) {
+            const int s = free_slots_.back();
+            free_slots_.pop_back();
+            return s;
+        }
+        if (evict_dev_one()) continue;
+        if (!may_wait || dev_copying_ == 0) return -1;
+        // Every slot is busy with a copy: wait for the oldest to land.
+        uint64_t t = UINT64_MAX;
+        for (const auto& x : entries_)
+            if (x.dev_st == St::loading) t = std::min(t, x.ticket);
+        lk.unlock();
+        opt_.device->wait(t);
+        lk.lock();
+    }
+}
+
+void ExpertStore::finish_copy(int l, int e) {
+    Entry& x = ent(l, e);
+    if (x.dev_st != St::loading || !opt_.device->done(x.ticket)) return;
+    x.dev_st = St::ready;
+    --dev_copying_;
+    if (x.copy_pins_ram) {
+        x.copy_pins_ram = false;
+        --x.ram_pins;
+        cv_.notify_all();
+    }
+}
+
+bool ExpertStore::evict_dev_one() {
+    const int64_t v = dev_policy_->victim([&](uint32_t k) {
+        finish_copy(int(k / uint32_t(lay_.n_expert)), int(k % uint32_t(lay_.n_expert)));
+        const Entry& x = entries_[k];
+        return x.dev_st == St::ready && x.dev_pins == 0 && !x.dev_fixed;
+    });
+    if (v < 0) return false;
+    Entry& x = entries_[size_t(v)];
+    free_slots_.push_back(x.slot);
+    x.slot = -1;
+    x.dev_st = St::absent;
+    dev_policy_->erase(uint32_t(v));
+    return true;
+}
+
+// Queues expert (l, e) into its slot (already assigned to x.slot) from a host buffer, or from
+// the mapping's three slices when src is nullptr.
+void ExpertStore::start_copy(int l, int e, const uint8_t* src) {
+    Entry& x = ent(l, e);
+    const ExpertLayer& L = lay_.layers[size_t(l)];
+    const DeviceBuffer& b = slots_[size_t(x.slot)];
+    if (src) {
+        x.ticket = opt_.device->copy_async(b, 0, src, L.bytes);
+        if (src == x.ram) {
+            ++x.ram_pins;
+            x.copy_pins_ram = true;
+        }
+    } else {
+        for (int p = 0; p < 3; ++p) x.ticket = opt_.device->copy_async(b, L.buf_off[p], lay_.mapped(l, p, e), L.slice[p]);
+    }
+    x.dev_st = St::loading;
+    ++dev_copying_;
+    stats_.layers[size_t(l)].bytes_copied += L.payload();
+    dev_policy_->insert(key(l, e));
+}
+
+bool ExpertStore::copy_pays(int l, int64_t n_tokens) const {
+    if (opt_.cpu_gbps <= 0) return true;
+    const double bytes = double(lay_.layers[size_t(l)].payload());
+    const double copy_s = bytes / (opt_.device->copy_gbps() * 1e9);
+    const double cpu_s = bytes / (opt_.cpu_gbps * 1e9) * double(std::max<int64_t>(n_tokens, 1));
+    return copy_s <= cpu_s * opt_.reuse;
+}
+
+// ---- seeding and static placement --------------------------------------------------------
+
+void ExpertStore::seed(std::unique_lock<std::mutex>& lk) {
+    const int E = lay_.n_expert;
+    auto bytes_host = [&](uint32_t k) { return lay_.layers[k / uint32_t(E)].bytes; };
+    // Static device placement: every expert of those layers, resident for the whole run.
+    std::vector<uint32_t> dev_keys;
+    if (dev_on_)
+        for (int l = 0; l < lay_.n_layer; ++l)
+            if (placement_[size_t(l)] == Placement::device)
+                for (int e = 0; e < E; ++e) dev_keys.push_back(key(l, e));
+    if (dev_keys.size() > slots_.size())
+        fail("expert store: the layers placed on {} need {} expert slots, it has {} ({} each)", opt_.device->name(),
+             dev_keys.size(), slots_.size(), format_bytes(double(slot_bytes_)));
+    const size_t static_keys = dev_keys.size();
+    std::vector<uint32_t> host_keys;
+    if (opt_.seed) {
+        std::vector<uint64_t> counts = opt_.seed->counts;
+        if (host_on_) host_keys = seed_from_profile(counts, size_t(double(ram_budget_) * opt_.seed_fraction), bytes_host);
+        if (dev_on_) {
+            for (int l = 0; l < lay_.n_layer; ++l)   // only cached layers take part
+                if (placement_[size_t(l)] != Placement::cached)
+                    for (int e = 0; e < E; ++e) counts[key(l, e)] = 0;
+            const size_t room = size_t(double(slots_.size() - static_keys) * opt_.seed_fraction) * slot_bytes_;
+            auto d = seed_from_profile(counts, room, [&](uint32_t) { return slot_bytes_; });
+            dev_keys.insert(dev_keys.end(), d.begin(), d.end());
+        }
+    }
+    for (uint32_t k : host_keys) {
+        const int l = int(k / uint32_t(E)), e = int(k % uint32_t(E));
+        load_host_sync(l, e, lk);
+        Entry& x = entries_[k];
+        if (x.ram_st == St::ready) x.ram_seeded = true;
+    }
+    std::vector<uint8_t> staging;
+    for (uint32_t k : dev_keys) {
+        const int l = int(k / uint32_t(E)), e = int(k % uint32_t(E));
+        Entry& x = entries_[k];
+        x.slot = dev_slot(false, lk);
+        if (x.slot < 0) break;
+        x.dev_fixed = true;
+        const uint8_t* src = nullptr;
+        if (host_on_) {   // through a staging buffer: the host budget is for the cache proper
+            if (x.ram_st == St::ready) {
+                src = x.ram;
+            } else {
+                staging.resize(lay_.layers[size_t(l)].bytes + 64);
+                uint8_t* st = staging.data() + (64 - reinterpret_cast<uintptr_t>(staging.data()) % 64) % 64;
+                reader_->read(l, {{e, st}});
+                src = st;
+            }
+        }
+        start_copy(l, e, src);
+        stats_.layers[size_t(l)].bytes_copied -= lay_.layers[size_t(l)].payload();   // set-up, not traffic
+        opt_.device->wait(x.ticket);
+        finish_copy(l, e);
+    }
+}
+
+// ---- routing, prefetch, I/O thread -------------------------------------------------------
+
+void ExpertStore::issue(int l, const std::vector<int>& experts, bool speculative, std::unique_lock<std::mutex>&) {
+    if (!opt_.async) return;
+    Job job{l, {}, {}};
+    const ExpertLayer& L = lay_.layers[size_t(l)];
+    for (int e : experts) {
+        Entry& x = ent(l, e);
+        bool sent = false;
+        const bool want_dev = dev_layer(l) && x.dev_st == St::absent && copy_pays(l, 1);
+        const bool need_host = host_on_ && x.ram_st == St::absent;
+        if (want_dev && !need_host && (x.ram_st == St::ready || !host_on_)) {
+            std::unique_lock<std::mutex> dummy;
+            const int s = dev_slot(false, dummy);
+            if (s >= 0) {
+                x.slot = s;
+                start_copy(l, e, host_bytes(l, e));
+                sent = true;
+            }
+        }
+        if (need_host) {
+            std::unique_lock<std::mutex> dummy;
+            uint8_t* buf = host_alloc(L.bytes, false, dummy);
+            if (buf) {
+                x.ram = buf;
+                x.ram_st = St::loading;
+                ++x.ram_pins;
+                ++ram_loading_;
+                ram_policy_->insert(key(l, e));
+                job.experts.push_back(e);
+                job.then_copy.push_back(want_dev);
+                sent = true;
+            }
+        }
+        if (speculative && sent) {
+            x.prefetched = true;
+            ++stats_.layers[size_t(l)].prefetched;
+        }
+    }
+    if (!job.experts.empty()) {
+        jobs_.push_back(std::move(job));
+        cv_.notify_all();
+    }
+}
+
+void ExpertStore::io_loop() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        if (stop_) {
+            // Undo queued jobs so the destructor sees a consistent state.
+            for (const Job& j : jobs_)
+                for (int e : j.experts) {
+                    Entry& x = ent(j.layer, e);
+                    x.ram_st = St::absent;
+                    --x.ram_pins;
+                    --ram_loading_;
+                }
+            jobs_.clear();
+            return;
+        }
+        Job job = std::move(jobs_.front());
+        jobs_.pop_front();
+        std::vector<ExpertReader::Job> rj;
+        for (int e : job.experts) rj.push_back({e, ent(job.layer, e).ram});
+        lk.unlock();
+        bool ok = true;
+        try {
+            reader_->read(job.layer, rj);
+        } catch (const Error&) {
+            ok = false;   // a later acquire() re-reads it and reports the error to its caller
+        }
+        lk.lock();
+        const ExpertLayer& L = lay_.layers[size_t(job.layer)];
+        for (size_t i = 0; i < job.experts.size(); ++i) {
+            const int e = job.experts[i];
+            Entry& x = ent(job.layer, e);
+            --x.ram_pins;
+            --ram_loading_;
+            if (!ok) {
+                host_free(x.ram, L.bytes);
+                x.ram = nullptr;
+                x.ram_st = St::absent;
+                ram_policy_->erase(key(job.layer, e));
+                continue;
+            }
+            x.ram_st = St::ready;
+            stats_.layers[size_t(job.layer)].bytes_read += L.payload();
+            if (job.then_copy[i] && x.dev_st == St::absent) {
+                const int s = dev_slot(false, lk);
+                if (s >= 0) {
+                    x.slot = s;
+                    start_copy(job.layer, e, x.ram);
+                }
+            }
+        }
+        cv_.notify_all();
+    }
+}
+
+void ExpertStore::route(int l, std::span<const int32_t> sel, int64_t n_tokens) {
+    if (zero_copy() && !opt_.record) return;
+    std::unique_lock lk(mu_);
+    if (l == first_moe_layer_) stats_.tokens += uint64_t(n_tokens);
+    for (int32_t e : sel) profile_.add(l, e);
+    if (zero_copy()) return;
+    const double dt = double(n_tokens) / double(std::max(lay_.n_moe_layers(), 1));
+    if (ram_policy_) ram_policy_->advance(dt);
+    if (dev_policy_) dev_policy_->advance(dt);
+    std::vector<int> uniq(sel.begin(), sel.end());
+    std::sort(uniq.begin(), uniq.end());
+    uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+    std::vector<int> misses;
+    ExpertLayerStats& st = stats_.layers[size_t(l)];
+    for (int e : uniq) {
+        if (e < 0 || e >= lay_.n_expert) fail("expert store: layer {}: expert id {} out of range", l, e);
+        Entry& x = ent(l, e);
+        if (dev_on_) finish_copy(l, e);
+        ++st.uses;
+        bool hit;
+        if (dev_layer(l)) {
+            hit = x.dev_st != St::absent;
+            if (!hit && host_on_ && x.ram_st != St::absent) ++st.host_hits;
+            dev_policy_->access(key(l, e));
+        } else {
+            hit = !host_on_ || x.ram_st != St::absent;
+        }
+        if (host_on_) ram_policy_->access(key(l, e));
+        if (x.prefetched && hit) ++st.prefetch_used;
+        x.prefetched = false;
+        if (hit) ++st.hits;
+        else misses.push_back(e);
+    }
+    issue(l, misses, false, lk);
+}
+
+void ExpertStore::prefetch(int l, std::span<const int32_t> experts) {
+    if (zero_copy()) return;
+    std::unique_lock lk(mu_);
+    std::vector<int> want;
+    for (int32_t e : experts) {
+        if (e < 0 || e >= lay_.n_expert) continue;
+        const Entry& x = ent(l, e);
+        const bool missing = dev_layer(l) ? x.dev_st == St::absent : (host_on_ && x.ram_st == St::absent);
+        if (missing) want.push_back(e);
+    }
+    issue(l, want, true, lk);
+}
+
+// ---- acquire / release -------------------------------------------------------------------
+
+ExpertRef ExpertStore::acquire(int l, int e, int64_t n_tokens) {
+    ExpertRef r;
+    r.layer = l;
+    r.expert = e;
+    if (zero_copy()) {   // the default: a view of the mapping, nothing else
+        for (int p = 0; p < 3; ++p) r.part[p] = lay_.mapped(l, p, e);
+        return r;
+    }
+    const auto t0 = Clock::now();
+    bool waited = false;
+    std::unique_lock lk(mu_);
+    Entry& x = ent(l, e);
+    const ExpertLayer& L = lay_.layers[size_t(l)];
+    ExpertLayerStats& st = stats_.layers[size_t(l)];
+    if (dev_layer(l)) {
+        finish_copy(l, e);
+        if (x.dev_st == St::absent && copy_pays(l, n_tokens)) {
+            if (host_on_ && x.ram_st != St::ready) {
+                waited = true;
+                load_host_sync(l, e, lk);
+            }
+            if (x.dev_st == St::absent) {
+                const int s = dev_slot(true, lk);
+                if (s >= 0) {
+                    x.slot = s;
+                    start_copy(l, e, host_bytes(l, e));
+                }
+            }
+        }
+        if (x.dev_st == St::loading) {
+            waited = true;
+            const uint64_t t = x.ticket;
+            lk.unlock();
+            opt_.device->wait(t);
+            lk.lock();
+            finish_copy(l, e);
+        }
+        if (x.dev_st == St::ready) {
+            ++x.dev_pins;
+            r.tier = Tier::device;
+            const uint8_t* base = opt_.device->data(slots_[size_t(x.slot)]);
+            for (int p = 0; p < 3; ++p) r.part[p] = base + L.buf_off[p];
+            if (waited) st.stall_ns += ns_since(t0);
+            return r;
+        }
+        ++st.cpu_computed;   // the cost model (or a full slot pool) keeps it on the CPU
+    }
+    if (host_on_) {
+        if (x.ram_st != St::ready) {
+            waited = true;
+            load_host_sync(l, e, lk);
+        }
+        if (x.ram_st == St::ready) {
+            ++x.ram_pins;
+            r.tier = Tier::host;
+            for (int p = 0; p < 3; ++p) r.part[p] = x.ram + L.buf_off[p];
+            if (waited) st.stall_ns += ns_since(t0);
+            return r;
+        }
+    }
+    r.tier = Tier::mapped;   // no host tier, or no room in it (mmap io): the mapping's bytes
+    for (int p = 0; p < 3; ++p) r.part[p] = lay_.mapped(l, p, e);
+    if (waited) st.stall_ns += ns_since(t0);
+    return r;
+}
+
+void ExpertStore::release(const ExpertRef& r) {
+    if (r.tier == Tier::mapped) return;
+    std::lock_guard lk(mu_);
+    Entry& x = ent(r.layer, r.expert);
+    if (r.tier == Tier::device) --x.dev_pins;
+    else --x.ram_pins;
+    cv_.notify_all();
+}
+
+// ---- reporting ---------------------------------------------------------------------------
+
+ExpertStoreStats ExpertStore::stats() const {
+    std::lock_guard lk(mu_);
+    return stats_;
+}
+
+std::string ExpertStore::report(int top_n) const {
+    const ExpertStoreStats s = stats();
+    std::string out = fmt::format("expert store: io {}{}, host {}, device {}, policy {}{}\n", expert_io_name(opt_.io),
+                                  opt_.io == ExpertIo::direct && !reader_->direct_active() ? " (O_DIRECT refused: buffered)" : "",
+                                  host_on_ ? format_bytes(double(ram_budget_)) : "off",
+                                  dev_on_ ? fmt::format("{} x {} slots on {}", slots_.size(), format_bytes(double(slot_bytes_)), opt_.device->name()) : "off",
+                                  policy_name(opt_.policy), opt_.seed ? " (profile-seeded)" : "");
+    out += fmt::format("{:>6} {:>9} {:>7} {:>9} {:>7} {:>11} {:>11} {:>10} {:>9}\n", "layer", "uses", "hit%", "host-hit",
+                       "cpu", "read MiB", "copied MiB", "stall ms", "prefetch");
+    for (int l = 0; l < lay_.n_layer; ++l) {
+        const auto& x = s.layers[size_t(l)];
+        if (!lay_.layers[size_t(l)].present() || x.uses == 0) continue;
+        out += fmt::format("{:>6} {:>9} {:>6.1f}% {:>9} {:>7} {:>11.2f} {:>11.2f} {:>10.2f} {:>4}/{:<4}\n", l, x.uses,
+                           100.0 * double(x.hits) / double(x.uses), x.host_hits, x.cpu_computed,
+                           double(x.bytes_read) / 1048576.0, double(x.bytes_copied) / 1048576.0, double(x.stall_ns) / 1e6,
+                           x.prefetch_used, x.prefetched);
+    }
+    const auto t = s.total();
+    const double tok = double(std::max<uint64_t>(s.tokens, 1));
+    out += fmt::format("total: {} tokens, hit rate {:.1f}%, {} per token moved (read {}, copied {}), stall {:.2f} ms "
+                       "({:.3f} ms/token), prefetch {} used of {}\n",
+                       s.tokens, t.uses ? 100.0 * double(t.hits) / double(t.uses) : 100.0,
+                       format_bytes(double(t.bytes_read + t.bytes_copied) / tok), format_bytes(double(t.bytes_read)),
+                       format_bytes(double(t.bytes_copied)), double(t.stall_ns) / 1e6, double(t.stall_ns) / 1e6 / tok,
+                       t.prefetch_used, t.prefetched);
+    const auto sum = summarize(profile_, top_n);
+    if (!sum.hottest.empty()) {
+        out += "hottest (layer:expert selections):";
+        for (const auto& h : sum.hottest) out += fmt::format(" {}:{}({})", h.layer, h.expert, h.count);
+        out += "\n";
+    }
+    return out;
+}
+
+}  // namespace kinfer::runtime
