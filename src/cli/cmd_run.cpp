@@ -1,0 +1,169 @@
+// kinfer run: one-shot generation. The prompt comes from -p, -f, or stdin (`-` or a pipe),
+// optionally wrapped in the model's chat format (--chat); tokens stream to stdout as they come
+// and one timing line goes to stderr (or everything as one JSON object with --json).
+#include "cli/command.h"
+#include "cli/lib/generate.h"
+#include "cli/lib/prompt_text.h"
+#include "common/error.h"
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+namespace kinfer::cli {
+
+namespace {
+
+struct RunArgs {
+    GenArgs gen;
+    std::string prompt, prompt_file, prompt_ids;
+    bool prompt_given = false, chat = false, json = false, print_ids = false;
+};
+
+std::string read_stdin() {
+    std::string s{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    if (std::cin.bad()) fail("reading the prompt from stdin failed");
+    return s;
+}
+
+// The prompt text as typed (escapes and chat wrapping come later).
+std::string prompt_text(const RunArgs& a, bool dash) {
+    const int sources = int(a.prompt_given) + int(!a.prompt_file.empty()) + int(dash);
+    if (sources > 1) fail("give the prompt one way: -p TEXT, -f FILE or - (stdin)");
+    if (a.prompt_given) return a.prompt;
+    if (!a.prompt_file.empty()) return read_prompt_file(a.prompt_file);
+    if (dash || !isatty(STDIN_FILENO)) return read_stdin();
+    fail("no prompt: pass -p TEXT, -f FILE, or pipe text on stdin");
+}
+
+void write_out(std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+}
+
+int run(RunArgs& a, bool dash) {
+    const std::string path = resolve_model_path(a.gen.model);
+    // Read and check the prompt before loading a (possibly large) model.
+    std::string prompt;
+    if (a.prompt_ids.empty()) {
+        prompt = prompt_text(a, dash);
+        if (a.gen.escape) process_escapes(prompt);
+        check_utf8(prompt, "the prompt");
+        check_utf8(a.gen.system_prompt, "the system prompt");
+    }
+    auto model = model::Model::load(path);
+    auto tok = text::Tokenizer::from_gguf(model->file());
+    const size_t n_vocab = size_t(model->hparams().n_vocab);
+
+    std::vector<text::Token> ids;
+    std::optional<text::ChatFormat> format;
+    text::ChatOptions chat_opts = chat_options(a.gen);
+    if (!a.prompt_ids.empty()) {
+        ids = read_token_ids(a.prompt_ids, n_vocab);
+    } else {
+        if (a.chat) {
+            format = pick_chat_format(a.gen, *tok);
+            std::vector<text::ChatMessage> msgs;
+            if (!a.gen.system_prompt.empty()) msgs.push_back({"system", a.gen.system_prompt, "", ""});
+            msgs.push_back({"user", prompt, "", ""});
+            prompt = text::render_chat(*format, msgs, chat_opts);
+        }
+        ids = tok->encode(prompt, /*parse_special=*/true);
+    }
+    if (ids.empty()) fail("the prompt is empty");
+    if (int64_t(ids.size()) >= a.gen.n_ctx)
+        fail("the prompt is {} tokens, which leaves no room in the context of {} tokens (-c)", ids.size(), a.gen.n_ctx);
+
+    model::SessionOptions so;
+    so.n_ctx = a.gen.n_ctx;
+    so.n_batch = a.gen.n_batch;
+    so.n_threads = a.gen.n_threads;
+    model::Session session(*model, so);
+    text::Sampler sampler(sampler_params(a.gen), n_vocab);
+    for (text::Token id : ids) sampler.accept(id);   // the penalties see the prompt too (llama.cpp does)
+
+    GenLimits lim;
+    lim.n_predict = a.gen.n_predict;
+    lim.ignore_eos = a.gen.ignore_eos;
+    lim.delay_ms = a.gen.debug_token_delay_ms;
+    lim.stops = a.gen.reverse_prompts;
+    if (format) {
+        for (auto& s : text::chat_stop_strings(*format)) lim.stops.push_back(s);
+        lim.special = true;   // the channel markers are special tokens; ReplyStream hides them
+    }
+
+    const bool stream = !a.json && !a.print_ids;
+    const bool tty = isatty(STDOUT_FILENO);
+    std::string reasoning, response;
+    ReplyStream channels(format.value_or(text::ChatFormat::KimiK2), chat_opts.thinking,
+                         [&](ReplyStream::Channel ch, std::string_view s) {
+                             (ch == ReplyStream::Channel::Think ? reasoning : response) += s;
+                             if (!stream || (ch == ReplyStream::Channel::Think && !a.gen.show_think)) return;
+                             if (ch == ReplyStream::Channel::Think && tty) {
+                                 write_out("\x1b[2m");
+                                 write_out(s);
+                                 write_out("\x1b[0m");
+                             } else {
+                                 write_out(s);
+                             }
+                         });
+
+    Timings t;
+    prefill_chunked(session, ids, t);
+    const GenResult r = generate(session, sampler, *tok, lim, t, [&](std::string_view s) {
+        if (format) channels.push(s);
+        else if (stream) write_out(s);
+    });
+    if (format) channels.flush();
+
+    if (a.json) {
+        nlohmann::json j;
+        j["text"] = format ? response : r.text;
+        if (format) j["reasoning"] = reasoning;
+        j["generated_ids"] = r.ids;
+        j["prompt_tokens"] = t.n_prompt;
+        j["generated_tokens"] = t.n_gen;
+        j["prompt_ms"] = t.prompt_s * 1e3;
+        j["generation_ms"] = t.gen_s * 1e3;
+        j["prompt_tps"] = t.prompt_s > 0 ? double(t.n_prompt) / t.prompt_s : 0.0;
+        j["generation_tps"] = t.gen_s > 0 ? double(t.n_gen) / t.gen_s : 0.0;
+        j["stop_reason"] = stop_reason_name(r.stop);
+        if (r.stop == StopReason::StopString) j["stop_string"] = r.stop_string;
+        j["model"] = path;
+        // Generated bytes may be invalid UTF-8 (a random model can emit half a character).
+        write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        return 0;
+    }
+    if (a.print_ids) {
+        std::string line;
+        for (size_t i = 0; i < r.ids.size(); ++i) line += (i ? " " : "") + std::to_string(r.ids[i]);
+        write_out(line + "\n");
+    } else if (tty) {
+        write_out("\n");   // leave the shell prompt on its own line; pipes get the exact text
+    }
+    if (r.stop == StopReason::ContextFull)
+        std::fprintf(stderr, "kinfer: context full (%lld tokens, -c); generation stopped\n", (long long)session.n_ctx());
+    std::fprintf(stderr, "kinfer: %s\n", timing_line(t, r.stop).c_str());
+    return 0;
+}
+
+std::function<int()> setup_run(CLI::App& app) {
+    auto a = std::make_shared<RunArgs>();
+    add_generation_flags(app, a->gen);
+    app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
+    app.add_option("-f,--file", a->prompt_file, "read the prompt from a file (one trailing newline dropped)");
+    app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat format");
+    app.add_flag("--json", a->json, "print one JSON object (text, token counts, timings, stop reason) instead of the text");
+    app.add_flag("--print-ids", a->print_ids, "print the generated token ids instead of the text");
+    // Debug: feed token ids directly (parity tests against llama.cpp's greedy runs).
+    app.add_option("--prompt-ids", a->prompt_ids, "file of token ids to use as the raw prompt")->group("");
+    return [a, &app] { return run(*a, take_extras(app, a->gen)); };
+}
+
+}  // namespace
+
+KINFER_COMMAND("run", "One-shot generation from -p, a prompt file or stdin", setup_run);
+
+}  // namespace kinfer::cli

@@ -1,0 +1,325 @@
+#include "cli/lib/chat_repl.h"
+
+#include "cli/lib/prompt_text.h"
+#include "common/error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <unistd.h>
+
+namespace kinfer::cli {
+
+namespace {
+
+constexpr const char* kDim = "\x1b[2m";
+constexpr const char* kReset = "\x1b[0m";
+
+constexpr const char* kHelp =
+    "  /exit            leave (also Ctrl-D, or Ctrl-C at an empty prompt)\n"
+    "  /clear           forget the conversation (the system prompt stays)\n"
+    "  /regen           answer the last message again\n"
+    "  /read FILE       send a file's text as your message\n"
+    "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
+    "  /save FILE       write the conversation as JSON\n"
+    "  /load FILE       read a conversation written by /save\n"
+    "  /stats           context use and the last reply's speed\n"
+    "  /help            this list\n"
+    "  A line ending in \\ continues on the next line; Ctrl-C stops a reply; //text sends /text.\n";
+
+class PlainReader : public LineReader {
+public:
+    std::optional<std::string> read_line(const std::string& prompt) override {
+        const bool tty = isatty(STDIN_FILENO);
+        if (tty) {
+            std::fputs(prompt.c_str(), stdout);
+            std::fflush(stdout);
+        }
+        for (;;) {
+            const size_t nl = buf_.find('\n');
+            if (nl != std::string::npos) {
+                std::string line = buf_.substr(0, nl);
+                buf_.erase(0, nl + 1);
+                if (!line.empty() && line.back() == '\r') line.pop_back();
+                return line;
+            }
+            if (interrupted()) {   // Ctrl-C at the prompt: the terminal driver dropped the typed line
+                clear_interrupt();
+                if (tty) std::fputs("\n", stdout);
+                return std::nullopt;
+            }
+            pollfd p{STDIN_FILENO, POLLIN, 0};
+            const int rc = poll(&p, 1, 100);   // wakes up for SIGINT (EINTR) or after 100 ms
+            if (rc <= 0) {
+                if (rc < 0 && errno != EINTR) return std::nullopt;
+                continue;
+            }
+            char tmp[4096];
+            const ssize_t n = read(STDIN_FILENO, tmp, sizeof tmp);
+            if (n < 0) {
+                if (errno == EINTR || errno == EAGAIN) continue;
+                return std::nullopt;
+            }
+            if (n == 0) {   // end of input: a last line without newline still counts
+                if (buf_.empty()) return std::nullopt;
+                std::string line;
+                line.swap(buf_);
+                return line;
+            }
+            buf_.append(tmp, size_t(n));
+        }
+    }
+
+private:
+    std::string buf_;
+};
+
+// Control bytes from a (possibly random) model would move the cursor or change colours; show
+// them as U+FFFD on a terminal. Newlines and tabs are text.
+std::string visible(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (char c : s) {
+        const auto u = uint8_t(c);
+        if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) out += "\xEF\xBF\xBD";
+        else out += c;
+    }
+    return out;
+}
+
+bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
+
+}  // namespace
+
+std::unique_ptr<LineReader> make_plain_reader() { return std::make_unique<PlainReader>(); }
+
+ChatRepl::ChatRepl(model::Session& session, const text::Tokenizer& tok, ChatConfig cfg)
+    : session_(session), tok_(tok), cfg_(std::move(cfg)),
+      sampler_(sampler_params(cfg_.args), size_t(session.model().hparams().n_vocab)),
+      system_(cfg_.args.system_prompt) {}
+
+void ChatRepl::notice(const std::string& s) const {
+    std::fflush(stdout);   // keep the order of reply text and notices on a shared terminal
+    if (cfg_.color) std::fprintf(stderr, "%s%s%s\n", kDim, s.c_str(), kReset);
+    else std::fprintf(stderr, "%s\n", s.c_str());
+}
+
+std::vector<text::ChatMessage> ChatRepl::conversation() const {
+    std::vector<text::ChatMessage> all;
+    if (!system_.empty()) all.push_back({"system", system_, "", ""});
+    all.insert(all.end(), msgs_.begin(), msgs_.end());
+    return all;
+}
+
+void ChatRepl::reset_session() {
+    session_.reset();
+    in_session_.clear();
+    stopped_on_string_ = false;
+}
+
+int ChatRepl::run(LineReader& in) {
+    for (;;) {
+        std::optional<std::string> line = in.read_line("> ");
+        if (!line) break;
+        // A trailing backslash continues the message on the next line.
+        while (!line->empty() && line->back() == '\\') {
+            line->back() = '\n';
+            std::optional<std::string> more = in.read_line(". ");
+            if (!more) break;
+            *line += *more;
+        }
+        if (line->find_first_not_of(" \t\n") == std::string::npos) continue;
+        in.add_history(*line);
+        try {
+            if (!handle(*line)) break;
+        } catch (const kinfer::Error& e) {
+            // A bad /read path or a broken /load file ends that command, not the chat.
+            notice(std::string("kinfer: error: ") + e.what());
+        }
+    }
+    return 0;
+}
+
+bool ChatRepl::handle(const std::string& input) {
+    if (starts_with(input, "/") && !starts_with(input, "//")) {
+        const size_t sp = input.find_first_of(" \t");
+        const size_t at = sp == std::string::npos ? sp : input.find_first_not_of(" \t", sp);
+        const std::string name = input.substr(0, sp);
+        const std::string arg = at == std::string::npos ? "" : input.substr(at);
+        return command(name, arg);
+    }
+    std::string text = starts_with(input, "//") ? input.substr(1) : input;
+    check_utf8(text, "the message");
+    msgs_.push_back({"user", std::move(text), "", ""});
+    respond();
+    return true;
+}
+
+bool ChatRepl::command(const std::string& name, const std::string& arg) {
+    if (name == "/exit" || name == "/quit") return false;
+    if (name == "/help") {
+        std::fflush(stdout);
+        std::fputs(kHelp, stderr);
+    } else if (name == "/clear") {
+        msgs_.clear();
+        reset_session();
+        sampler_.reset();
+        notice("[conversation cleared]");
+    } else if (name == "/regen") {
+        if (!msgs_.empty() && msgs_.back().role == "assistant") msgs_.pop_back();
+        if (msgs_.empty() || msgs_.back().role != "user") {
+            notice("[nothing to regenerate]");
+            return true;
+        }
+        respond();
+    } else if (name == "/read") {
+        if (arg.empty()) fail("/read needs a file name");
+        std::string text = read_text_file(arg);
+        check_utf8(text, arg);
+        notice(fmt::format("[{}: {} bytes]", arg, text.size()));
+        msgs_.push_back({"user", std::move(text), "", ""});
+        respond();
+    } else if (name == "/system") {
+        check_utf8(arg, "the system prompt");
+        system_ = arg;
+        notice(arg.empty() ? "[system prompt removed]" : "[system prompt set]");
+    } else if (name == "/save") {
+        if (arg.empty()) fail("/save needs a file name");
+        save(arg);
+        notice(fmt::format("[saved {} messages to {}]", msgs_.size(), arg));
+    } else if (name == "/load") {
+        if (arg.empty()) fail("/load needs a file name");
+        load(arg);
+        notice(fmt::format("[loaded {} messages from {}]", msgs_.size(), arg));
+    } else if (name == "/stats") {
+        notice(fmt::format("[context {} / {} tokens | {} turns | {} full re-prefills | format {}]", in_session_.size(),
+                           session_.n_ctx(), turns_, reprefills_, text::chat_format_name(cfg_.format)));
+        if (turns_ > 0) notice("[last reply: " + timing_line(last_, last_stop_) + "]");
+    } else {
+        notice("[unknown command " + name + "; /help lists them]");
+    }
+    return true;
+}
+
+void ChatRepl::print_reply(ReplyStream::Channel ch, std::string_view s) {
+    const bool think = ch == ReplyStream::Channel::Think;
+    if (think && !cfg_.args.show_think) return;
+    std::string out = cfg_.color ? visible(s) : std::string(s);
+    if (cfg_.color && think != in_dim_) {
+        out = (think ? kDim : kReset) + out;
+        in_dim_ = think;
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    at_line_start_ = s.back() == '\n';
+}
+
+void ChatRepl::respond() {
+    const std::string rendered = text::render_chat(cfg_.format, conversation(), cfg_.opts);
+    // Keep the session when the text it holds starts the new rendering: prefill only the rest.
+    // Comparing text rather than re-tokenising keeps the model's own reply tokens (a sampled
+    // reply is rarely the canonical BPE of its text). After a stop string the session may hold
+    // the start of that string as plain tokens where the rendering has a special token: start over.
+    const std::string held = tok_.decode(in_session_, /*special=*/true);
+    const bool reuse = !stopped_on_string_ && rendered.compare(0, held.size(), held) == 0;
+    const std::vector<text::Token> fresh = tok_.encode(reuse ? rendered.substr(held.size()) : rendered, /*parse_special=*/true);
+    const size_t total = (reuse ? in_session_.size() : 0) + fresh.size();
+    if (int64_t(total) >= session_.n_ctx()) {
+        msgs_.pop_back();   // leave the conversation as it was
+        notice(fmt::format("[the conversation is {} tokens and does not fit the context of {} (-c); /clear starts over]",
+                           total, session_.n_ctx()));
+        return;
+    }
+    if (!reuse && !in_session_.empty()) {
+        reset_session();
+        ++reprefills_;
+    }
+    for (text::Token id : fresh) sampler_.accept(id);
+
+    Timings t;
+    InterruptScope guard;
+    const size_t fed = prefill_chunked(session_, fresh, t);
+    in_session_.insert(in_session_.end(), fresh.begin(), fresh.begin() + std::ptrdiff_t(fed));
+
+    GenResult r;
+    if (fed < fresh.size()) {
+        r.stop = StopReason::Interrupted;   // Ctrl-C while reading the prompt
+    } else {
+        GenLimits lim;
+        lim.n_predict = cfg_.args.n_predict;
+        lim.ignore_eos = cfg_.args.ignore_eos;
+        lim.delay_ms = cfg_.args.debug_token_delay_ms;
+        lim.stops = text::chat_stop_strings(cfg_.format);
+        for (const auto& s : cfg_.args.reverse_prompts) lim.stops.push_back(s);
+        lim.special = true;   // channel markers are special tokens; ReplyStream hides them
+        ReplyStream view(cfg_.format, cfg_.opts.thinking, [this](ReplyStream::Channel ch, std::string_view s) { print_reply(ch, s); });
+        at_line_start_ = true;
+        r = generate(session_, sampler_, tok_, lim, t, [&](std::string_view s) { view.push(s); });
+        view.flush();
+        in_session_.insert(in_session_.end(), r.ids.begin(), r.ids.begin() + std::ptrdiff_t(r.n_fed));
+    }
+    if (in_dim_) {
+        std::fputs(kReset, stdout);
+        in_dim_ = false;
+    }
+    if (!at_line_start_) std::fputs("\n", stdout);
+    std::fflush(stdout);
+    clear_interrupt();
+
+    // The partial reply of an interrupted turn is kept: the conversation stays consistent.
+    const text::ChatReply reply = text::split_reply(cfg_.format, r.text, cfg_.opts.thinking);
+    msgs_.push_back({"assistant", reply.response, reply.reasoning, ""});
+    last_ = t;
+    last_stop_ = r.stop;
+    stopped_on_string_ = r.stop == StopReason::StopString;
+    ++turns_;
+    if (r.stop == StopReason::Interrupted) notice("[interrupted]");
+    else if (r.stop == StopReason::ContextFull) notice("[context full: /clear starts over]");
+}
+
+void ChatRepl::save(const std::string& path) const {
+    nlohmann::json j;
+    j["format"] = text::chat_format_name(cfg_.format);
+    j["system"] = system_;
+    j["messages"] = nlohmann::json::array();
+    for (const auto& m : msgs_) {
+        nlohmann::json o{{"role", m.role}, {"content", m.content}};
+        if (!m.reasoning_content.empty()) o["reasoning_content"] = m.reasoning_content;
+        if (!m.name.empty()) o["name"] = m.name;
+        j["messages"].push_back(std::move(o));
+    }
+    std::ofstream f(path, std::ios::binary);
+    if (!f) fail("{}: cannot write", path);
+    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!f) fail("{}: write failed", path);
+}
+
+void ChatRepl::load(const std::string& path) {
+    std::string system;
+    std::vector<text::ChatMessage> msgs;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(read_text_file(path));
+        // {"system": ..., "messages": [...]} as /save writes it, or a bare message array.
+        const nlohmann::json* arr = j.is_array() ? &j : (j.is_object() && j.contains("messages") ? &j["messages"] : nullptr);
+        if (!arr || !arr->is_array()) fail("{}: expected {{\"messages\": [...]}} as /save writes", path);
+        if (j.is_object()) system = j.value("system", std::string());
+        for (const auto& m : *arr) {
+            if (!m.is_object() || !m.contains("role")) fail("{}: every message needs a \"role\"", path);
+            text::ChatMessage cm{m["role"].get<std::string>(), m.value("content", std::string()),
+                                 m.value("reasoning_content", std::string()), m.value("name", std::string())};
+            if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
+                fail("{}: unknown role '{}'", path, cm.role);
+            if (cm.role == "system" && msgs.empty()) system = cm.content;
+            else msgs.push_back(std::move(cm));
+        }
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not a saved chat ({})", path, e.what());
+    }
+    system_ = std::move(system);
+    msgs_ = std::move(msgs);
+    // The session is brought in line on the next turn (prefix comparison).
+}
+
+}  // namespace kinfer::cli

@@ -1,0 +1,147 @@
+// Text generation shared by `kinfer run` and `kinfer chat`: the flags both accept, the prompt
+// checks (UTF-8, length), prefill in interruptible chunks, the sample -> detokenize -> stop-string
+// loop, and the one-line timing report. The data flow is DESIGN.md section 2's: tokens ->
+// Session::prefill -> logits -> Sampler -> StreamDecoder -> StopMatcher -> the caller's sink.
+#pragma once
+#include "model/session.h"
+#include "text/chat_template.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace kinfer::cli {
+
+// Everything `run` and `chat` share, as parsed from the command line.
+struct GenArgs {
+    std::string model;                  // -m; empty: the shipped demo model
+    int64_t n_predict = 128;            // -n; -1: until end of generation or a full context
+    int64_t n_ctx = 4096;               // -c
+    int64_t n_batch = 512;              // -b
+    int n_threads = 0;                  // -t; 0: physical cores
+    text::SamplerParams sampling;       // --temp, --top-k, ... (llama.cpp's defaults)
+    std::vector<std::string> logit_bias;   // "ID+BIAS" / "ID-BIAS" (BIAS may be inf)
+    std::vector<std::string> reverse_prompts;   // -r: stop strings
+    bool ignore_eos = false;
+    bool escape = true;                 // process \n, \t, \xHH ... in prompts
+    std::string system_prompt;          // -sys / --system-prompt
+    std::string chat_template;          // --chat-template: override the detected format
+    bool no_think = false;              // K3: answer without the think channel
+    std::string think_effort = "max";   // K3: low, high, max
+    bool show_think = false;            // show the think channel (dimmed on a terminal)
+    int debug_token_delay_ms = 0;       // hidden test hook: pause after each token (see GenLimits)
+};
+
+// Declares the shared flags on a subcommand. `-sys TEXT` is llama.cpp's spelling, which CLI11
+// cannot declare (one-dash names are one letter), so the subcommand accepts extras and
+// take_extras() picks it up after parsing, together with a lone `-` (prompt from stdin).
+void add_generation_flags(CLI::App& app, GenArgs& a);
+// Applies the extras CLI11 left over; returns true when a lone "-" was given. Throws
+// kinfer::Error on anything else it does not know.
+bool take_extras(CLI::App& app, GenArgs& a);
+
+// -m's value, or the demo model next to the executable (<build>/bin/kinfer -> ../../models/,
+// or an installed ../share/kinfer/models/). Throws kinfer::Error when there is none.
+std::string resolve_model_path(const std::string& model);
+
+// Throws kinfer::Error naming `what` and the byte offset of the first invalid UTF-8 sequence.
+void check_utf8(std::string_view s, std::string_view what);
+
+// Whitespace-separated token ids (the debug --prompt-ids input), each checked against n_vocab.
+std::vector<text::Token> read_token_ids(const std::string& path, size_t n_vocab);
+
+// The sampler settings with --logit-bias parsed (throws kinfer::Error on a malformed entry).
+text::SamplerParams sampler_params(const GenArgs& a);
+
+// The chat format: --chat-template when given (throws on an unknown name), else the one the
+// model's template or vocabulary shows (throws when neither decides).
+text::ChatFormat pick_chat_format(const GenArgs& a, const text::Tokenizer& tok);
+text::ChatOptions chat_options(const GenArgs& a);
+
+// SIGINT while generating: the handler only sets a flag that the loops below poll between
+// tokens (and between prefill chunks), so an interrupted reply ends cleanly.
+class InterruptScope {
+public:
+    InterruptScope();    // installs the handler, clears the flag
+    ~InterruptScope();   // restores the previous handler
+    InterruptScope(const InterruptScope&) = delete;
+    InterruptScope& operator=(const InterruptScope&) = delete;
+};
+bool interrupted();
+void clear_interrupt();
+
+enum class StopReason { Eog, Length, StopString, ContextFull, Interrupted };
+const char* stop_reason_name(StopReason r);
+
+struct Timings {
+    int64_t n_prompt = 0;   // tokens prefilled
+    double prompt_s = 0;
+    int64_t n_gen = 0;      // tokens generated
+    double gen_s = 0;
+};
+// "prompt 64 tokens, 12.30 ms (5203.25 t/s) | generated 32 tokens, ... | stop: length".
+std::string timing_line(const Timings& t, StopReason r);
+
+// Prefills tokens in chunks of the session's n_batch, stopping early after a chunk when
+// interrupted() turns true. Returns how many tokens went in; adds the time to t.
+size_t prefill_chunked(model::Session& s, std::span<const text::Token> tokens, Timings& t);
+
+struct GenLimits {
+    int64_t n_predict = 128;             // -1: no limit but the context
+    bool ignore_eos = false;
+    std::vector<std::string> stops;      // stop strings (matched on the detokenized text)
+    bool special = false;                // detokenize special tokens as their text
+    int delay_ms = 0;                    // pause after each token: lets terminal tests interrupt a
+                                         // reply of a tiny, fast model deterministically
+};
+
+struct GenResult {
+    std::vector<text::Token> ids;   // generated tokens (without the end-of-generation token)
+    size_t n_fed = 0;               // how many of ids went into the session (a prefix of ids)
+    std::string text;               // what was emitted, stop string excluded
+    StopReason stop = StopReason::Length;
+    std::string stop_string;
+};
+
+// Samples from the session's current logits until a limit; each piece of text that is safe to
+// show (whole UTF-8 characters, not a possible start of a stop string) goes to on_text as it
+// comes. Every emitted token except the last is decoded into the session; the last one is too
+// unless generation stops right after it (so the session never runs past the context).
+GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokenizer& tok, const GenLimits& lim,
+                   Timings& t, const std::function<void(std::string_view)>& on_text);
+
+// Splits streamed chat output into its channels: K3's think / response channels and K2's
+// <think>...</think>, hiding the markers themselves. A marker split across pushes is held
+// back until it is decided.
+class ReplyStream {
+public:
+    enum class Channel { Think, Response };
+    using Sink = std::function<void(Channel, std::string_view)>;
+    ReplyStream(text::ChatFormat format, bool thinking, Sink sink);
+    void push(std::string_view text);
+    void flush();
+    Channel channel() const { return ch_; }
+
+private:
+    struct Marker {
+        std::string text;
+        std::optional<Channel> to;   // nullopt: hide only
+    };
+    void emit(std::string_view s);
+    std::vector<Marker> markers_;
+    Sink sink_;
+    Channel ch_;
+    std::string held_;
+};
+
+}  // namespace kinfer::cli

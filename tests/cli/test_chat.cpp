@@ -1,0 +1,92 @@
+// kinfer chat with piped input (no terminal): turns, slash commands, /save and /load, and the
+// prefix reuse of the session (each turn prefills only the new tokens).
+#include "cli_util.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+using namespace kinfer::test;
+using nlohmann::json;
+
+namespace {
+
+std::string chat_cmd(const std::string& model, const std::string& input, const std::string& args) {
+    return "printf '%s' " + quote(input) + " | " + quote(kinfer_bin()) + " chat -m " + quote(tiny_model(model)) +
+           " -t 2 " + args;
+}
+
+std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("kinfer_test_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+}  // namespace
+
+TEST_CASE("chat: piped turns, /stats, /save, /load, /regen, /clear") {
+    const std::string save = temp_path("chat.json");
+    const std::string input = "Hello there\nand a second\\\nline\n/stats\n/save " + save +
+                              "\n/regen\n/clear\n/load " + save + "\nthird\n/stats\n/bogus\n/exit\n";
+    auto r = run_command(chat_cmd("k3-tiny-a-Q4_K_M", input, "-n 4 --temp 0 -sys 'Be brief.'"));
+    INFO(r.out);
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("format kimi-k3") != std::string::npos);
+    CHECK(r.out.find("[context ") != std::string::npos);
+    CHECK(r.out.find("| 2 turns |") != std::string::npos);
+    CHECK(r.out.find("[conversation cleared]") != std::string::npos);
+    CHECK(r.out.find("[loaded 4 messages from") != std::string::npos);
+    CHECK(r.out.find("[unknown command /bogus") != std::string::npos);
+    CHECK(r.out.find("kinfer: error") == std::string::npos);
+
+    std::ifstream f(save);
+    REQUIRE(f);
+    const json j = json::parse(f);
+    CHECK(j.at("system") == "Be brief.");
+    const auto& msgs = j.at("messages");
+    REQUIRE(msgs.size() == 4);
+    CHECK(msgs[0].at("role") == "user");
+    CHECK(msgs[0].at("content") == "Hello there");
+    CHECK(msgs[1].at("role") == "assistant");
+    CHECK(msgs[2].at("content") == "and a second\nline");   // trailing backslash continues the message
+    std::remove(save.c_str());
+}
+
+TEST_CASE("chat: a later turn prefills only the new tokens") {
+    // The second turn keeps the first turn's tokens in the session: no full re-prefill, and its
+    // prompt is only the new tokens (far fewer than the context in use).
+    for (const char* m : {"kl-tiny-a-Q4_K_M", "k3-tiny-a-Q4_K_M"}) {
+        CAPTURE(m);
+        auto r = run_command(chat_cmd(m, "one\ntwo\n/stats\n", "-n 3 --temp 0"));
+        INFO(r.out);
+        CHECK(r.rc == 0);
+        CHECK(r.out.find("| 2 turns | 0 full re-prefills |") != std::string::npos);
+        const size_t c = r.out.find("[context ");
+        const size_t p = r.out.find("[last reply: prompt ");
+        REQUIRE(c != std::string::npos);
+        REQUIRE(p != std::string::npos);
+        const int in_context = std::stoi(r.out.substr(c + 9));
+        const int prompt = std::stoi(r.out.substr(p + 20));
+        CHECK(prompt > 0);
+        CHECK(prompt * 2 < in_context);
+    }
+}
+
+TEST_CASE("chat: the same seed gives the same replies") {
+    const std::string args = "-n 6 --temp 0.8 --seed 7";
+    auto a = run_command(quiet(chat_cmd("kl-tiny-a-Q4_K_M", "hi\nmore\n", args)));
+    auto b = run_command(quiet(chat_cmd("kl-tiny-a-Q4_K_M", "hi\nmore\n", args)));
+    CHECK(a.rc == 0);
+    CHECK(!a.out.empty());
+    CHECK(a.out == b.out);
+}
+
+TEST_CASE("chat: bad input") {
+    auto r = run_command(chat_cmd("kl-tiny-a-Q4_K_M", "/read /nonexistent/file.txt\n/load /nonexistent/c.json\n", ""));
+    CHECK(r.rc == 0);   // a failed command does not end the chat
+    CHECK(r.out.find("kinfer: error: /nonexistent/file.txt") != std::string::npos);
+    CHECK(r.out.find("kinfer: error: /nonexistent/c.json") != std::string::npos);
+    auto t = run_command(chat_cmd("kl-tiny-a-Q4_K_M", "", "--chat-template nope"));
+    CHECK(t.rc == 1);
+    REQUIRE(lines_of(t.out).size() == 1);
+    CHECK(t.out.find("kinfer: error: unknown chat template 'nope'") == 0);
+}
