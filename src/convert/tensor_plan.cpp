@@ -65,7 +65,7 @@ private:
     void add_expert(const StTensor& t, const std::string& name, int bid);
     void split_kvb(const StTensor& t, const std::string& name);
     void emit(const StTensor& t, const std::string& hf_name, std::vector<int64_t> numpy_shape, Xform xf = Xform::Convert);
-    void push(PlanTensor p, int bid);
+    void push(PlanTensor p);
     quant::Type choose_type(const std::string& gguf, int n_dims, int64_t ne0, int bid) const;
     void check_shape(const StTensor& t, const std::string& name) const;
     void finish_checks();
@@ -115,7 +115,7 @@ void Planner::check_shape(const StTensor& t, const std::string& name) const {
         fail("{}: tensor '{}': shape {} but {} implies {}", t.path(), t.name, t.shape_str(), cfg_.path, shape_of(*want));
 }
 
-void Planner::push(PlanTensor p, int /*bid*/) {
+void Planner::push(PlanTensor p) {
     plan_.out_bytes += p.nbytes();
     plan_.tensors.push_back(std::move(p));
 }
@@ -136,7 +136,7 @@ void Planner::emit(const StTensor& t, const std::string& gguf, std::vector<int64
         t.dtype != DType::I32 && t.dtype != DType::I64 && t.dtype != DType::U16 && t.dtype != DType::U32 &&
         t.dtype != DType::U64 && t.dtype != DType::BOOL)
         fail("{}: tensor '{}': dtype {} cannot be converted", t.path(), t.name, dtype_name(t.dtype));
-    push(std::move(p), bid);
+    push(std::move(p));
 }
 
 void Planner::plan_mxfp4_experts() {
@@ -226,7 +226,7 @@ void Planner::plan_mxfp4_experts() {
         p.ne[0] = cols;
         p.ne[1] = rows;
         p.ne[2] = n_exp;
-        push(std::move(p), bid);
+        push(std::move(p));
     }
 }
 
@@ -272,7 +272,7 @@ void Planner::add_expert(const StTensor& t, const std::string& name, int bid) {
         p.ne[1] = sh[0];
         p.ne[2] = cfg_.n_expert;
         p.type = choose_type(p.name, 3, p.ne[0], bid);
-        push(std::move(p), bid);
+        push(std::move(p));
     }
     experts_.erase(bid);
 }
@@ -297,7 +297,7 @@ void Planner::split_kvb(const StTensor& t, const std::string& name) {
         else { p.ne[0] = kv_lora; p.ne[1] = v; }
         p.ne[2] = nh;
         p.type = choose_type(p.name, 3, p.ne[0], bid);
-        push(std::move(p), bid);
+        push(std::move(p));
     }
 }
 
@@ -356,7 +356,7 @@ void Planner::visit_k3(const StTensor& t, const std::string& name, int bid) {
             p.n_dims = 1;
             p.ne[0] = norm->numel();
             p.type = quant::Type::F32;
-            push(std::move(p), bid);
+            push(std::move(p));
             return;
         }
     }
@@ -378,7 +378,7 @@ void Planner::visit_k3(const StTensor& t, const std::string& name, int bid) {
         p.n_dims = 1;
         p.ne[0] = cfg_.n_head;
         p.type = quant::Type::F32;
-        return push(std::move(p), bid);
+        return push(std::move(p));
     }
     if (ends_with(name, ".self_attn.g_proj.weight")) {
         check_shape(t, name);
