@@ -49,7 +49,10 @@ int run(RunArgs& a, bool dash) {
     std::string prompt;
     if (a.prompt_ids.empty()) {
         prompt = prompt_text(a, dash);
-        if (a.gen.escape) process_escapes(prompt);
+        if (a.gen.escape) {
+            process_escapes(prompt);
+            process_escapes(a.gen.system_prompt);
+        }
         check_utf8(prompt, "the prompt");
         check_utf8(a.gen.system_prompt, "the system prompt");
     }

@@ -157,6 +157,18 @@ bool ChatRepl::handle(const std::string& input) {
     return true;
 }
 
+void ChatRepl::respond() {
+    try {
+        answer();
+    } catch (...) {
+        // The session may hold part of a prefill that in_session_ does not know about: forget it
+        // (the next turn prefills from the start) and drop the unanswered message.
+        reset_session();
+        if (!msgs_.empty() && msgs_.back().role == "user") msgs_.pop_back();
+        throw;
+    }
+}
+
 bool ChatRepl::command(const std::string& name, const std::string& arg) {
     if (name == "/exit" || name == "/quit") return false;
     if (name == "/help") {
@@ -216,7 +228,7 @@ void ChatRepl::print_reply(ReplyStream::Channel ch, std::string_view s) {
     at_line_start_ = s.back() == '\n';
 }
 
-void ChatRepl::respond() {
+void ChatRepl::answer() {
     const std::string rendered = text::render_chat(cfg_.format, conversation(), cfg_.opts);
     // Keep the session when the text it holds starts the new rendering: prefill only the rest.
     // Comparing text rather than re-tokenising keeps the model's own reply tokens (a sampled

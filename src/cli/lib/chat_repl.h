@@ -50,6 +50,7 @@ public:
 private:
     bool command(const std::string& name, const std::string& arg);
     void respond();   // answers the conversation, which ends with a user message
+    void answer();    // respond() without the clean-up on errors
     std::vector<text::ChatMessage> conversation() const;
     void save(const std::string& path) const;
     void load(const std::string& path);
