@@ -33,7 +33,7 @@ int32_t argmax(const std::vector<float>& x) {
 }
 
 struct EvalArgs {
-    std::string model, tokens, logits_out, mode = "batch", kda = "chunked", mla = "absorbed";
+    std::string model, tokens, logits_out, mode = "batch", kda = "recurrent", mla = "absorbed";
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int dump_layer = -1;

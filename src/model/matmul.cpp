@@ -11,7 +11,8 @@
 namespace kinfer::model {
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
-void dot4_f32_avx2(const float* const* w, const float* x, int64_t n, float* out);
+void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out);
+float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n);
 
 namespace {
 
@@ -126,20 +127,27 @@ void quantize_acts(runtime::ThreadPool* pool, quant::Type wtype, const float* x,
 void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy, int64_t r0, int64_t r1) {
     if (ldy == 0) ldy = W.rows;
     if (W.type == quant::Type::F32) {
-        const bool avx2 = have_avx2();
+        // Follow llama.cpp's choice of kernel so fp32 results match it bit for bit: tinyBLAS
+        // (sgemm) for >= 2 activation rows when cols % 16 == 0, ggml_vec_dot_f32 otherwise.
+        const bool sgemm = n >= 2 && W.cols % 16 == 0 && have_avx2();
         for (int64_t t0 = 0; t0 < n; t0 += kTokenBlock) {
             const int64_t t1 = std::min(n, t0 + kTokenBlock);
             int64_t r = r0;
-            if (avx2) {
+            if (sgemm) {
                 for (; r + 4 <= r1; r += 4) {
                     const float* w[4] = {reinterpret_cast<const float*>(W.row(r)), reinterpret_cast<const float*>(W.row(r + 1)),
                                          reinterpret_cast<const float*>(W.row(r + 2)), reinterpret_cast<const float*>(W.row(r + 3))};
                     for (int64_t t = t0; t < t1; ++t) {
                         float o[4];
-                        dot4_f32_avx2(w, static_cast<const float*>(xq.row(t)), W.cols, o);
+                        dot4_f32_sgemm_avx2(w, static_cast<const float*>(xq.row(t)), W.cols, o);
                         float* yt = y + t * ldy + r;
                         yt[0] = o[0]; yt[1] = o[1]; yt[2] = o[2]; yt[3] = o[3];
                     }
+                }
+                for (; r < r1; ++r) {
+                    const float* w = reinterpret_cast<const float*>(W.row(r));
+                    for (int64_t t = t0; t < t1; ++t)
+                        y[t * ldy + r] = dot_f32_sgemm_avx2(w, static_cast<const float*>(xq.row(t)), W.cols);
                 }
             }
             for (; r < r1; ++r) {

@@ -29,28 +29,6 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n) {
     return r;
 }
 
-// 4 dot products of one activation row against 4 weight rows: x is loaded once per step.
-void dot4_f32_avx2(const float* const* w, const float* x, int64_t n, float* out) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w[0] + i), xv, s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w[1] + i), xv, s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w[2] + i), xv, s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w[3] + i), xv, s3);
-    }
-    __m256 v[4] = {s0, s1, s2, s3};
-    for (int k = 0; k < 4; ++k) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(v[k]), _mm256_extractf128_ps(v[k], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        float r = _mm_cvtss_f32(h);
-        for (int64_t j = i; j < n; ++j) r += w[k][j] * x[j];
-        out[k] = r;
-    }
-}
-
 }  // namespace kinfer::model
 
 namespace kinfer::model {
@@ -68,6 +46,45 @@ float kda_row_step_avx2(float* Mj, const float* eg, const float* k, const float*
         _mm256_storeu_ps(Mj + i, _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dv, _mm256_loadu_ps(Mj + i)));
     for (; i < D; ++i) Mj[i] = __builtin_fmaf(k[i], d, Mj[i]);
     return dot_f32_avx2(Mj, q, D);
+}
+
+}  // namespace kinfer::model
+
+namespace kinfer::model {
+
+namespace {
+// _mm512_reduce_add_ps's tree over 16 lanes given as two 8-lane halves.
+inline float reduce16(__m256 lo, __m256 hi) {
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+}  // namespace
+
+// llamafile's tinyBLAS order (what llama.cpp runs for F32 matmuls of >= 2 rows on an AVX-512
+// build): one 16-lane FMA accumulator per output over k (k % 16 == 0), then the reduce tree.
+// Four weight rows share each activation load.
+void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out) {
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < n; l += 16) {
+        const __m256 xl = _mm256_loadu_ps(x + l), xh = _mm256_loadu_ps(x + l + 8);
+        for (int j = 0; j < 4; ++j) {
+            lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w[j] + l), xl, lo[j]);
+            hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w[j] + l + 8), xh, hi[j]);
+        }
+    }
+    for (int j = 0; j < 4; ++j) out[j] = reduce16(lo[j], hi[j]);
+}
+
+float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int64_t l = 0; l < n; l += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + l), _mm256_loadu_ps(b + l), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + l + 8), _mm256_loadu_ps(b + l + 8), hi);
+    }
+    return reduce16(lo, hi);
 }
 
 }  // namespace kinfer::model

@@ -22,7 +22,11 @@ struct SessionOptions {
     int64_t n_ctx = 4096;         // most tokens the MLA cache holds (-c)
     int64_t n_batch = 512;        // prefill chunk (-b)
     int n_threads = 0;            // 0 = physical cores (-t)
-    bool kda_chunked = true;      // prefill KDA in the chunked WY form (false: the recurrence)
+    // Prefill KDA in the chunked WY form instead of the recurrence. Off by default: llama.cpp's
+    // CPU runs the recurrence for prefill too, and with it quantized models match llama.cpp bit
+    // for bit up to its own first rounding event; the chunked form agrees to fp32 rounding
+    // (tested) and is the basis for a GEMM-shaped prefill kernel.
+    bool kda_chunked = false;
     bool mla_decompressed = false;// prefill MLA in the decompressed MHA form (false: absorbed)
 };
 
