@@ -14,13 +14,18 @@ namespace {
 const int64_t V = 4352;
 
 // Bounds per quantization. F32 must match everywhere at 1e-4 (10x llama.cpp's own batch/decode
-// spread). Quantized models agree at ~1e-6 until the first activation-rounding event and then
-// only statistically: the figures below are about 1.5x what we measure, and of the order of
-// llama.cpp's own default-mode noise floor (noise_floor.tsv: 0.07-0.6 per position).
+// spread; we measure 2-5e-6). Quantized models run ggml's exact activation quantizers and dot
+// kernels (quant/) and ggml's fp32 operation order, so they match llama.cpp bit for bit until
+// the first activation-rounding event. Measured (batch / decode, first position off by > 1e-4;
+// -1 = none): k3 Q8_0 54 / -1 (llama.cpp's own batch-vs-decode event is at 54), Q4_K_M 45 / 46
+// (llama.cpp: 45), MXFP4_MOE -1 / -1; kl Q8_0 -1 / -1, Q4_K_M 12 / 12 (llama.cpp: 22),
+// MXFP4_MOE -1 / -1. min_exact is set a little below those; after the event the comparison is
+// statistical, bounded at about 1.5x the measured figures (k3 max 0.17, kl 0.09), which is the
+// order of llama.cpp's own default-mode noise floor (noise_floor.tsv: 0.07-0.6 per position).
 struct Bound {
     double max_abs;       // over all positions and logits
     double p50_pos;       // median over positions of the per-position max
-    int min_exact;        // positions that must match at 1e-4 before the first rounding event
+    int min_exact;        // leading positions that must match at 1e-4
     int min_argmax;       // of 64 positions
     double soft_margin;   // greedy picks below this top1-top2 margin may flip
 };
@@ -28,9 +33,9 @@ struct Bound {
 Bound bound_for(const std::string& model, const std::string& quant) {
     const bool k3 = model.rfind("k3", 0) == 0;
     if (quant == "F32") return {1e-4, 1e-4, 64, 64, 0.01};
-    if (quant == "Q8_0") return k3 ? Bound{0.55, 0.1, 8, 60, 0.1} : Bound{0.1, 0.05, 8, 62, 0.1};
-    if (quant == "Q4_K_M") return k3 ? Bound{0.5, 0.1, 8, 60, 0.1} : Bound{0.2, 0.1, 8, 62, 0.1};
-    return k3 ? Bound{0.5, 0.12, 8, 60, 0.1} : Bound{0.15, 0.06, 8, 62, 0.1};   // MXFP4_MOE
+    if (quant == "Q8_0") return k3 ? Bound{0.1, 1e-4, 50, 63, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};
+    if (quant == "Q4_K_M") return k3 ? Bound{0.3, 1e-4, 40, 62, 0.05} : Bound{0.15, 0.1, 10, 63, 0.05};
+    return k3 ? Bound{0.05, 1e-4, 60, 64, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};   // MXFP4_MOE
 }
 
 void check_greedy(const std::vector<int32_t>& mine, const nlohmann::json& j, double soft_margin, const std::string& tag) {
