@@ -308,6 +308,9 @@ void ExpertStore::seed(std::unique_lock<std::mutex>& lk) {
     std::vector<uint32_t> host_keys;
     if (opt_.seed) {
         std::vector<uint64_t> counts = opt_.seed->counts;
+        for (int l = 0; l < lay_.n_layer; ++l)   // a profile may count layers this model routes differently
+            if (!lay_.layers[size_t(l)].present())
+                for (int e = 0; e < E; ++e) counts[key(l, e)] = 0;
         if (host_on_) host_keys = seed_from_profile(counts, size_t(double(ram_budget_) * opt_.seed_fraction), bytes_host);
         if (dev_on_) {
             for (int l = 0; l < lay_.n_layer; ++l)   // only cached layers take part
