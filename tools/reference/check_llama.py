@@ -69,11 +69,13 @@ def main() -> int:
             b = m64(ids, kda_mode="recurrent")
             c = m64(ids, kda_mode="chunk", chunk=16, mla_absorbed=True)
             e = m64(ids[:, :45], kda_mode="chunk", chunk=16)    # partial chunk, causality
+            f = m64(ids, kda_mode="chunk", chunk=16, kda_factorized=True)
         d1 = (a - b).abs().max().item()
         d2 = (a - c).abs().max().item()
         d3 = (a[:, :45] - e).abs().max().item()
+        d4 = (a - f).abs().max().item()
         for label, dv in (("chunked KDA vs recurrent (f64)", d1), ("absorbed MLA vs MHA (f64)", d2),
-                          ("prefix 45 vs full 64 (f64)", d3)):
+                          ("prefix 45 vs full 64 (f64)", d3), ("factorized chunked KDA (K3 gate only) (f64)", d4)):
             good = dv <= 1e-9
             ok &= good
             print(f"{'PASS' if good else 'FAIL'}: {name} {label}: max|d| {dv:.3e}")
