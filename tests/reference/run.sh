@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parity of the PyTorch reference model (tools/reference) against llama.cpp's exact F32 logits
 # (k3-tiny-a, kl-tiny-a; prompts p64 and p700; tolerance 1e-3 max abs), plus chunked KDA ==
-# recurrent KDA and absorbed MLA == MHA MLA. Prints one 'SKIP: ...' line and exits 0 when
+# recurrent KDA and absorbed MLA == MHA MLA; then tools/train/selftest.py (tokenizer ids vs
+# llama.cpp, HF export round trip, Quantile-Balancing bias update). Prints one 'SKIP: ...' line and exits 0 when
 # Debian's python3-torch or ../shared/golden is missing.
 #   tests/reference/run.sh [--quick]
 set -u
@@ -18,4 +19,7 @@ if [ ! -f "$golden/llama.cpp/models/k3-tiny-a-F32.gguf" ] || [ ! -f "$golden/lla
     echo "SKIP: ../shared/golden missing"
     exit 0
 fi
-exec nice -n 10 "$py" "$root/tools/reference/check_llama.py" --golden "$golden" "$@"
+rc=0
+nice -n 10 "$py" "$root/tools/reference/check_llama.py" --golden "$golden" "$@" || rc=1
+nice -n 10 "$py" "$root/tools/train/selftest.py" "$golden" || rc=1
+exit $rc

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command: tokenizer -> training -> HF checkpoint -> held-out perplexity (-> GGUF if kinfer is built).
 #
-#   tools/train/train.sh [OUT_DIR]            # full run (default OUT_DIR=models/train-run; ~90 min on 2 cores)
+#   tools/train/train.sh [OUT_DIR]            # full run (default OUT_DIR=build-train, git-ignored; ~90 min on 2 cores)
 #   SMOKE=1 tools/train/train.sh /tmp/smoke   # 20 steps of the tiny preset on 200 KB per corpus file
 #
 # Re-running the same command resumes: data preparation is skipped when done, training continues
@@ -10,7 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-out="${1:-$root/models/train-run}"
+out="${1:-$root/build-train}"   # build*/ is git-ignored
 py="${PY:-/usr/bin/python3}"
 corp="$root/../shared/corpora"
 CORPORA="${CORPORA:-$corp/kjv_bible.txt $corp/fortunes_all.txt $corp/dict-devil.txt}"
