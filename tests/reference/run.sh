@@ -19,6 +19,14 @@ if [ ! -f "$golden/llama.cpp/models/k3-tiny-a-F32.gguf" ] || [ ! -f "$golden/lla
     echo "SKIP: ../shared/golden missing"
     exit 0
 fi
+# Debian's torch calls the reference BLAS through libblas.so.3 (~4 GFLOPS); with the
+# libopenblas0-pthread package installed, point only this process at OpenBLAS (~7x faster matmuls)
+# without changing the system-wide alternative.
+ob=/usr/lib/x86_64-linux-gnu/openblas-pthread
+if [ -f "$ob/libblas.so.3" ] && [ "${NO_OPENBLAS:-0}" != 1 ]; then
+    export LD_LIBRARY_PATH="$ob${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export OPENBLAS_NUM_THREADS="${THREADS:-2}"
+fi
 rc=0
 nice -n 10 "$py" "$root/tools/reference/check_llama.py" --golden "$golden" "$@" || rc=1
 nice -n 10 "$py" "$root/tools/train/selftest.py" "$golden" || rc=1

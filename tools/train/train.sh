@@ -24,6 +24,14 @@ else
     BATCH="${BATCH:-16}"; SEQ="${SEQ:-256}"; CTX="${CTX:-512}"; MAXB=0; CKPT=25; MAXCH=0
 fi
 export OMP_NUM_THREADS="$THREADS"
+# Debian's torch calls the reference BLAS through libblas.so.3 (~4 GFLOPS); with the
+# libopenblas0-pthread package installed, point only this process at OpenBLAS (~7x faster matmuls)
+# without changing the system-wide alternative.
+ob=/usr/lib/x86_64-linux-gnu/openblas-pthread
+if [ -f "$ob/libblas.so.3" ] && [ "${NO_OPENBLAS:-0}" != 1 ]; then
+    export LD_LIBRARY_PATH="$ob${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export OPENBLAS_NUM_THREADS="${THREADS:-2}"
+fi
 mkdir -p "$out"
 echo "== 1/4 data + tokenizer -> $out/data"
 nice -n 10 "$py" "$here/prepare_data.py" --corpora $CORPORA --out "$out/data" --max-bytes "$MAXB"
