@@ -610,7 +610,12 @@ std::string ExpertStore::report(int top_n) const {
                        format_bytes(double(t.bytes_read + t.bytes_copied) / tok), format_bytes(double(t.bytes_read)),
                        format_bytes(double(t.bytes_copied)), double(t.stall_ns) / 1e6, double(t.stall_ns) / 1e6 / tok,
                        t.prefetch_used, t.prefetched);
-    const auto sum = summarize(profile_, top_n);
+    ExpertProfile prof;
+    {
+        std::lock_guard lk(mu_);
+        prof = profile_;
+    }
+    const auto sum = summarize(prof, top_n);
     if (!sum.hottest.empty()) {
         out += "hottest (layer:expert selections):";
         for (const auto& h : sum.hottest) out += fmt::format(" {}:{}({})", h.layer, h.expert, h.count);

@@ -104,7 +104,7 @@ public:
     void release(const ExpertRef& r);
 
     ExpertStoreStats stats() const;
-    const ExpertProfile& profile() const { return profile_; }
+    const ExpertProfile& profile() const { return profile_; }   // read it once routing has stopped
     ExpertReader& reader() { return *reader_; }
     // The --verbose-experts report: per-layer hit rate, bytes moved per token, stall time, and
     // the hottest experts (by this run's routing counts).
