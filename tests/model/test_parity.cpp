@@ -5,6 +5,7 @@
 #include "parity_util.h"
 
 #include <doctest/doctest.h>
+#include <cstdlib>
 
 using namespace kinfer;
 using namespace kinfer::test;
@@ -30,9 +31,18 @@ struct Bound {
     double soft_margin;   // greedy picks below this top1-top2 margin may flip
 };
 
+// Bit-level agreement needs quant's SIMD kernels (bit-equal to ggml's); the scalar reference
+// kernels (no AVX2, or KINFER_ISA=scalar) agree only to float rounding, so the comparison is
+// statistical from the first position on: looser bounds, as measured with them.
+bool exact_kernels() {
+    const char* isa = std::getenv("KINFER_ISA");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(isa && std::string(isa) == "scalar");
+}
+
 Bound bound_for(const std::string& model, const std::string& quant) {
     const bool k3 = model.rfind("k3", 0) == 0;
     if (quant == "F32") return {1e-4, 1e-4, 64, 64, 0.01};
+    if (!exact_kernels()) return k3 ? Bound{0.6, 0.12, 2, 58, 0.1} : Bound{0.3, 0.1, 2, 60, 0.1};
     if (quant == "Q8_0") return k3 ? Bound{0.1, 1e-4, 50, 63, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};
     if (quant == "Q4_K_M") return k3 ? Bound{0.3, 1e-4, 40, 62, 0.05} : Bound{0.15, 0.1, 10, 63, 0.05};
     return k3 ? Bound{0.05, 1e-4, 60, 64, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};   // MXFP4_MOE
