@@ -180,10 +180,14 @@ def kda_chunked(q, k, v, g, beta, chunk: int = 16, S=None, factorized: bool = Fa
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
     outs = []
-    for c in range(n):
-        U = Wv[:, :, c] - Wk[:, :, c] @ S
-        outs.append(Qt[:, :, c] @ S + M[:, :, c] @ U)
-        S = eG[:, :, c, -1].unsqueeze(-1) * S + Kh[:, :, c].transpose(-1, -2) @ U
+    # unbind once: indexing chunk c inside the loop would make autograd zero-fill a full-size
+    # gradient per chunk (quadratic in the number of chunks)
+    per_chunk = zip(Wv.unbind(2), Wk.unbind(2), Qt.unbind(2), M.unbind(2), eG[..., -1, :].unbind(2),
+                    Kh.transpose(-1, -2).unbind(2))
+    for wv, wk, qt, m, eg_last, kh_t in per_chunk:
+        U = wv - wk @ S
+        outs.append(qt @ S + m @ U)
+        S = eg_last.unsqueeze(-1) * S + kh_t @ U
     o = torch.stack(outs, dim=2).reshape(B, H, n * C, Dv)[:, :, :T]
     return o, S
 

@@ -2,7 +2,8 @@
 """Fast checks of the training tools (run by tests/reference/run.sh):
   1. the tokenizer's pre-tokenizer + rank BPE reproduce llama.cpp's ids (golden cases, gpl-3.txt);
   2. HF export -> reload round trip of a random tiny K3 model is exact (weights pre-rounded to BF16);
-  3. the Quantile-Balancing bias update evens out the expert load on a fixed batch.
+  3. the Quantile-Balancing bias update evens out the expert load on a fixed batch;
+  4. gradients through the training path (factorized chunked KDA) equal those of the recurrence (f64).
 """
 from __future__ import annotations
 
@@ -65,6 +66,19 @@ def main() -> int:
     good = r1 < r0 and r1 < 1.6
     ok &= good
     print(f"{'PASS' if good else 'FAIL'}: QB bias update: max/mean expert load {r0:.2f} -> {r1:.2f}")
+    # gradients: factorized chunked KDA (training path) vs the plain recurrence, float64
+    model = tm.KimiModel(cfg).double()
+    tm.init_weights(model, 5)
+    ids = torch.randint(0, 4096, (2, 37))
+    grads = []
+    for kw in ({"kda_mode": "recurrent"}, {"kda_mode": "chunk", "chunk": 16, "kda_factorized": True}):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(ids, **kw).reshape(-1, cfg.vocab), ids.reshape(-1)).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
+    gd = ((grads[0] - grads[1]).abs().max() / grads[0].abs().max()).item()
+    good = gd < 1e-9
+    ok &= good
+    print(f"{'PASS' if good else 'FAIL'}: gradients chunked-factorized vs recurrent KDA (f64): rel max|d| {gd:.3e}")
     return 0 if ok else 1
 
 
