@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "common/error.h"
 #include "model/session.h"
+#include "runtime/expert_flags.h"
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@ struct BenchArgs {
     std::vector<int> n_prompt{512}, n_gen{128}, threads;
     int reps = 3;
     int64_t batch = 512;
+    runtime::ExpertFlags experts;
 };
 
 // llama.cpp's names for general.file_type, so the "model" column reads the same.
@@ -82,6 +84,7 @@ int run_bench(const BenchArgs& a) {
     std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
     std::vector<int> threads = a.threads.empty() ? std::vector<int>{runtime::ThreadPool::default_threads()} : a.threads;
     std::mt19937 rng(1234);
+    auto ex = runtime::ExpertRuntime::create(f, int(m->hparams().n_layer), a.experts);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
         for (int p : a.n_prompt)
@@ -90,7 +93,8 @@ int run_bench(const BenchArgs& a) {
             if (g > 0) tests.push_back({0, g});
         int64_t ctx = 1;
         for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
-        model::Session s(*m, {.n_ctx = ctx, .n_batch = a.batch, .n_threads = nt});
+        model::Session s(*m, {.n_ctx = ctx, .n_batch = a.batch, .n_threads = nt,
+                              .experts = ex ? ex->store() : nullptr, .prefetch_next = a.experts.prefetch_next});
         for (auto [p, g] : tests) {
             run_once(*m, s, p, g, rng);   // warm-up: page in the weights, size the scratch
             std::vector<double> tps;
@@ -107,6 +111,7 @@ int run_bench(const BenchArgs& a) {
             std::fflush(stdout);
         }
     }
+    if (ex) ex->finish();
     return 0;
 }
 
@@ -120,6 +125,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-r,--repetitions", a->reps, "repetitions per test")->check(CLI::PositiveNumber);
     app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',');
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+    runtime::add_expert_flags(app, a->experts);
     return [a] { return run_bench(*a); };
 });
 

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "model/ops.h"
 #include "model/session.h"
+#include "runtime/expert_flags.h"
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +40,7 @@ struct EvalArgs {
     int dump_layer = -1;
     bool dump_layers = false;
     int greedy = 0;
+    runtime::ExpertFlags experts;
 };
 
 int run_eval(const EvalArgs& a) {
@@ -51,6 +53,9 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
+    auto ex = runtime::ExpertRuntime::create(model->file(), int(hp.n_layer), a.experts);
+    so.experts = ex ? ex->store() : nullptr;
+    so.prefetch_next = a.experts.prefetch_next;
     model::Session s(*model, so);
 
     if (a.dump_layers || a.dump_layer >= 0) {
@@ -100,6 +105,7 @@ int run_eval(const EvalArgs& a) {
         for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? " " : "", gen[i]);
         std::printf("\n");
     }
+    if (ex) ex->finish();
     return 0;
 }
 
@@ -119,6 +125,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids");
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
+    runtime::add_expert_flags(app, a->experts);
     return [a] { return run_eval(*a); };
 });
 

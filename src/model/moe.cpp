@@ -2,6 +2,7 @@
 // with sigmoid routing, selection bias, optional latent space (K3) and shared experts.
 #include "model/forward_ctx.h"
 #include "model/ops.h"
+#include "runtime/expert_store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +27,46 @@ void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const f
     matmul(c.pool, up, x, n, u);
     glu(c.hp, g, u, g, n * ff);
     matmul(c.pool, down, g, n, out);
+}
+
+// Holds one expert acquired from the store for as long as its matmuls run.
+struct ExpertHold {
+    runtime::ExpertStore* store;
+    runtime::ExpertRef ref;
+    ExpertHold(runtime::ExpertStore* s, int il, int e, int64_t m) : store(s) {
+        if (store) ref = store->acquire(il, e, m);
+    }
+    ~ExpertHold() {
+        if (store) store->release(ref);
+    }
+    ExpertHold(const ExpertHold&) = delete;
+    ExpertHold& operator=(const ExpertHold&) = delete;
+};
+
+// --prefetch-next: run the next MoE layer's router on this layer's normed input, a cheap guess
+// at its real input, and ask the store to fetch those experts now, one layer ahead.
+void prefetch_next_layer(FwdCtx& c, int il, const float* xn) {
+    const HParams& hp = c.hp;
+    int next = -1;
+    for (int l = il + 1; l < int(c.w.layers.size()) && next < 0; ++l)
+        if (c.w.layers[size_t(l)].ffn_gate_inp) next = l;
+    if (next < 0) return;
+    const LayerWeights& N = c.w.layers[size_t(next)];
+    const int64_t E = hp.n_expert, K = hp.n_expert_used;
+    ScratchScope s(c.ws);
+    float* probs = s.get(size_t(c.n * E));
+    c.mm(N.ffn_gate_inp, xn, probs);
+    std::vector<int32_t> idx(static_cast<size_t>(E)), want;
+    for (int64_t t = 0; t < c.n; ++t) {
+        float* pt = probs + t * E;
+        for (int64_t e = 0; e < E; ++e) pt[e] = ops::sigmoid(pt[e]) + N.exp_probs_b[e];
+        std::iota(idx.begin(), idx.end(), 0);
+        std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) { return pt[a] > pt[b]; });
+        want.insert(want.end(), idx.begin(), idx.begin() + K);
+    }
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    c.opt.experts->prefetch(next, want);
 }
 
 }  // namespace
@@ -70,6 +111,13 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
             for (int64_t i = 0; i < K; ++i) wt[i] *= hp.expert_weights_scale;
     }
 
+    // Tell the expert store this chunk's choices at once: its misses load while hits compute.
+    runtime::ExpertStore* store = c.opt.experts;
+    if (store) {
+        store->route(il, sel, n);
+        if (c.opt.prefetch_next) prefetch_next_layer(c, il, xn);
+    }
+
     // Routed experts read the latent input (K3) or x itself.
     const float* z = xn;
     if (L.ffn_routed_down) {
@@ -89,7 +137,10 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         if (list.empty()) continue;
         const int64_t m = int64_t(list.size());
         for (int64_t j = 0; j < m; ++j) std::memcpy(zg + j * lat, z + (list[size_t(j)] / K) * lat, size_t(lat) * sizeof(float));
-        glu_ffn(c, mat_slice(L.ffn_gate_exps, e), mat_slice(L.ffn_up_exps, e), mat_slice(L.ffn_down_exps, e), zg, m, yg);
+        Mat gate = mat_slice(L.ffn_gate_exps, e), up = mat_slice(L.ffn_up_exps, e), down = mat_slice(L.ffn_down_exps, e);
+        ExpertHold hold(store, il, int(e), m);   // same bytes, possibly from a cache or device tier
+        if (store) gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
+        glu_ffn(c, gate, up, down, zg, m, yg);
         for (int64_t j = 0; j < m; ++j) {
             const int64_t ts = list[size_t(j)];
             const float w = wsel[size_t(ts)];

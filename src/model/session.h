@@ -16,6 +16,10 @@
 #include <span>
 #include <vector>
 
+namespace kinfer::runtime {
+class ExpertStore;
+}
+
 namespace kinfer::model {
 
 struct SessionOptions {
@@ -28,6 +32,8 @@ struct SessionOptions {
     // (tested) and is the basis for a GEMM-shaped prefill kernel.
     bool kda_chunked = false;
     bool mla_decompressed = false;// prefill MLA in the decompressed MHA form (false: absorbed)
+    runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
+    bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
 };
 
 // Called after every layer with the residual stream of the chunk's n tokens ([n x n_embd]);
