@@ -9,14 +9,32 @@ FUZZ_SECONDS=${KINFER_FUZZ_SECONDS:-60}
 
 KINFER_SETUP_NO_RUN=1 scripts/setup.sh
 
+# Each ctest run's "N% tests passed, F tests failed out of T" line is kept for the summary.
+PASSED=0
+run_ctest() {
+    local log
+    log=$(mktemp)
+    ctest --test-dir "$1" --output-on-failure -j"$JOBS" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local total
+    total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n1)
+    rm -f "$log"
+    if [ "$rc" -ne 0 ] || [ -z "$total" ] || [ "$total" -eq 0 ]; then
+        echo "ctest in $1 failed or ran no test"
+        exit 1
+    fi
+    PASSED=$((PASSED + total))
+}
+
 echo "== Release suites"
-ctest --test-dir build --output-on-failure -j"$JOBS"
+run_ctest build
 
 echo "== ASan + UBSan suites"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINFER_SANITIZE=ON -DKINFER_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    KINFER_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KINFER_SANITIZED=1
+run_ctest build-asan
+unset ASAN_OPTIONS UBSAN_OPTIONS KINFER_SANITIZED
 
 echo "== libFuzzer (${FUZZ_SECONDS}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKINFER_FUZZ=ON \
@@ -34,3 +52,4 @@ for f in tests/fuzz/fuzz_*.cpp; do
     rm -rf "$work"
 done
 echo "== all suites passed"
+echo "ctest: $PASSED passed, 0 failed"
