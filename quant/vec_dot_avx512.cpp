@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/fp16.h"
 #include "quant/kernels.h"
 
 namespace kinfer::quant::avx512 {
@@ -26,25 +27,7 @@ __m256i acc_s8(__m256i acc, __m256i x, __m256i y, __m256i s16) {
     return acc_u8(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), s16);
 }
 
-float hsum_f32(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-float h2f(uint16_t h) { return _cvtsh_ss(h); }
-float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
+#include "quant/vec_dot_simd_prims.inc"
 
 float k_f32_f32(int64_t n, const void* vx, const void* vy) {
     const float* x = static_cast<const float*>(vx);
@@ -72,16 +55,6 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
 
 }  // namespace
 
-#define KINFER_DEFINE_VEC_DOT(name) \
-    float vec_dot_##name(int64_t n, const void* x, const void* y) { return k_##name(n, x, y); }
-KINFER_SIMD_VEC_DOTS(KINFER_DEFINE_VEC_DOT)
-#undef KINFER_DEFINE_VEC_DOT
-
-#define KINFER_DEFINE_VEC_DOT_MULTI(name)                                                                \
-    void vec_dot_multi_##name(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out) { \
-        m_##name(n, x, y, y_stride, ny, out);                                                            \
-    }
-KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DEFINE_VEC_DOT_MULTI)
-#undef KINFER_DEFINE_VEC_DOT_MULTI
+#include "quant/vec_dot_simd_exports.inc"
 
 }  // namespace kinfer::quant::avx512
