@@ -1,9 +1,11 @@
 // Internal: what every layer function of the forward pass needs (model, pool, state, scratch).
 // Not part of the public API; include model/session.h instead.
 #pragma once
+#include "common/error.h"
 #include "model/matmul.h"
 #include "model/session.h"
 
+#include <initializer_list>
 #include <vector>
 
 namespace kinfer::model {
@@ -46,6 +48,19 @@ struct FwdCtx {
     // y[n x W.rows] = W . x[n x W.cols]
     void mm(TensorRef W, const float* x, float* y, int64_t nrows_x = -1) const {
         matmul(pool, mat_of(W), x, nrows_x < 0 ? n : nrows_x, y);
+    }
+    // Several weights applied to the same x [n x cols], as one batch (see matmul_many).
+    struct Out {
+        TensorRef W;
+        float* y;
+    };
+    void mm_many(std::initializer_list<Out> outs, const float* x) const {
+        Mat ms[8];
+        float* ys[8];
+        size_t k = 0;
+        if (outs.size() > 8) fail("mm_many: {} weights, at most 8", outs.size());
+        for (const Out& o : outs) ms[k] = mat_of(o.W), ys[k++] = o.y;
+        matmul_many(pool, ms, ys, k, x, n);
     }
 };
 

@@ -154,20 +154,33 @@ namespace {
 // Causal depthwise conv over the last W projected inputs (tap W-1 = current token), then SiLU.
 // state: [di][W-1] oldest first; updated to the last W-1 inputs.
 void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state) {
+    // Causal depthwise conv over [state; x] then SiLU, in place. Channels are the inner loop so it
+    // vectorises; each channel still sums its taps in order from 0.0f (ggml_ssm_conv's order).
     const int64_t S = W - 1;
-    std::vector<float> win(size_t(S + n));
-    for (int64_t ch = 0; ch < di; ++ch) {
-        float* st = state + ch * S;
-        for (int64_t j = 0; j < S; ++j) win[size_t(j)] = st[j];
-        for (int64_t t = 0; t < n; ++t) win[size_t(S + t)] = x[t * di + ch];
-        const float* w = taps + ch * W;
-        for (int64_t t = 0; t < n; ++t) {
-            float sum = 0.0f;                          // float, tap order: ggml_ssm_conv
-            for (int64_t j = 0; j < W; ++j) sum += win[size_t(t + j)] * w[j];
-            x[t * di + ch] = ops::silu(sum);
+    std::vector<float> tw(size_t(W * di)), out(static_cast<size_t>(di)), next(size_t(S * di));
+    for (int64_t ch = 0; ch < di; ++ch)
+        for (int64_t j = 0; j < W; ++j) tw[size_t(j * di + ch)] = taps[ch * W + j];
+    // Input row i of the window [state; x] (state is [ch][S], x is [t][ch]).
+    auto in = [&](int64_t i, int64_t ch) { return i < S ? state[ch * S + i] : x[(i - S) * di + ch]; };
+    for (int64_t j = 0; j < S; ++j)      // the new state: the last S inputs, read before x is overwritten
+        for (int64_t ch = 0; ch < di; ++ch) next[size_t(ch * S + j)] = in(n + j, ch);
+    // Descending t: output t reads inputs t..t+S of the window, i.e. x rows < t and the state only.
+    for (int64_t t = n - 1; t >= 0; --t) {
+        float* o = out.data();
+        for (int64_t ch = 0; ch < di; ++ch) o[ch] = 0.0f;
+        for (int64_t j = 0; j < W; ++j) {
+            const float* w = tw.data() + j * di;
+            const int64_t i = t + j;
+            if (i >= S) {
+                const float* xr = x + (i - S) * di;
+                for (int64_t ch = 0; ch < di; ++ch) o[ch] += xr[ch] * w[ch];
+            } else {
+                for (int64_t ch = 0; ch < di; ++ch) o[ch] += state[ch * S + i] * w[ch];
+            }
         }
-        for (int64_t j = 0; j < S; ++j) st[j] = win[size_t(n + j)];
+        ops::silu(o, x + t * di, di);
     }
+    std::copy(next.begin(), next.end(), state);
 }
 
 }  // namespace
@@ -182,41 +195,42 @@ void kda_layer(FwdCtx& c, int il, const float* xn, float* out) {
     float* q = s.get(size_t(n * di));
     float* k = s.get(size_t(n * di));
     float* v = s.get(size_t(n * di));
-    c.mm(L.attn_q, xn, q);
-    c.mm(L.attn_k, xn, k);
-    c.mm(L.attn_v, xn, v);
+    float* fa = s.get(size_t(n * D));
+    float* beta = s.get(size_t(n * H));
+    float* gate = s.get(size_t(n * di));       // output gate: full rank (K3) or its low-rank input (Kimi Linear)
+    float* ga = L.ssm_g ? nullptr : s.get(size_t(n * D));
+    // Every projection of xn in one batch: one activation conversion, one pool wake-up.
+    c.mm_many({{L.attn_q, q}, {L.attn_k, k}, {L.attn_v, v}, {L.ssm_f_a, fa}, {L.ssm_beta, beta},
+               L.ssm_g ? FwdCtx::Out{L.ssm_g, gate} : FwdCtx::Out{L.ssm_g_a, ga}},
+              xn);
     const int64_t S = W - 1;
     conv_silu(q, n, di, W, L.conv_q, st.conv.data());
     conv_silu(k, n, di, W, L.conv_k, st.conv.data() + di * S);
     conv_silu(v, n, di, W, L.conv_v, st.conv.data() + 2 * di * S);
 
     // Decay gate (log space, per key channel).
-    float* fa = s.get(size_t(n * D));
     float* g = s.get(size_t(n * di));
-    c.mm(L.ssm_f_a, xn, fa);
     matmul(c.pool, mat_of(L.ssm_f_b), fa, n, g);
-    for (int64_t t = 0; t < n; ++t) {
-        float* gt = g + t * di;
-        for (int64_t h = 0; h < H; ++h) {
-            const float a = L.ssm_a[h];                     // -exp(A_log)
-            for (int64_t i = 0; i < D; ++i) {
-                const float f = gt[h * D + i] + L.ssm_dt_b[h * D + i];
-                gt[h * D + i] = hp.has_gate_lower_bound
-                    ? ops::sigmoid(-(f * a)) * hp.gate_lower_bound   // K3: lb * sigmoid(exp(A_log) f)
-                    : ops::softplus(f) * a;                           // Kimi Linear
+    // Per-token element-wise work (decay gate, beta, q/k L2 norms), split by tokens in prefill.
+    c.pool.parallel_for(n, [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+            float* gt = g + t * di;
+            for (int64_t h = 0; h < H; ++h) {
+                const float a = L.ssm_a[h];                     // -exp(A_log)
+                for (int64_t i = 0; i < D; ++i) {
+                    const float f = gt[h * D + i] + L.ssm_dt_b[h * D + i];
+                    gt[h * D + i] = hp.has_gate_lower_bound
+                        ? ops::sigmoid(-(f * a)) * hp.gate_lower_bound   // K3: lb * sigmoid(exp(A_log) f)
+                        : ops::softplus(f) * a;                           // Kimi Linear
+                }
+            }
+            for (int64_t h = 0; h < H; ++h) {
+                beta[t * H + h] = ops::sigmoid(beta[t * H + h]);
+                ops::l2_norm(q + t * di + h * D, q + t * di + h * D, D, hp.rms_eps);
+                ops::l2_norm(k + t * di + h * D, k + t * di + h * D, D, hp.rms_eps);
             }
         }
-    }
-
-    float* beta = s.get(size_t(n * H));
-    c.mm(L.ssm_beta, xn, beta);
-    for (int64_t i = 0; i < n * H; ++i) beta[i] = ops::sigmoid(beta[i]);
-
-    for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < H; ++h) {
-            ops::l2_norm(q + t * di + h * D, q + t * di + h * D, D, hp.rms_eps);
-            ops::l2_norm(k + t * di + h * D, k + t * di + h * D, D, hp.rms_eps);
-        }
+    }, 2);
 
     float* o = s.get(size_t(n * di));
     const bool chunked = n > 1 && c.opt.kda_chunked;
@@ -234,21 +248,16 @@ void kda_layer(FwdCtx& c, int il, const float* xn, float* out) {
     });
 
     // Output gate: full rank (K3) or low rank (Kimi Linear); per-head RMSNorm, sigmoid gate.
-    float* gate = s.get(size_t(n * di));
-    if (L.ssm_g) {
-        c.mm(L.ssm_g, xn, gate);
-    } else {
-        float* ga = s.get(size_t(n * D));
-        c.mm(L.ssm_g_a, xn, ga);
-        matmul(c.pool, mat_of(L.ssm_g_b), ga, n, gate);
-    }
-    for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < H; ++h) {
-            float* oh = o + t * di + h * D;
-            const float* gh = gate + t * di + h * D;
-            ops::rms_norm(oh, L.ssm_norm, oh, D, hp.rms_eps);
-            for (int64_t i = 0; i < D; ++i) oh[i] *= ops::sigmoid(gh[i]);
-        }
+    if (!L.ssm_g) matmul(c.pool, mat_of(L.ssm_g_b), ga, n, gate);
+    c.pool.parallel_for(n, [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t)
+            for (int64_t h = 0; h < H; ++h) {
+                float* oh = o + t * di + h * D;
+                const float* gh = gate + t * di + h * D;
+                ops::rms_norm(oh, L.ssm_norm, oh, D, hp.rms_eps);
+                for (int64_t i = 0; i < D; ++i) oh[i] *= ops::sigmoid(gh[i]);
+            }
+    }, 2);
     c.mm(L.attn_output, o, out);
 }
 

@@ -111,6 +111,7 @@ void quantize_acts(runtime::ThreadPool* pool, quant::Type wtype, const float* x,
         fail("matmul: row of {} elements is not a multiple of {}'s block size {}", cols, at.name, at.block_size);
     out.row_bytes = quant::row_size(at, cols);
     if (out.buf.size() < out.row_bytes * size_t(n)) out.buf.resize(out.row_bytes * size_t(n));
+    out.q = out.buf.data();
 
     const quant::FromFloatFn conv = at.from_float ? at.from_float : at.from_float_ref;
     if (!conv) fail("matmul: no activation quantizer for {}", at.name);
@@ -159,7 +160,7 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
     }
     if (quant::traits(W.type).quantized) {
         // quant's gemm: ggml's dot kernels (bit-equal), several activation rows per weight row.
-        quant::gemm(W.type, W.data, W.row_bytes, W.cols, xq.buf.data(), n, y, ldy, r0, r1);
+        quant::gemm(W.type, W.data, W.row_bytes, W.cols, xq.q, n, y, ldy, r0, r1);
         return;
     }
     // F16 / BF16 weights with activations already rounded to the narrow type (quantize_acts).
@@ -187,6 +188,48 @@ void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int6
         const int64_t r0 = std::min(W.rows, g0 * 4), r1 = std::min(W.rows, g1 * 4);
         if (r0 < r1) matmul_q_rows(W, xq, n, y, ldy, r0, r1);
     });
+}
+
+void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
+    int64_t work = 0;
+    for (size_t i = 0; i < count; ++i) work += jobs[i].W.rows * jobs[i].W.cols * jobs[i].n;
+    auto slice = [&](const MatJob& j, int ith, int nth) {
+        // Same contiguous 4-row groups as matmul_q, per job.
+        const int64_t groups = (j.W.rows + 3) / 4;
+        const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
+        const int64_t r0 = std::min(j.W.rows, g0 * 4), r1 = std::min(j.W.rows, g1 * 4);
+        if (r0 < r1 && j.n > 0) matmul_q_rows(j.W, *j.xq, j.n, j.y, j.ldy ? j.ldy : j.W.rows, r0, r1);
+    };
+    if (pool.size() == 1 || work < kMinParallelWork) {
+        for (size_t i = 0; i < count; ++i) slice(jobs[i], 0, 1);
+        return;
+    }
+    pool.run([&](int ith, int nth) {
+        for (size_t i = 0; i < count; ++i) slice(jobs[i], ith, nth);
+    });
+}
+
+void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, size_t count, const float* x, int64_t n) {
+    // One conversion per distinct vec_dot type (a layer mixes at most a few weight types).
+    constexpr size_t kMax = 8;
+    if (count > kMax) fail("matmul_many: {} weights, at most {}", count, kMax);
+    thread_local QuantActs conv[kMax];
+    quant::Type conv_type[kMax];
+    size_t n_conv = 0;
+    MatJob jobs[kMax];
+    for (size_t i = 0; i < count; ++i) {
+        const quant::Type vt = Ws[i].type == quant::Type::F32 ? quant::Type::F32 : quant::traits(Ws[i].type).vec_dot_type;
+        // F16 / BF16 round the activations to their own type: key those by the weight type.
+        const quant::Type key = vt == quant::Type::F32 ? Ws[i].type : vt;
+        size_t k = 0;
+        while (k < n_conv && conv_type[k] != key) ++k;
+        if (k == n_conv) {
+            quantize_acts(&pool, Ws[i].type, x, n, Ws[i].cols, Ws[i].cols, conv[k]);
+            conv_type[n_conv++] = key;
+        }
+        jobs[i] = MatJob{Ws[i], &conv[k], n, ys[i], 0};
+    }
+    matmul_jobs(pool, jobs, count);
 }
 
 void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {

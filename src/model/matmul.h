@@ -35,8 +35,17 @@ struct QuantActs {
     std::vector<uint8_t> buf;
     const float* f32 = nullptr;             // F32: points at the caller's rows (ld = ld_f32)
     int64_t ld_f32 = 0;
+    const uint8_t* q = nullptr;             // quantized rows: buf.data(), or another QuantActs' rows (a view)
     const void* row(int64_t t) const {
-        return f32 ? static_cast<const void*>(f32 + t * ld_f32) : static_cast<const void*>(buf.data() + size_t(t) * row_bytes);
+        return f32 ? static_cast<const void*>(f32 + t * ld_f32) : static_cast<const void*>(q + size_t(t) * row_bytes);
+    }
+    // Rows [t0, ...) of this one, sharing its storage (valid while this one is).
+    QuantActs view(int64_t t0) const {
+        QuantActs v;
+        v.type = type, v.cols = cols, v.row_bytes = row_bytes, v.ld_f32 = ld_f32;
+        if (f32) v.f32 = f32 + t0 * ld_f32;
+        else v.q = q + size_t(t0) * row_bytes;
+        return v;
     }
 };
 
@@ -50,6 +59,20 @@ void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, 
             int64_t ldx = 0, int64_t ldy = 0);
 // Same, with activations already converted by quantize_acts (several weights, one input).
 void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy = 0);
+// One product of a batch: y[t][r] = W.row(r) . xq.row(t), t < n.
+struct MatJob {
+    Mat W;
+    const QuantActs* xq = nullptr;
+    int64_t n = 0;
+    float* y = nullptr;
+    int64_t ldy = 0;        // 0: W.rows
+};
+// Runs every job in one pass of the pool, each thread taking its slice of every job's rows: one
+// wake-up instead of one per matrix, which is what decode's many small matrices need.
+void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count);
+// ys[i][n x Ws[i].rows] = Ws[i] . x for weights that share one input: x is converted once per
+// vec_dot type, then all products run as one batch.
+void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, size_t count, const float* x, int64_t n);
 // Single-threaded variant for callers that already run inside the pool.
 void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy, int64_t r0, int64_t r1);
 

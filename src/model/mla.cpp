@@ -96,22 +96,21 @@ void mla_layer(FwdCtx& c, int il, const float* xn, float* out) {
         fail("context full: {} tokens do not fit in n_ctx = {}", c.pos0 + n, c.opt.n_ctx);
     ScratchScope s(c.ws);
 
-    // Queries.
+    // Every projection of xn in one batch: queries (or their LoRA input), the latent of the new
+    // positions (straight into the cache) and the output gate.
     float* q = s.get(size_t(n * H * dk));
+    float* qa = L.attn_q_a ? s.get(size_t(n * hp.q_lora_rank)) : nullptr;
+    float* g = L.attn_gate ? s.get(size_t(n * H * dv)) : nullptr;
+    float* cache = c.states[size_t(il)].mla.data();
+    float* kv = cache + c.pos0 * R;
+    const FwdCtx::Out qo = L.attn_q_a ? FwdCtx::Out{L.attn_q_a, qa} : FwdCtx::Out{L.attn_q, q};
+    if (L.attn_gate) c.mm_many({qo, {L.attn_kv_a_mqa, kv}, {L.attn_gate, g}}, xn);
+    else c.mm_many({qo, {L.attn_kv_a_mqa, kv}}, xn);
     if (L.attn_q_a) {
-        float* qa = s.get(size_t(n * hp.q_lora_rank));
-        c.mm(L.attn_q_a, xn, qa);
         for (int64_t t = 0; t < n; ++t)
             ops::rms_norm(qa + t * hp.q_lora_rank, L.attn_q_a_norm, qa + t * hp.q_lora_rank, hp.q_lora_rank, hp.rms_eps);
         matmul(c.pool, mat_of(L.attn_q_b), qa, n, q);
-    } else {
-        c.mm(L.attn_q, xn, q);
     }
-
-    // Latent of the new positions, straight into the cache.
-    float* cache = c.states[size_t(il)].mla.data();
-    float* kv = cache + c.pos0 * R;
-    c.mm(L.attn_kv_a_mqa, xn, kv);
     for (int64_t t = 0; t < n; ++t) ops::rms_norm(kv + t * R, L.attn_kv_a_norm, kv + t * R, r, hp.rms_eps);
 
     float* o = s.get(size_t(n * H * dv));
@@ -121,13 +120,13 @@ void mla_layer(FwdCtx& c, int il, const float* xn, float* out) {
         // q_abs_h = attn_k_b[h] q_nope_h (a matmul per head, activations quantized like ggml).
         float* Q = s.get(size_t(n * H * R));
         float* qn = s.get(size_t(n * dn));
-        float* qa = s.get(size_t(n * r));
+        float* qk = s.get(size_t(n * r));
         for (int64_t h = 0; h < H; ++h) {
             for (int64_t t = 0; t < n; ++t) std::memcpy(qn + t * dn, q + (t * H + h) * dk, size_t(dn) * sizeof(float));
-            matmul(c.pool, mat_slice(L.attn_k_b, h), qn, n, qa);
+            matmul(c.pool, mat_slice(L.attn_k_b, h), qn, n, qk);
             for (int64_t t = 0; t < n; ++t) {
                 float* Qth = Q + (t * H + h) * R;
-                std::memcpy(Qth, qa + t * r, size_t(r) * sizeof(float));
+                std::memcpy(Qth, qk + t * r, size_t(r) * sizeof(float));
                 std::memcpy(Qth + r, q + (t * H + h) * dk + dn, size_t(dr) * sizeof(float));
             }
         }
@@ -144,8 +143,6 @@ void mla_layer(FwdCtx& c, int il, const float* xn, float* out) {
     }
 
     if (L.attn_gate) {   // K3: o *= sigmoid(attn_gate . x)
-        float* g = s.get(size_t(n * H * dv));
-        c.mm(L.attn_gate, xn, g);
         for (int64_t i = 0; i < n * H * dv; ++i) o[i] *= ops::sigmoid(g[i]);
     }
     c.mm(L.attn_output, o, out);

@@ -23,9 +23,11 @@ void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const f
     const int64_t ff = gate.rows;
     float* g = s.get(size_t(n * ff));
     float* u = s.get(size_t(n * ff));
-    matmul(c.pool, gate, x, n, g);
-    matmul(c.pool, up, x, n, u);
-    glu(c.hp, g, u, g, n * ff);
+    const Mat gu[2] = {gate, up};
+    float* const gu_out[2] = {g, u};
+    matmul_many(c.pool, gu, gu_out, 2, x, n);
+    c.pool.parallel_for(n, [&](int64_t b, int64_t e, int) { glu(c.hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
+                        std::max<int64_t>(1, 1024 / ff));
     matmul(c.pool, down, g, n, out);
 }
 
@@ -69,6 +71,82 @@ void prefetch_next_layer(FwdCtx& c, int il, const float* xn) {
     c.opt.experts->prefetch(next, want);
 }
 
+// The routed experts of a chunk (and the shared experts' down projection) when they come
+// straight from the mapping: each expert's rows gathered, every gate/up product in one pass of the
+// pool, then every down product in one more. Same per-row arithmetic as the one-expert-at-a-time
+// path the expert store uses, so the logits are identical; decode wakes the pool twice per layer
+// instead of three times per expert.
+void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vector<int64_t>>& by_expert,
+                    const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
+    const HParams& hp = c.hp;
+    const int64_t n = c.n, K = hp.n_expert_used, lat = hp.latent_dim(), E = hp.n_expert;
+    const int64_t ff = L.ffn_gate_exps->ne[1];
+    ScratchScope s(c.ws);
+    std::vector<int64_t> off(static_cast<size_t>(E + 1), 0);      // first gathered row of each expert
+    for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] = off[size_t(e)] + int64_t(by_expert[size_t(e)].size());
+    const int64_t rows = off[size_t(E)];
+    float* zg = s.get(size_t(rows * lat));
+    float* g = s.get(size_t(rows * ff));
+    float* u = s.get(size_t(rows * ff));
+    float* yg = s.get(size_t(rows * lat));
+    for (int64_t e = 0; e < E; ++e)
+        for (size_t j = 0; j < by_expert[size_t(e)].size(); ++j)
+            std::memcpy(zg + (off[size_t(e)] + int64_t(j)) * lat, z + (by_expert[size_t(e)][j] / K) * lat, size_t(lat) * sizeof(float));
+
+    // Activations for gate/up (one conversion serves both when their types agree).
+    const Mat gate0 = mat_slice(L.ffn_gate_exps, 0), up0 = mat_slice(L.ffn_up_exps, 0), down0 = mat_slice(L.ffn_down_exps, 0);
+    QuantActs zq_gate, zq_up, gq, shq;
+    quantize_acts(&c.pool, gate0.type, zg, rows, lat, lat, zq_gate);
+    const bool same_gu = up0.type == gate0.type;
+    if (!same_gu) quantize_acts(&c.pool, up0.type, zg, rows, lat, lat, zq_up);
+    const QuantActs& zq_u = same_gu ? zq_gate : zq_up;
+
+    std::vector<MatJob> jobs;
+    std::vector<QuantActs> views;
+    views.reserve(size_t(2 * E));
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
+        if (!m) continue;
+        views.push_back(zq_gate.view(off[size_t(e)]));
+        jobs.push_back(MatJob{mat_slice(L.ffn_gate_exps, e), &views.back(), m, g + off[size_t(e)] * ff, ff});
+        views.push_back(zq_u.view(off[size_t(e)]));
+        jobs.push_back(MatJob{mat_slice(L.ffn_up_exps, e), &views.back(), m, u + off[size_t(e)] * ff, ff});
+    }
+    matmul_jobs(c.pool, jobs.data(), jobs.size());
+
+    // Activation, split by rows across the pool when the chunk is large.
+    c.pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { glu(hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
+                        std::max<int64_t>(1, 1024 / ff));
+    if (ffs) glu(hp, shg, shu, shg, n * ffs);
+
+    // Down products of every expert, plus the shared experts' down projection.
+    quantize_acts(&c.pool, down0.type, g, rows, ff, ff, gq);
+    jobs.clear();
+    views.clear();
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
+        if (!m) continue;
+        views.push_back(gq.view(off[size_t(e)]));
+        jobs.push_back(MatJob{mat_slice(L.ffn_down_exps, e), &views.back(), m, yg + off[size_t(e)] * lat, lat});
+    }
+    if (ffs) {
+        const Mat sd = mat_of(L.ffn_down_shexp);
+        quantize_acts(&c.pool, sd.type, shg, n, ffs, ffs, shq);
+        jobs.push_back(MatJob{sd, &shq, n, sh_out, sd.rows});
+    }
+    matmul_jobs(c.pool, jobs.data(), jobs.size());
+
+    // Weighted rows back to their (token, slot) places.
+    for (int64_t e = 0; e < E; ++e)
+        for (size_t j = 0; j < by_expert[size_t(e)].size(); ++j) {
+            const int64_t ts = by_expert[size_t(e)][j];
+            const float w = wsel[size_t(ts)];
+            const float* src = yg + (off[size_t(e)] + int64_t(j)) * lat;
+            float* dst = ys + ts * lat;
+            for (int64_t i = 0; i < lat; ++i) dst[i] = src[i] * w;
+        }
+}
+
 }  // namespace
 
 void dense_ffn(FwdCtx& c, int il, const float* xn, float* out) {
@@ -82,9 +160,23 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     const int64_t n = c.n, d = hp.n_embd, E = hp.n_expert, K = hp.n_expert_used, lat = hp.latent_dim();
     ScratchScope s(c.ws);
 
-    // Router: sigmoid scores in fp32; the bias only picks, the weights use the raw scores.
+    // Every product of xn in one batch: router, latent down-projection, shared experts' gate/up.
     float* probs = s.get(size_t(n * E));
-    c.mm(L.ffn_gate_inp, xn, probs);
+    float* zl = L.ffn_routed_down ? s.get(size_t(n * lat)) : nullptr;
+    const int64_t ffs = L.ffn_gate_shexp ? L.ffn_gate_shexp->ne[1] : 0;
+    float* shg = ffs ? s.get(size_t(n * ffs)) : nullptr;
+    float* shu = ffs ? s.get(size_t(n * ffs)) : nullptr;
+    {
+        Mat ms[4];
+        float* ys[4];
+        size_t k = 0;
+        ms[k] = mat_of(L.ffn_gate_inp), ys[k++] = probs;
+        if (zl) ms[k] = mat_of(L.ffn_routed_down), ys[k++] = zl;
+        if (ffs) ms[k] = mat_of(L.ffn_gate_shexp), ys[k++] = shg, ms[k] = mat_of(L.ffn_up_shexp), ys[k++] = shu;
+        matmul_many(c.pool, ms, ys, k, xn, n);
+    }
+
+    // Router: sigmoid scores in fp32; the bias only picks, the weights use the raw scores.
     for (int64_t i = 0; i < n * E; ++i) probs[i] = ops::sigmoid(probs[i]);
     std::vector<int32_t> sel(static_cast<size_t>(n * K));
     std::vector<float> wsel(static_cast<size_t>(n * K));
@@ -119,12 +211,7 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     }
 
     // Routed experts read the latent input (K3) or x itself.
-    const float* z = xn;
-    if (L.ffn_routed_down) {
-        float* zl = s.get(size_t(n * lat));
-        c.mm(L.ffn_routed_down, xn, zl);
-        z = zl;
-    }
+    const float* z = zl ? zl : xn;
 
     // Group tokens by expert so each expert's weights are read once per chunk.
     float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
@@ -132,7 +219,11 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     float* yg = s.get(size_t(n * lat));
     std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));   // entries t * K + slot
     for (int64_t i = 0; i < n * K; ++i) by_expert[size_t(sel[size_t(i)])].push_back(i);
-    for (int64_t e = 0; e < E; ++e) {
+    float* sh_out = nullptr;                         // shared experts' output [n x d]
+    if (!store) {
+        sh_out = ffs ? s.get(size_t(n * d)) : nullptr;
+        routed_batched(c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
+    } else for (int64_t e = 0; e < E; ++e) {
         const auto& list = by_expert[size_t(e)];
         if (list.empty()) continue;
         const int64_t m = int64_t(list.size());
@@ -168,10 +259,13 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         std::memcpy(out, yl, size_t(n * d) * sizeof(float));
     }
 
-    if (L.ffn_gate_shexp) {   // shared experts: full width, unscaled
-        float* sh = s.get(size_t(n * d));
-        glu_ffn(c, mat_of(L.ffn_gate_shexp), mat_of(L.ffn_up_shexp), mat_of(L.ffn_down_shexp), xn, n, sh);
-        for (int64_t i = 0; i < n * d; ++i) out[i] += sh[i];
+    if (ffs) {   // shared experts: full width, unscaled
+        if (!sh_out) {
+            sh_out = s.get(size_t(n * d));
+            glu(hp, shg, shu, shg, n * ffs);
+            matmul(c.pool, mat_of(L.ffn_down_shexp), shg, n, sh_out);
+        }
+        for (int64_t i = 0; i < n * d; ++i) out[i] += sh_out[i];
     }
 }
 

@@ -1,8 +1,21 @@
 #include "model/ops.h"
 
+#include "quant/types.h"
+
 #include <cmath>
 
 namespace kinfer::model::ops {
+
+void silu_avx2(const float* x, float* y, int64_t n);
+void silu_avx512(const float* x, float* y, int64_t n);
+
+void silu(const float* x, float* y, int64_t n) {
+    // KINFER_ISA picks the level for these as for the quant kernels.
+    static const quant::Isa isa = quant::active_isa();
+    if (isa == quant::Isa::avx512) return silu_avx512(x, y, n);
+    if (isa == quant::Isa::avx2) return silu_avx2(x, y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = silu(x[i]);
+}
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     double sum = 0.0;
@@ -25,7 +38,9 @@ void l2_norm(const float* x, float* y, int64_t n, float eps) {
 }
 
 void swiglu(const float* g, const float* u, float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
+    // ggml_swiglu: the vector silu of g, times u.
+    silu(g, out, n);
+    for (int64_t i = 0; i < n; ++i) out[i] *= u[i];
 }
 
 void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta, float linear_beta) {

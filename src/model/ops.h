@@ -14,11 +14,14 @@ void l2_norm(const float* x, float* y, int64_t n, float eps);
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+// y[i] = silu(x[i]) the way ggml_silu computes it: 16- or 8-wide vector exp (ggml's polynomial)
+// on AVX-512 / AVX2 machines, libm for the tail and without SIMD. x and y may alias.
+void silu(const float* x, float* y, int64_t n);
 // ggml's softplus: linear above 20.
 inline float softplus(float x) { return x > 20.0f ? x : __builtin_logf(1.0f + __builtin_expf(x)); }
 
 // out[i] = act(g[i], u[i]): SwiGLU (silu(g) * u) or SiTU-GLU (DESIGN.md 3.4).
-void swiglu(const float* g, const float* u, float* out, int64_t n);
+void swiglu(const float* g, const float* u, float* out, int64_t n);   // out may alias g, not u
 void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta, float linear_beta);
 
 // In-place softmax of x[0..n) after x*scale; sum in double like ggml_soft_max.
