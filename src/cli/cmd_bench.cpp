@@ -84,7 +84,9 @@ int run_bench(const BenchArgs& a) {
     std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
     std::vector<int> threads = a.threads.empty() ? std::vector<int>{runtime::ThreadPool::default_threads()} : a.threads;
     std::mt19937 rng(1234);
-    auto ex = runtime::ExpertRuntime::create(f, int(m->hparams().n_layer), a.experts);
+    const auto& hp = m->hparams();
+    auto ex = runtime::ExpertRuntime::create(f, int(hp.n_layer), a.experts, int(hp.n_layer - hp.n_layer_dense_lead),
+                                             int(hp.n_expert), int(hp.n_expert_used));
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
         for (int p : a.n_prompt)
@@ -94,7 +96,9 @@ int run_bench(const BenchArgs& a) {
         int64_t ctx = 1;
         for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
         model::Session s(*m, {.n_ctx = ctx, .n_batch = a.batch, .n_threads = nt,
-                              .experts = ex ? ex->store() : nullptr, .prefetch_next = a.experts.prefetch_next});
+                              .experts = ex ? ex->store() : nullptr, .prefetch_next = a.experts.prefetch_next,
+                              .routing_record = ex ? ex->routing_record() : nullptr,
+                              .routing_replay = ex ? ex->routing_replay() : nullptr});
         for (auto [p, g] : tests) {
             run_once(*m, s, p, g, rng);   // warm-up: page in the weights, size the scratch
             std::vector<double> tps;

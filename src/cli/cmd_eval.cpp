@@ -53,8 +53,11 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
-    auto ex = runtime::ExpertRuntime::create(model->file(), int(hp.n_layer), a.experts);
+    auto ex = runtime::ExpertRuntime::create(model->file(), int(hp.n_layer), a.experts, int(hp.n_layer - hp.n_layer_dense_lead),
+                                             int(hp.n_expert), int(hp.n_expert_used));
     so.experts = ex ? ex->store() : nullptr;
+    so.routing_record = ex ? ex->routing_record() : nullptr;
+    so.routing_replay = ex ? ex->routing_replay() : nullptr;
     so.prefetch_next = a.experts.prefetch_next;
     model::Session s(*model, so);
 

@@ -3,6 +3,7 @@
 #include "model/forward_ctx.h"
 #include "model/ops.h"
 #include "runtime/expert_store.h"
+#include "runtime/routing_trace.h"
 
 #include <algorithm>
 #include <cstring>
@@ -190,6 +191,9 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
             return biased[size_t(a)] > biased[size_t(b)] || (biased[size_t(a)] == biased[size_t(b)] && a < b);
         });
+        if (c.opt.routing_replay)     // benchmarks: a recorded trained model's choice instead
+            c.opt.routing_replay->replay(c.pos0 + t, il - hp.n_layer_dense_lead, int(E), int(K), idx.data());
+        if (c.opt.routing_record) c.opt.routing_record->record(c.pos0 + t, il - hp.n_layer_dense_lead, idx.data());
         float* wt = wsel.data() + t * K;
         for (int64_t i = 0; i < K; ++i) {
             sel[size_t(t * K + i)] = idx[size_t(i)];

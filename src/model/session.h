@@ -18,6 +18,7 @@
 
 namespace kinfer::runtime {
 class ExpertStore;
+class RoutingTrace;
 }
 
 namespace kinfer::model {
@@ -34,6 +35,8 @@ struct SessionOptions {
     bool mla_decompressed = false;// prefill MLA in the decompressed MHA form (false: absorbed)
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
+    runtime::RoutingTrace* routing_record = nullptr;        // every routing decision is added here
+    const runtime::RoutingTrace* routing_replay = nullptr;  // route by this trace (benchmarks only)
 };
 
 // Called after every layer with the residual stream of the chunk's n tokens ([n x n_embd]);

@@ -24,15 +24,27 @@ size_t budget_of(const std::string& s, size_t total) {
 }
 }  // namespace
 
-bool ExpertFlags::any() const {
+bool ExpertFlags::any() const { return any_store() || !routing_record.empty() || !routing_replay.empty(); }
+
+bool ExpertFlags::any_store() const {
     return !ram_cache.empty() || !dev_cache.empty() || !device.empty() || io != "mmap" || !profile.empty() || cpu_moe ||
            n_cpu_moe > 0 || !overrides.empty() || prefetch_next || verbose;
 }
 
-std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_layer, const ExpertFlags& fl) {
+std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_layer, const ExpertFlags& fl,
+                                                     int moe_layers, int n_expert, int n_used) {
     if (!fl.any()) return nullptr;
     auto rt = std::unique_ptr<ExpertRuntime>(new ExpertRuntime());
     rt->flags_ = fl;
+    if (!fl.routing_replay.empty()) {
+        rt->replay_ = std::make_unique<RoutingTrace>(RoutingTrace::load(fl.routing_replay));
+        rt->replay_->check_replay(moe_layers, n_expert, n_used);
+    }
+    if (!fl.routing_record.empty()) {
+        if (moe_layers <= 0) fail("--routing-record: the model has no MoE layer");
+        rt->record_ = std::make_unique<RoutingTrace>(moe_layers, n_expert, n_used);
+    }
+    if (!fl.any_store()) return rt;
     ExpertStoreOptions o;
     o.io = parse_expert_io(fl.io);
     o.policy = parse_policy(fl.policy);
@@ -66,6 +78,8 @@ ExpertRuntime::~ExpertRuntime() = default;
 void ExpertRuntime::finish() {
     if (finished_) return;
     finished_ = true;
+    if (record_) record_->save(flags_.routing_record);
+    if (!store_) return;
     if (flags_.verbose) std::fputs(store_->report().c_str(), stderr);
     if (!flags_.profile.empty()) {
         ExpertProfile p = store_->profile();

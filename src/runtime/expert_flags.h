@@ -7,12 +7,14 @@
 //   ...
 //   auto ex = runtime::ExpertRuntime::create(model->file(), hp.n_layer, *ef);   // nullptr: no flags
 //   so.experts = ex ? ex->store() : nullptr;  so.prefetch_next = ef->prefetch_next;
+//   so.routing_record = ex ? ex->routing_record() : nullptr;   (and routing_replay)
 //   ... run ...
 //   if (ex) ex->finish();   // --verbose-experts report, --expert-profile written
 #pragma once
 #include "gguf/reader.h"
 #include "runtime/device_sim.h"
 #include "runtime/expert_store.h"
+#include "runtime/routing_trace.h"
 
 #include <memory>
 #include <string>
@@ -36,9 +38,13 @@ struct ExpertFlags {
     bool verbose = false;
     double cpu_gbps = 0;
     bool sync_io = false;           // --expert-sync: no I/O thread (for measuring the overlap)
+    std::string routing_record;     // --routing-record FILE
+    std::string routing_replay;     // --routing-replay FILE
 
     // True when any flag asks for something beyond the plain mapping.
     bool any() const;
+    // True when a store flag is set (the routing-trace flags alone need no store).
+    bool any_store() const;
 };
 
 template <class App>
@@ -59,14 +65,21 @@ void add_expert_flags(App& app, ExpertFlags& f) {
     app.add_flag("--verbose-experts", f.verbose, "print expert hit rates, traffic, stalls and the hottest experts")->group(g);
     app.add_option("--expert-cpu-gbps", f.cpu_gbps, "cost model: CPU GEMV bandwidth (0: always copy misses to the device)")->group(g);
     app.add_flag("--expert-sync", f.sync_io, "load misses when computed instead of at routing (no overlap)")->group(g);
+    app.add_option("--routing-record", f.routing_record, "write every routing decision of the run to FILE (a routing trace)")->group(g);
+    app.add_option("--routing-replay", f.routing_replay,
+                   "route by the trace in FILE instead of the router (benchmarks only: changes the output)")->group(g);
 }
 
 class ExpertRuntime {
 public:
     // nullptr when no flag is set: the model then reads experts straight from the mapping.
-    static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, int n_layer, const ExpertFlags& flags);
+    // hp_moe: MoE layers, experts and experts used, for the routing trace flags.
+    static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, int n_layer, const ExpertFlags& flags,
+                                                 int moe_layers = 0, int n_expert = 0, int n_used = 0);
     ~ExpertRuntime();
     ExpertStore* store() { return store_.get(); }
+    RoutingTrace* routing_record() { return record_.get(); }
+    const RoutingTrace* routing_replay() const { return replay_.get(); }
     Device* device() { return device_.get(); }
     // Prints the report (--verbose-experts, to stderr) and adds the run's counts to the profile.
     void finish();
@@ -76,6 +89,7 @@ private:
     std::unique_ptr<SimDevice> device_;
     std::unique_ptr<ExpertProfile> seed_;
     std::unique_ptr<ExpertStore> store_;
+    std::unique_ptr<RoutingTrace> record_, replay_;
     bool finished_ = false;
 };
 
