@@ -7,8 +7,14 @@
 # Host rows read experts with pread on an O_DIRECT descriptor (IO=direct), so a miss really
 # costs a read: with mmap the page cache would hold everything and hide the policy.
 #
+# A random model routes almost uniformly; TRACE=FILE replays a recorded routing trace instead
+# (--routing-replay: every row routes by it), e.g. the trained demo model's routing over held-out
+# text, recorded with  kinfer eval -m models/kinfer-demo.gguf --tokens IDS --routing-record FILE.
+# Under a trace, --prefetch-next still guesses with the bench model's own router, so its rows
+# show the cost of wrong guesses, not what prefetch gains on a trained model.
+#
 #   tools/bench/expert_store_bench.sh [MODEL.gguf] [THREADS]
-#       env: N=64 (tokens per run) R=2 IO=direct GBPS=25 BUDGETS="10 25 50 100" KINFER=...
+#       env: N=64 (tokens per run) R=2 IO=direct GBPS=25 BUDGETS="10 25 50 100" TRACE= KINFER=...
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
@@ -28,8 +34,10 @@ trap 'rm -rf "$out"' EXIT
 prof="$out/profile.txt"
 
 # One measurement: prints "tokens/s hit%" of a tg$N run with the given extra flags.
+replay=()
+[ -n "${TRACE:-}" ] && replay=(--routing-replay "$TRACE")
 measure() {
-  "$kinfer" bench -m "$model" -t "$threads" -p 0 -n "$N" -r "$R" "$@" >"$out/o.txt" 2>"$out/e.txt" ||
+  "$kinfer" bench -m "$model" -t "$threads" -p 0 -n "$N" -r "$R" "${replay[@]}" "$@" >"$out/o.txt" 2>"$out/e.txt" ||
     { cat "$out/e.txt" >&2; echo "- -"; return; }
   local tps hit
   tps="$(awk -F'|' '$7 ~ /tg[0-9]/ { split($8,a," "); print a[1] }' "$out/o.txt" | tail -1)"
@@ -42,9 +50,9 @@ row() {   # label, flags...
   printf "| %-34s | %10s | %7s |\n" "$label" "$tps" "$hit"
 }
 
-echo "model $model, $threads threads, tg$N x $R, io $IO, sim device $GBPS GB/s; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model $model, $threads threads, tg$N x $R, io $IO, sim device $GBPS GB/s, routing ${TRACE:-by its own router}; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 # The profile the seeded rows use: one run's routing with the store in zero-copy mode.
-"$kinfer" bench -m "$model" -t "$threads" -p 0 -n "$N" -r 1 --expert-profile "$prof" >/dev/null 2>&1
+"$kinfer" bench -m "$model" -t "$threads" -p 0 -n "$N" -r 1 "${replay[@]}" --expert-profile "$prof" >/dev/null 2>&1
 "$kinfer" experts "$prof" --top 5 | head -1
 
 echo
