@@ -9,6 +9,7 @@
 #include "quant/fp16.h"
 #include "quant/kernels.h"
 #include "quant/kquant_search.h"
+#include "quant/types.h"
 
 namespace kinfer::quant {
 
@@ -47,7 +48,13 @@ void quantize_row_q8_1(const float* x, void* vy, int64_t n) {
     }
 }
 
-// ggml's x86 quantize_row_q8_K simply calls the reference.
-void quantize_row_q8_K(const float* x, void* y, int64_t n) { quantize_row_q8_K_ref(x, y, n); }
+void quantize_row_q8_K_avx2(const float* x, void* vy, int64_t n);
+
+// ggml's x86 quantize_row_q8_K is the reference; the AVX2 version writes the same bytes.
+void quantize_row_q8_K(const float* x, void* y, int64_t n) {
+    static const bool simd = active_isa() != Isa::scalar;
+    if (simd) quantize_row_q8_K_avx2(x, y, n);
+    else quantize_row_q8_K_ref(x, y, n);
+}
 
 }  // namespace kinfer::quant

@@ -147,6 +147,31 @@ TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quanti
     quantize_row_q8_K(x.data(), a.data(), int64_t(x.size()));
     quantize_row_q8_K_ref(x.data(), b.data(), int64_t(x.size()));
     CHECK(a == b);
+    // The SIMD Q8_K quantizer on the cases that trip a vector version: a zero block, the largest
+    // magnitude twice with both signs (the first one sets the sign of the scale), exact
+    // half-level ties (-127/max * x = k + 0.5 rounds to even), tiny and huge magnitudes.
+    {
+        std::vector<float> e(QK_K * 6, 0.0f);
+        float* b1 = e.data() + QK_K;                      // block 0 stays zero
+        for (int j = 0; j < QK_K; ++j) b1[j] = float(j % 17) - 8.0f;
+        b1[40] = -127.0f, b1[200] = 127.0f;
+        float* b2 = e.data() + 2 * QK_K;
+        b2[3] = 127.0f, b2[9] = -127.0f;
+        for (int j = 10; j < QK_K; ++j) b2[j] = -(float(j % 127) + 0.5f);   // iscale = -1: ties
+        float* b3 = e.data() + 3 * QK_K;
+        for (int j = 0; j < QK_K; ++j) b3[j] = float(j) * 1e-30f;
+        float* b4 = e.data() + 4 * QK_K;
+        for (int j = 0; j < QK_K; ++j) b4[j] = (j % 2 ? 1.0f : -1.0f) * float(j) * 1e30f;
+        float* b5 = e.data() + 5 * QK_K;
+        for (int j = 0; j < QK_K; ++j) b5[j] = float(j % 5) * 0.25f;
+        std::vector<uint8_t> ea(6 * sizeof(block_q8_K)), eb(ea.size());
+        quantize_row_q8_K(e.data(), ea.data(), int64_t(e.size()));
+        quantize_row_q8_K_ref(e.data(), eb.data(), int64_t(e.size()));
+        for (int k = 0; k < 6; ++k) {
+            CAPTURE(k);
+            CHECK(std::memcmp(ea.data() + k * sizeof(block_q8_K), eb.data() + k * sizeof(block_q8_K), sizeof(block_q8_K)) == 0);
+        }
+    }
     // Q8_0: the AVX2 path scales by 127/amax and rounds half to even; the reference multiplies by
     // 1/(amax/127) and rounds half away from zero. Count how often a byte differs (by one level).
     std::vector<block_q8_0> p(x.size() / QK8_0), q(p.size());
