@@ -118,7 +118,9 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vec
     // Activation, split by rows across the pool when the chunk is large.
     c.pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { glu(hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
                         std::max<int64_t>(1, 1024 / ff));
-    if (ffs) glu(hp, shg, shu, shg, n * ffs);
+    if (ffs)
+        c.pool.parallel_for(n, [&](int64_t b, int64_t e, int) { glu(hp, shg + b * ffs, shu + b * ffs, shg + b * ffs, (e - b) * ffs); },
+                            std::max<int64_t>(1, 1024 / ffs));
 
     // Down products of every expert, plus the shared experts' down projection.
     quantize_acts(&c.pool, down0.type, g, rows, ff, ff, gq);
