@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace kinfer::model {
@@ -13,6 +14,7 @@ namespace kinfer::model {
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
 void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out);
 float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n);
+void mad_f32_avx2(float* y, const float* x, float a, int64_t n);
 
 namespace {
 
@@ -43,6 +45,11 @@ constexpr int64_t kTokenBlock = 16;
 
 float dot_f32(const float* a, const float* b, int64_t n) {
     return have_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n);
+}
+
+void mad_f32(float* y, const float* x, float a, int64_t n) {
+    if (have_avx2()) return mad_f32_avx2(y, x, a, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], a, y[i]);
 }
 
 Mat mat_of(TensorRef t) {
@@ -204,8 +211,23 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
         for (size_t i = 0; i < count; ++i) slice(jobs[i], 0, 1);
         return;
     }
+    static const size_t pf_next = [] {
+        const char* e = std::getenv("KINFER_PF_NEXT");
+        return e ? size_t(std::atoi(e)) : size_t(0);
+    }();
     pool.run([&](int ith, int nth) {
-        for (size_t i = 0; i < count; ++i) slice(jobs[i], ith, nth);
+        for (size_t i = 0; i < count; ++i) {
+            if (pf_next && i + 1 < count) {
+                // Start the next job's slice on its way while this one computes.
+                const MatJob& j = jobs[i + 1];
+                const int64_t groups = (j.W.rows + 3) / 4;
+                const int64_t r0 = std::min(j.W.rows, groups * ith / nth * 4);
+                const uint8_t* p = j.W.row(r0);
+                const size_t len = std::min(pf_next, size_t(j.W.rows - r0) * j.W.row_bytes);
+                for (size_t b = 0; b < len; b += 64) __builtin_prefetch(p + b, 0, 0);
+            }
+            slice(jobs[i], ith, nth);
+        }
     });
 }
 

@@ -88,3 +88,15 @@ float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n) {
 }
 
 }  // namespace kinfer::model
+
+namespace kinfer::model {
+
+// y += a * x with FMA (ggml_vec_mad_f32's arithmetic on FMA machines).
+void mad_f32_avx2(float* y, const float* x, float a, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), va, _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] = __builtin_fmaf(x[i], a, y[i]);
+}
+
+}  // namespace kinfer::model

@@ -34,11 +34,7 @@ void attend_absorbed(FwdCtx& c, const float* cache, const float* Q, float* lat) 
             ops::softmax(p, n_kv, scale);
             float* out = lat + (t * H + h) * r;
             std::fill(out, out + r, 0.0f);
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const float pj = p[j];
-                const float* cj = cache + j * R;
-                for (int64_t i = 0; i < r; ++i) out[i] += pj * cj[i];
-            }
+            for (int64_t j = 0; j < n_kv; ++j) mad_f32(out, cache + j * R, p[j], r);
         }
     }, 1);
 }
