@@ -217,7 +217,7 @@ def main() -> int:
     tok = os.path.join(args.data, "tokenizer")
     export_hf(model.eval(), hf, os.path.join(tok, "tiktoken.model"), os.path.join(tok, "tokenizer_config.json"))
     json.dump({"step": step, "train_minutes": round(elapsed / 60, 2), "params": n_params, "preset": args.preset,
-               "config": cfg.to_dict()}, open(os.path.join(args.out, "run.json"), "w"), indent=2)
+               "batch": args.batch, "seq": args.seq, "config": cfg.to_dict()}, open(os.path.join(args.out, "run.json"), "w"), indent=2)
     print(f"train: exported HF checkpoint to {hf}", flush=True)
     return 0
 
