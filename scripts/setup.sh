@@ -21,9 +21,10 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 
-# The main job on the shipped model: generation with the tiny random kimi-k3 model (its text is
-# gibberish: the weights are random, kept for parity with llama.cpp).
+# The main job on the shipped model: generation with the trained demo model, models/kinfer-demo.gguf
+# (a 17 M-parameter Kimi-K3-architecture model trained on the English corpora; kinfer run uses it
+# when no -m is given, see models/README.md).
 if [ "${KINFER_SETUP_NO_RUN:-0}" != 1 ]; then
-    ./build/bin/kinfer run -m tests/data/models/k3-tiny-a-Q4_K_M.gguf -p "And God said" -n 32 --temp 0
+    ./build/bin/kinfer run -p "And God said" -n 48 --temp 0
     echo
 fi

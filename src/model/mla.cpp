@@ -24,9 +24,11 @@ void attend_absorbed(FwdCtx& c, const float* cache, const float* Q, float* lat) 
     const int64_t n_kv_max = pos0 + n;
     ScratchScope s(c.ws);
     float* probs_all = s.get(size_t(c.pool.size()) * size_t(n_kv_max));
-    c.pool.parallel_for(n * H, [&](int64_t b, int64_t e, int ith) {
+    // Causal rows grow with t: deal (t, h) pairs round-robin so every thread gets the same mix
+    // of short and long rows (contiguous ranges left the last thread three quarters of the work).
+    c.pool.run([&](int ith, int nth) {
         float* p = probs_all + size_t(ith) * size_t(n_kv_max);
-        for (int64_t th = b; th < e; ++th) {
+        for (int64_t th = ith; th < n * H; th += nth) {
             const int64_t t = th / H, h = th % H;
             const int64_t n_kv = pos0 + t + 1;           // causal
             const float* qh = Q + (t * H + h) * R;
@@ -36,7 +38,7 @@ void attend_absorbed(FwdCtx& c, const float* cache, const float* Q, float* lat) 
             std::fill(out, out + r, 0.0f);
             for (int64_t j = 0; j < n_kv; ++j) mad_f32(out, cache + j * R, p[j], r);
         }
-    }, 1);
+    });
 }
 
 // Decompressed attention: K_nope / V per head from the latent of every cached position.
