@@ -78,6 +78,18 @@ int run_bench(const BenchArgs& a) {
     std::string name = fmt::format("{} ?B {}", m->hparams().arch_name, ftype_name(f.get_int_or("general.file_type", -1)));
     double bytes = 0, params = 0;
     for (const auto& t : f.tensors()) bytes += double(t.nbytes), params += double(t.nelements());
+    // Bytes of weights one decoded token reads: every matrix, the routed experts' share
+    // n_expert_used / n_expert, one row of the token embedding.
+    double touched = 0;
+    {
+        const auto& hp = m->hparams();
+        for (const auto& t : f.tensors()) {
+            if (t.name == "token_embd.weight") touched += double(t.nbytes) / double(std::max<int64_t>(1, t.ne[1]));
+            else if (t.name.find("_exps.") != std::string::npos)
+                touched += double(t.nbytes) * double(hp.n_expert_used) / double(std::max<int64_t>(1, hp.n_expert));
+            else touched += double(t.nbytes);
+        }
+    }
 
     std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend", "threads",
                 "test", "t/s");
@@ -113,6 +125,9 @@ int run_bench(const BenchArgs& a) {
                         human_params(params).c_str(), "CPU", s.pool().size(), test.c_str(),
                         fmt::format("{:.2f} ± {:.2f}", mean, sd).c_str());
             std::fflush(stdout);
+            if (g > 0)   // decode streams the weights a token touches: how fast, in GB/s
+                std::fprintf(stderr, "%s: %.1f MB of weights per token -> %.2f GB/s\n", test.c_str(), touched / 1e6,
+                             touched * mean / 1e9);
         }
     }
     if (ex) ex->finish();

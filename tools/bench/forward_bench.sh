@@ -17,8 +17,10 @@ kinfer="${KINFER:-$here/build/bin/kinfer}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 echo "model $model, $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The machine's memory copy bandwidth, the yardstick for decode's GB/s (kinfer bench prints those on stderr).
+if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then "$out/membw" "$threads"; fi
 for round in $(seq "$ROUNDS"); do
-  "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" | tee -a "$out/kinfer.md"
+  "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> >(grep "GB/s" >&2) | tee -a "$out/kinfer.md"
   if [ -n "${LLAMA_BENCH:-}" ]; then
     "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/llama.md"
   fi
