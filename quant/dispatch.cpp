@@ -71,6 +71,19 @@ struct SimdMultiEntry { VecDotFn ref; VecDotMultiFn avx2, avx512; };
 const SimdMultiEntry kSimdMulti[] = {KINFER_SIMD_VEC_DOTS_MULTI(KINFER_SIMD_MULTI_ENTRY) SimdMultiEntry{nullptr, nullptr, nullptr}};
 #undef KINFER_SIMD_MULTI_ENTRY
 
+struct SimdRowsEntry { VecDotFn ref; VecDotRowsFn avx2, avx512; };
+#define KINFER_SIMD_ROWS_ENTRY(name) SimdRowsEntry{ref::vec_dot_##name, avx2::vec_dot_rows_##name, avx512::vec_dot_rows_##name},
+const SimdRowsEntry kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SIMD_ROWS_ENTRY) SimdRowsEntry{nullptr, nullptr, nullptr}};
+#undef KINFER_SIMD_ROWS_ENTRY
+
+VecDotRowsFn simd_rows_for(VecDotFn ref_fn, Isa isa) {
+    if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
+    for (const SimdRowsEntry& e : kSimdRows) {
+        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
+    }
+    return nullptr;
+}
+
 VecDotMultiFn simd_multi_for(VecDotFn ref_fn, Isa isa) {
     if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
     for (const SimdMultiEntry& e : kSimdMulti) {
@@ -96,9 +109,10 @@ std::array<Traits, kMaxId> build_table(Isa isa) {
     auto set = [&](Type ty, const char* name, int64_t bs, size_t sz, bool q, ToFloatFn to, FromFloatFn ref_q,
                    VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
         Traits& e = t[size_t(ty)];
-        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr};
+        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr, nullptr};
         if (VecDotFn fast = simd_for(dot, isa)) e.vec_dot = fast;
         e.vec_dot_multi = simd_multi_for(dot, isa);
+        e.vec_dot_rows = simd_rows_for(dot, isa);
     };
     set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
         quantize_row_f32, quantize_row_f32);
@@ -167,6 +181,11 @@ VecDotFn vec_dot_for(Type t, Isa isa) {
 VecDotMultiFn vec_dot_multi_for(Type t, Isa isa) {
     const Traits* tr = traits_or_null(uint32_t(t));
     return tr ? simd_multi_for(tr->vec_dot_ref, isa) : nullptr;
+}
+
+VecDotRowsFn vec_dot_rows_for(Type t, Isa isa) {
+    const Traits* tr = traits_or_null(uint32_t(t));
+    return tr ? simd_rows_for(tr->vec_dot_ref, isa) : nullptr;
 }
 
 const Traits* traits_or_null(uint32_t id) {

@@ -32,10 +32,11 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
     // Blocks of activation rows small enough to stay in L2 while every weight row of the range
     // streams past them once; within a block each weight row is reused from L1.
     constexpr int64_t kActBlock = 16;
-    static const int64_t pf_rows = [] {
-        const char* e = std::getenv("KINFER_PF_ROWS");
-        return e ? int64_t(std::atoi(e)) : int64_t(0);
-    }();
+    if (m == 1 && t.vec_dot_rows) {
+        // Decode: several weight rows per call against the one activation row.
+        t.vec_dot_rows(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin), xb, y + row_begin);
+        return;
+    }
     for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {
         const int64_t k1 = m < k0 + kActBlock ? m : k0 + kActBlock;
         for (int64_t r = row_begin; r < row_end; ++r) {
@@ -46,12 +47,6 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
                 t.vec_dot_multi(n, row, xb + size_t(k0) * ab, ab, int(k1 - k0), out);
                 for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = out[k - k0];
             } else {
-                // Decode streams every weight once, from memory: ask for the row kPrefetchRows
-                // ahead so more cache lines are in flight than the hardware prefetcher keeps.
-                if (pf_rows > 0 && r + pf_rows < row_end) {
-                    const uint8_t* ahead = row + pf_rows * int64_t(w_row_bytes);
-                    for (size_t b = 0; b < w_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 0);
-                }
                 for (int64_t k = k0; k < k1; ++k) y[k * ldy + r] = dot(n, row, xb + size_t(k) * ab);
             }
         }

@@ -23,6 +23,9 @@ using VecDotFn = float (*)(int64_t n, const void* x, const void* y);
 // out[t] = dot(x, activation row t) for t < ny, rows y_stride bytes apart, with each weight block
 // decoded once for several rows (prefill). Bit-identical to calling vec_dot per row.
 using VecDotMultiFn = void (*)(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out);
+// out[r] = dot(weight row r, y) for r < nx, weight rows x_stride bytes apart, several rows at a
+// time (decode). Bit-identical to calling vec_dot per row.
+using VecDotRowsFn = void (*)(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out);
 
 struct Traits {
     Type type;
@@ -43,6 +46,8 @@ struct Traits {
     FromFloatFn from_float;
     // Several activation rows per weight row (SIMD levels, main types only); nullptr: loop vec_dot.
     VecDotMultiFn vec_dot_multi;
+    // Several weight rows per activation row (SIMD levels, Q4_K / Q6_K); nullptr: loop vec_dot.
+    VecDotRowsFn vec_dot_rows;
 };
 
 // nullptr for ids kinfer does not know.
@@ -60,6 +65,7 @@ bool cpu_supports(Isa isa);
 // for t or the CPU lacks it (callers then use vec_dot_ref). For tests and benchmarks.
 VecDotFn vec_dot_for(Type t, Isa isa);
 VecDotMultiFn vec_dot_multi_for(Type t, Isa isa);  // likewise for the multi-row kernels
+VecDotRowsFn vec_dot_rows_for(Type t, Isa isa);    // and the several-weight-row ones
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline size_t row_size(const Traits& t, int64_t n) { return size_t(n / t.block_size) * t.type_size; }

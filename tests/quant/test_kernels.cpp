@@ -140,6 +140,35 @@ TEST_CASE("vec_dot_multi: several activation rows give vec_dot's bits exactly") 
     MESSAGE("multi-row calls compared: ", compared);
 }
 
+TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly") {
+    int compared = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!cpu_supports(isa)) continue;
+        for (Type w : kWeightTypes) {
+            const VecDotRowsFn rows = vec_dot_rows_for(w, isa);
+            if (!rows) continue;
+            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
+            const VecDotFn single = vec_dot_for(w, isa);
+            for (int64_t n : {int64_t(256), int64_t(768), int64_t(2304)}) {
+                const auto a = random_row(n, 7);
+                std::vector<uint8_t> aq(act_row_size(w, n));
+                quantize_acts(w, a.data(), 1, n, aq.data());
+                for (int nx : {1, 2, 3, 4, 5, 7, 8, 9}) {
+                    const auto x = random_row(n * nx, 200 + uint32_t(nx));
+                    const auto wq = quantize(w, x);
+                    const size_t rb = wq.size() / size_t(nx);
+                    std::vector<float> out(static_cast<size_t>(nx));
+                    rows(n, wq.data(), rb, nx, aq.data(), out.data());
+                    for (int r = 0; r < nx; ++r) CHECK(out[size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data()));
+                    ++compared;
+                }
+            }
+        }
+    }
+    MESSAGE("several-weight-row calls compared: ", compared);
+    CHECK(compared > 0);
+}
+
 TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {
     // Q8_K: ggml-cpu on x86 runs the reference, so the bytes must be identical.
     const auto x = random_row(QK_K * 64, 11, 3.0f);
