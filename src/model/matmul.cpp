@@ -15,6 +15,7 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out);
 float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n);
 void mad_f32_avx2(float* y, const float* x, float a, int64_t n);
+void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out);
 
 namespace {
 
@@ -45,6 +46,11 @@ constexpr int64_t kTokenBlock = 16;
 
 float dot_f32(const float* a, const float* b, int64_t n) {
     return have_avx2() ? dot_f32_avx2(a, b, n) : dot_f32_scalar(a, b, n);
+}
+
+void dot4_f32(const float* a, const float* const* b, int64_t n, float* out) {
+    if (have_avx2()) return dot4_f32_avx2(a, b, n, out);
+    for (int k = 0; k < 4; ++k) out[k] = dot_f32_scalar(a, b[k], n);
 }
 
 void mad_f32(float* y, const float* x, float a, int64_t n) {

@@ -78,6 +78,8 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
 
 // Plain fp32 dot product (AVX2/FMA when the CPU has it).
 float dot_f32(const float* a, const float* b, int64_t n);
+// out[k] = dot_f32(a, b[k], n) for k < 4, bit for bit, faster than four calls when n % 64 != 0.
+void dot4_f32(const float* a, const float* const* b, int64_t n, float* out);
 // y[i] = fma(x[i], a, y[i]) (ggml_vec_mad_f32 on FMA machines; AVX2 when the CPU has it).
 void mad_f32(float* y, const float* x, float a, int64_t n);
 

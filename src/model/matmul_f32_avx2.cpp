@@ -9,10 +9,11 @@ namespace kinfer::model {
 // for single-row F32 products): four 16-lane FMA accumulators over steps of 64, folded
 // (0+2, 1+3, then 0+1), a _mm512_reduce_add_ps tree, then a scalar FMA tail. Each 16-lane
 // register is emulated by two 8-lane halves; float results are identical.
-float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+namespace {
+// Everything but the scalar tail: the first n & ~63 elements, reduced to one float.
+inline float dot_main(const float* a, const float* b, int64_t np) {
     __m256 lo[4], hi[4];
     for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
-    const int64_t np = n & ~int64_t(63);
     for (int64_t i = 0; i < np; i += 64)
         for (int j = 0; j < 4; ++j) {
             lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16 * j), _mm256_loadu_ps(b + i + 16 * j), lo[j]);
@@ -24,9 +25,29 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n) {
     const __m256 t3 = _mm256_add_ps(hi[0], lo[0]);                                   // lanes i+8, i
     const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
     const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    float r = _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+}  // namespace
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+    const int64_t np = n & ~int64_t(63);
+    float r = dot_main(a, b, np);
     for (int64_t i = np; i < n; ++i) r = __builtin_fmaf(a[i], b[i], r);
     return r;
+}
+
+// Four dot products of a with b[0..3], each with dot_f32_avx2's exact operation order; the four
+// scalar tails (n % 64 elements, one FMA chain each) run interleaved so their latencies overlap.
+void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out) {
+    const int64_t np = n & ~int64_t(63);
+    float r0 = dot_main(a, b[0], np), r1 = dot_main(a, b[1], np), r2 = dot_main(a, b[2], np), r3 = dot_main(a, b[3], np);
+    for (int64_t i = np; i < n; ++i) {
+        r0 = __builtin_fmaf(a[i], b[0][i], r0);
+        r1 = __builtin_fmaf(a[i], b[1][i], r1);
+        r2 = __builtin_fmaf(a[i], b[2][i], r2);
+        r3 = __builtin_fmaf(a[i], b[3][i], r3);
+    }
+    out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
 }
 
 }  // namespace kinfer::model

@@ -32,7 +32,12 @@ void attend_absorbed(FwdCtx& c, const float* cache, const float* Q, float* lat) 
             const int64_t t = th / H, h = th % H;
             const int64_t n_kv = pos0 + t + 1;           // causal
             const float* qh = Q + (t * H + h) * R;
-            for (int64_t j = 0; j < n_kv; ++j) p[j] = dot_f32(qh, cache + j * R, R);
+            int64_t j = 0;
+            for (; j + 4 <= n_kv; j += 4) {
+                const float* rows[4] = {cache + j * R, cache + (j + 1) * R, cache + (j + 2) * R, cache + (j + 3) * R};
+                dot4_f32(qh, rows, R, p + j);
+            }
+            for (; j < n_kv; ++j) p[j] = dot_f32(qh, cache + j * R, R);
             ops::softmax(p, n_kv, scale);
             float* out = lat + (t * H + h) * r;
             std::fill(out, out + r, 0.0f);
