@@ -17,6 +17,9 @@ inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 // y[i] = silu(x[i]) the way ggml_silu computes it: 16- or 8-wide vector exp (ggml's polynomial)
 // on AVX-512 / AVX2 machines, libm for the tail and without SIMD. x and y may alias.
 void silu(const float* x, float* y, int64_t n);
+// y[i] = tanhf(x[i]) bit for bit (glibc 2.36's algorithm, vectorised with AVX2; the C library for
+// the lanes it does not cover and without AVX2). x and y may alias.
+void tanh(const float* x, float* y, int64_t n);
 // ggml's softplus: linear above 20.
 inline float softplus(float x) { return x > 20.0f ? x : __builtin_logf(1.0f + __builtin_expf(x)); }
 
