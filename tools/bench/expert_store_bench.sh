@@ -22,7 +22,7 @@ threads="${2:-$(nproc)}"
 N="${N:-64}"; R="${R:-2}"; IO="${IO:-direct}"; GBPS="${GBPS:-25}"
 BUDGETS="${BUDGETS:-10 25 50 100}"
 kinfer="${KINFER:-}"
-for b in build-es build build-model; do
+for b in build build-es build-model; do
   [ -n "$kinfer" ] && break
   [ -x "$here/$b/bin/kinfer" ] && kinfer="$here/$b/bin/kinfer"
 done
@@ -53,7 +53,7 @@ row() {   # label, flags...
 echo "model $model, $threads threads, tg$N x $R, io $IO, sim device $GBPS GB/s, routing ${TRACE:-by its own router}; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 # The profile the seeded rows use: one run's routing with the store in zero-copy mode.
 "$kinfer" bench -m "$model" -t "$threads" -p 0 -n "$N" -r 1 "${replay[@]}" --expert-profile "$prof" >/dev/null 2>&1
-"$kinfer" experts "$prof" --top 5 | head -1
+"$kinfer" experts "$prof" --top 5 | awk 'NR == 1'
 
 echo
 echo "| configuration                      | tokens/s   | hit %   |"
