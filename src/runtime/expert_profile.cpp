@@ -1,6 +1,7 @@
 #include "runtime/expert_profile.h"
 
 #include "common/error.h"
+#include "common/text_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,11 +21,7 @@ void ExpertProfile::merge(const ExpertProfile& o) {
 }
 
 void ExpertProfile::save(const std::string& path) const {
-    // Write beside the target and rename, so an interrupted run never leaves half a profile.
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp);
-        if (!f) fail("expert profile: cannot write '{}'", tmp);
+    write_text_file(path, "expert profile", [&](std::ostream& f) {
         f << "kinfer-expert-profile 1\nlayers " << n_layer << " experts " << n_expert << "\n";
         for (int l = 0; l < n_layer; ++l) {
             uint64_t sum = 0;
@@ -34,9 +31,7 @@ void ExpertProfile::save(const std::string& path) const {
             for (int e = 0; e < n_expert; ++e) f << ' ' << get(l, e);
             f << '\n';
         }
-        if (!f) fail("expert profile: writing '{}' failed", tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("expert profile: cannot rename '{}' to '{}'", tmp, path);
+    });
 }
 
 ExpertProfile ExpertProfile::load(const std::string& path) {

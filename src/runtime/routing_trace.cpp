@@ -1,6 +1,7 @@
 #include "runtime/routing_trace.h"
 
 #include "common/error.h"
+#include "common/text_file.h"
 
 #include <cstdio>
 #include <fstream>
@@ -35,10 +36,7 @@ void RoutingTrace::replay(int64_t token, int layer, int n_expert, int k, int32_t
 }
 
 void RoutingTrace::save(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp);
-        if (!f) fail("routing trace: cannot write '{}'", tmp);
+    write_text_file(path, "routing trace", [&](std::ostream& f) {
         const int64_t T = n_tokens();
         f << "kinfer-routing-trace 1\nlayers " << n_layer_ << " experts " << n_expert_ << " used " << k_ << " tokens " << T << "\n";
         for (int64_t t = 0; t < T; ++t)
@@ -47,9 +45,7 @@ void RoutingTrace::save(const std::string& path) const {
                 for (int i = 0; i < k_; ++i) f << ' ' << sel_[(size_t(t) * size_t(n_layer_) + size_t(l)) * size_t(k_) + size_t(i)];
                 f << '\n';
             }
-        if (!f) fail("routing trace: writing '{}' failed", tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("routing trace: cannot rename '{}' to '{}'", tmp, path);
+    });
 }
 
 RoutingTrace RoutingTrace::load(const std::string& path) {
