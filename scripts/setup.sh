@@ -25,6 +25,6 @@ cmake --build build -j"$(nproc)"
 # (a 17 M-parameter Kimi-K3-architecture model trained on the English corpora; kinfer run uses it
 # when no -m is given, see models/README.md).
 if [ "${KINFER_SETUP_NO_RUN:-0}" != 1 ]; then
-    ./build/bin/kinfer run -p "And God said" -n 48 --temp 0
+    ./build/bin/kinfer run -p "In the beginning God" -n 48 --temp 0 --repeat-penalty 1.15
     echo
 fi

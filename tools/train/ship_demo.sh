@@ -64,8 +64,9 @@ rm -f "$ship/profile.txt"
 "$kinfer" experts "$ship/profile.txt" --top 8 | tee "$ship/experts.txt"
 
 echo "== generations"
-"$kinfer" run -m "$root/models/kinfer-demo.gguf" -p "And God said" -n 64 --temp 0 -t "$THREADS" >"$ship/greedy.txt" 2>/dev/null
-"$kinfer" run -m "$root/models/kinfer-demo.gguf" -p "And God said" -n 96 --seed 7 -t "$THREADS" >"$ship/sampled.txt" 2>/dev/null
+# The prompt opens Genesis, the largest part of the training text.
+"$kinfer" run -m "$root/models/kinfer-demo.gguf" -p "In the beginning God" -n 64 --temp 0 --repeat-penalty 1.15 -t "$THREADS" >"$ship/greedy.txt" 2>/dev/null
+"$kinfer" run -m "$root/models/kinfer-demo.gguf" -p "In the beginning God" -n 96 --seed 7 -t "$THREADS" >"$ship/sampled.txt" 2>/dev/null
 cat "$ship/greedy.txt"; echo; echo ---; cat "$ship/sampled.txt"; echo
 "$py" "$here/model_card.py" "$out"
 echo "done: figures in $ship, model card models/README.md"
