@@ -217,23 +217,8 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
         for (size_t i = 0; i < count; ++i) slice(jobs[i], 0, 1);
         return;
     }
-    static const size_t pf_next = [] {
-        const char* e = std::getenv("KINFER_PF_NEXT");
-        return e ? size_t(std::atoi(e)) : size_t(0);
-    }();
     pool.run([&](int ith, int nth) {
-        for (size_t i = 0; i < count; ++i) {
-            if (pf_next && i + 1 < count) {
-                // Start the next job's slice on its way while this one computes.
-                const MatJob& j = jobs[i + 1];
-                const int64_t groups = (j.W.rows + 3) / 4;
-                const int64_t r0 = std::min(j.W.rows, groups * ith / nth * 4);
-                const uint8_t* p = j.W.row(r0);
-                const size_t len = std::min(pf_next, size_t(j.W.rows - r0) * j.W.row_bytes);
-                for (size_t b = 0; b < len; b += 64) __builtin_prefetch(p + b, 0, 0);
-            }
-            slice(jobs[i], ith, nth);
-        }
+        for (size_t i = 0; i < count; ++i) slice(jobs[i], ith, nth);
     });
 }
 
