@@ -55,7 +55,7 @@ void dot4_f32(const float* a, const float* const* b, int64_t n, float* out) {
 
 void mad_f32(float* y, const float* x, float a, int64_t n) {
     if (have_avx2()) return mad_f32_avx2(y, x, a, n);
-    for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], a, y[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 Mat mat_of(TensorRef t) {

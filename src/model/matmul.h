@@ -80,7 +80,7 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
 float dot_f32(const float* a, const float* b, int64_t n);
 // out[k] = dot_f32(a, b[k], n) for k < 4, bit for bit, faster than four calls when n % 64 != 0.
 void dot4_f32(const float* a, const float* const* b, int64_t n, float* out);
-// y[i] = fma(x[i], a, y[i]) (ggml_vec_mad_f32 on FMA machines; AVX2 when the CPU has it).
+// y[i] += a * x[i], multiply and add rounded separately (AVX2 when the CPU has it).
 void mad_f32(float* y, const float* x, float a, int64_t n);
 
 // Dequantized row r of W into out[W.cols].

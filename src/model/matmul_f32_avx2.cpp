@@ -112,12 +112,19 @@ float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n) {
 
 namespace kinfer::model {
 
-// y += a * x with FMA (ggml_vec_mad_f32's arithmetic on FMA machines).
+// y += a * x, multiply and add rounded separately: the arithmetic of the scalar loop this
+// replaced, which keeps the fp32 perplexities within llama.cpp's own spread (a fused version moved
+// them by 1.5x). The attribute / pragma stop the compiler from contracting it into an FMA.
+#if defined(__clang__)
 void mad_f32_avx2(float* y, const float* x, float a, int64_t n) {
+#pragma clang fp contract(off)
+#else
+__attribute__((optimize("fp-contract=off"))) void mad_f32_avx2(float* y, const float* x, float a, int64_t n) {
+#endif
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), va, _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] = __builtin_fmaf(x[i], a, y[i]);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), va), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
 }
 
 }  // namespace kinfer::model

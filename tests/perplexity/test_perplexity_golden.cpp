@@ -3,8 +3,8 @@
 // cache), with the same number of chunks. Tolerances, set from llama.cpp's own spread between
 // its exact -b 128 and exact -b 1 runs of the same file (computed from the logs in that folder):
 //   F32: final estimate within 0.001 absolute (~3e-8 relative); each running per-chunk value
-//        within 0.005 absolute, ~1.5e-7 relative (llama.cpp's own per-chunk spread reaches 0.0022;
-//        kinfer's largest gap, in the first chunks where few tokens are averaged, is 0.0032).
+//        within 0.003 absolute (llama.cpp's own per-chunk spread reaches 0.0022; kinfer's largest
+//        gap is 0.0027, in the first chunks where few tokens are averaged).
 //   quantized: final estimate within 0.1 %; each running per-chunk value within 0.5 %. The
 //        first chunks average only 63 tokens, so one activation-rounding event moves them a lot:
 //        llama.cpp's own exact vs default runs differ by up to 0.35 % per chunk at Q4_K_M, and
@@ -61,7 +61,7 @@ void check_model(const std::string& model, const std::string& text, const std::s
     for (size_t i = 0; i < got.size(); ++i) {
         const double d = f32 ? std::fabs(got[i] - want_chunks[i]) : std::fabs(got[i] / want_chunks[i] - 1);
         worst = std::max(worst, d);
-        CHECK_MESSAGE(d <= 5e-3, "chunk " << i + 1 << ": kinfer " << got[i] << " llama.cpp " << want_chunks[i]);
+        CHECK_MESSAGE(d <= (f32 ? 3e-3 : 5e-3), "chunk " << i + 1 << ": kinfer " << got[i] << " llama.cpp " << want_chunks[i]);
     }
     if (chunks < 0) {
         const double f = final_ppl(r.out);
