@@ -18,6 +18,28 @@ void glu(const HParams& hp, const float* g, const float* u, float* out, int64_t 
     else ops::swiglu(g, u, out, n);
 }
 
+// glu over `rows` rows of width ff in place (g = act(g, u)), split by rows across the pool once
+// there is enough work to pay for waking it.
+void glu_rows(FwdCtx& c, float* g, const float* u, int64_t rows, int64_t ff) {
+    c.pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { glu(c.hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
+                        std::max<int64_t>(1, 1024 / ff));
+}
+
+// The input rows of an expert's (token, slot) entries, one after another.
+void gather_rows(const float* z, const std::vector<int64_t>& list, int64_t K, int64_t lat, float* dst) {
+    for (size_t j = 0; j < list.size(); ++j) std::memcpy(dst + int64_t(j) * lat, z + (list[j] / K) * lat, size_t(lat) * sizeof(float));
+}
+
+// An expert's output rows, times their routing weights, back to their (token, slot) places in ys.
+void scatter_weighted(const float* src, const std::vector<int64_t>& list, const float* wsel, int64_t lat, float* ys) {
+    for (size_t j = 0; j < list.size(); ++j) {
+        const float w = wsel[size_t(list[j])];
+        const float* r = src + int64_t(j) * lat;
+        float* dst = ys + list[j] * lat;
+        for (int64_t i = 0; i < lat; ++i) dst[i] = r[i] * w;
+    }
+}
+
 // down . act(gate . x, up . x) for n rows of x.
 void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const float* x, int64_t n, float* out) {
     ScratchScope s(c.ws);
@@ -27,8 +49,7 @@ void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const f
     const Mat gu[2] = {gate, up};
     float* const gu_out[2] = {g, u};
     matmul_many(c.pool, gu, gu_out, 2, x, n);
-    c.pool.parallel_for(n, [&](int64_t b, int64_t e, int) { glu(c.hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
-                        std::max<int64_t>(1, 1024 / ff));
+    glu_rows(c, g, u, n, ff);
     matmul(c.pool, down, g, n, out);
 }
 
@@ -36,12 +57,8 @@ void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const f
 struct ExpertHold {
     runtime::ExpertStore* store;
     runtime::ExpertRef ref;
-    ExpertHold(runtime::ExpertStore* s, int il, int e, int64_t m) : store(s) {
-        if (store) ref = store->acquire(il, e, m);
-    }
-    ~ExpertHold() {
-        if (store) store->release(ref);
-    }
+    ExpertHold(runtime::ExpertStore* s, int il, int e, int64_t m) : store(s), ref(s->acquire(il, e, m)) {}
+    ~ExpertHold() { store->release(ref); }
     ExpertHold(const ExpertHold&) = delete;
     ExpertHold& operator=(const ExpertHold&) = delete;
 };
@@ -90,9 +107,7 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vec
     float* g = s.get(size_t(rows * ff));
     float* u = s.get(size_t(rows * ff));
     float* yg = s.get(size_t(rows * lat));
-    for (int64_t e = 0; e < E; ++e)
-        for (size_t j = 0; j < by_expert[size_t(e)].size(); ++j)
-            std::memcpy(zg + (off[size_t(e)] + int64_t(j)) * lat, z + (by_expert[size_t(e)][j] / K) * lat, size_t(lat) * sizeof(float));
+    for (int64_t e = 0; e < E; ++e) gather_rows(z, by_expert[size_t(e)], K, lat, zg + off[size_t(e)] * lat);
 
     // Activations for gate/up (one conversion serves both when their types agree).
     const Mat gate0 = mat_slice(L.ffn_gate_exps, 0), up0 = mat_slice(L.ffn_up_exps, 0), down0 = mat_slice(L.ffn_down_exps, 0);
@@ -115,12 +130,8 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vec
     }
     matmul_jobs(c.pool, jobs.data(), jobs.size());
 
-    // Activation, split by rows across the pool when the chunk is large.
-    c.pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { glu(hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
-                        std::max<int64_t>(1, 1024 / ff));
-    if (ffs)
-        c.pool.parallel_for(n, [&](int64_t b, int64_t e, int) { glu(hp, shg + b * ffs, shu + b * ffs, shg + b * ffs, (e - b) * ffs); },
-                            std::max<int64_t>(1, 1024 / ffs));
+    glu_rows(c, g, u, rows, ff);
+    if (ffs) glu_rows(c, shg, shu, n, ffs);
 
     // Down products of every expert, plus the shared experts' down projection.
     quantize_acts(&c.pool, down0.type, g, rows, ff, ff, gq);
@@ -139,15 +150,32 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vec
     }
     matmul_jobs(c.pool, jobs.data(), jobs.size());
 
-    // Weighted rows back to their (token, slot) places.
-    for (int64_t e = 0; e < E; ++e)
-        for (size_t j = 0; j < by_expert[size_t(e)].size(); ++j) {
-            const int64_t ts = by_expert[size_t(e)][j];
-            const float w = wsel[size_t(ts)];
-            const float* src = yg + (off[size_t(e)] + int64_t(j)) * lat;
-            float* dst = ys + ts * lat;
-            for (int64_t i = 0; i < lat; ++i) dst[i] = src[i] * w;
-        }
+    for (int64_t e = 0; e < E; ++e) scatter_weighted(yg + off[size_t(e)] * lat, by_expert[size_t(e)], wsel, lat, ys);
+}
+
+// The routed experts through the expert store, one expert at a time: each is acquired (same
+// bytes, possibly from a cache or device tier) only while its matmuls run, so a budget that holds
+// a single expert per layer still works. Then the shared experts.
+void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const std::vector<std::vector<int64_t>>& by_expert,
+                          const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
+    const int64_t K = c.hp.n_expert_used, lat = c.hp.latent_dim(), n = c.n;
+    ScratchScope s(c.ws);
+    float* zg = s.get(size_t(n * lat));
+    float* yg = s.get(size_t(n * lat));
+    for (int64_t e = 0; e < int64_t(by_expert.size()); ++e) {
+        const auto& list = by_expert[size_t(e)];
+        if (list.empty()) continue;
+        gather_rows(z, list, K, lat, zg);
+        Mat gate = mat_slice(L.ffn_gate_exps, e), up = mat_slice(L.ffn_up_exps, e), down = mat_slice(L.ffn_down_exps, e);
+        ExpertHold hold(c.opt.experts, il, int(e), int64_t(list.size()));
+        gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
+        glu_ffn(c, gate, up, down, zg, int64_t(list.size()), yg);
+        scatter_weighted(yg, list, wsel, lat, ys);
+    }
+    if (ffs) {
+        glu_rows(c, shg, shu, n, ffs);
+        matmul(c.pool, mat_of(L.ffn_down_shexp), shg, n, sh_out);
+    }
 }
 
 }  // namespace
@@ -221,31 +249,11 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
 
     // Group tokens by expert so each expert's weights are read once per chunk.
     float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
-    float* zg = s.get(size_t(n * lat));
-    float* yg = s.get(size_t(n * lat));
     std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));   // entries t * K + slot
     for (int64_t i = 0; i < n * K; ++i) by_expert[size_t(sel[size_t(i)])].push_back(i);
-    float* sh_out = nullptr;                         // shared experts' output [n x d]
-    if (!store) {
-        sh_out = ffs ? s.get(size_t(n * d)) : nullptr;
-        routed_batched(c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
-    } else for (int64_t e = 0; e < E; ++e) {
-        const auto& list = by_expert[size_t(e)];
-        if (list.empty()) continue;
-        const int64_t m = int64_t(list.size());
-        for (int64_t j = 0; j < m; ++j) std::memcpy(zg + j * lat, z + (list[size_t(j)] / K) * lat, size_t(lat) * sizeof(float));
-        Mat gate = mat_slice(L.ffn_gate_exps, e), up = mat_slice(L.ffn_up_exps, e), down = mat_slice(L.ffn_down_exps, e);
-        ExpertHold hold(store, il, int(e), m);   // same bytes, possibly from a cache or device tier
-        if (store) gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
-        glu_ffn(c, gate, up, down, zg, m, yg);
-        for (int64_t j = 0; j < m; ++j) {
-            const int64_t ts = list[size_t(j)];
-            const float w = wsel[size_t(ts)];
-            float* dst = ys + ts * lat;
-            const float* src = yg + j * lat;
-            for (int64_t i = 0; i < lat; ++i) dst[i] = src[i] * w;
-        }
-    }
+    float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
+    if (store) routed_through_store(c, il, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
+    else routed_batched(c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
     // Sum the slots in selection order, as ggml's chain of adds does.
     float* yl = s.get(size_t(n * lat));
     for (int64_t t = 0; t < n; ++t) {
@@ -265,14 +273,8 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         std::memcpy(out, yl, size_t(n * d) * sizeof(float));
     }
 
-    if (ffs) {   // shared experts: full width, unscaled
-        if (!sh_out) {
-            sh_out = s.get(size_t(n * d));
-            glu(hp, shg, shu, shg, n * ffs);
-            matmul(c.pool, mat_of(L.ffn_down_shexp), shg, n, sh_out);
-        }
+    if (ffs)   // shared experts: full width, unscaled
         for (int64_t i = 0; i < n * d; ++i) out[i] += sh_out[i];
-    }
 }
 
 }  // namespace kinfer::model
