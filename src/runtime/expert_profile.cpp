@@ -134,12 +134,14 @@ std::string format_summary(const ProfileSummary& s) {
     for (const auto& L : s.layers)
         out += fmt::format("{:>6} {:>12} {:>9.1f}% {:>10.1f} {:>7}\n", L.layer, L.total, 100 * L.top10_share,
                            L.eff_experts, L.unused);
-    if (!s.hottest.empty()) {
-        out += "hottest:";
-        for (const auto& h : s.hottest) out += fmt::format(" {}:{}({})", h.layer, h.expert, h.count);
-        out += "\n";
-    }
-    return out;
+    return out + format_hottest(s);
+}
+
+std::string format_hottest(const ProfileSummary& s, const char* label) {
+    if (s.hottest.empty()) return {};
+    std::string out = label;
+    for (const auto& h : s.hottest) out += fmt::format(" {}:{}({})", h.layer, h.expert, h.count);
+    return out + "\n";
 }
 
 }  // namespace kinfer::runtime

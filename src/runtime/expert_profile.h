@@ -54,5 +54,7 @@ struct ProfileSummary {
 
 ProfileSummary summarize(const ExpertProfile& p, int top_n = 10);
 std::string format_summary(const ProfileSummary& s);
+// "<label> l:e(count) ...\n" for the hottest units; empty when there are none.
+std::string format_hottest(const ProfileSummary& s, const char* label = "hottest:");
 
 }  // namespace kinfer::runtime

@@ -615,13 +615,7 @@ std::string ExpertStore::report(int top_n) const {
         std::lock_guard lk(mu_);
         prof = profile_;
     }
-    const auto sum = summarize(prof, top_n);
-    if (!sum.hottest.empty()) {
-        out += "hottest (layer:expert selections):";
-        for (const auto& h : sum.hottest) out += fmt::format(" {}:{}({})", h.layer, h.expert, h.count);
-        out += "\n";
-    }
-    return out;
+    return out + format_hottest(summarize(prof, top_n), "hottest (layer:expert selections):");
 }
 
 }  // namespace kinfer::runtime

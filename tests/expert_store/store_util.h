@@ -3,10 +3,12 @@
 #include "test_util.h"
 
 #include "gguf/reader.h"
+#include "model/session.h"
 #include "runtime/expert_store.h"
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace kinfer::test {
 
@@ -18,6 +20,25 @@ inline bool same_bytes(const runtime::ExpertStore& s, const runtime::ExpertRef& 
     for (int p = 0; p < 3; ++p)
         if (std::memcmp(r.part[p], s.layout().mapped(r.layer, p, r.expert), L.slice[p]) != 0) return false;
     return true;
+}
+
+// A fixed pseudo-random prompt of n_prompt tokens prefilled in chunks of so.n_batch, then n_gen
+// tokens decoded one by one: the logits of every prefilled position, then of every decode step.
+struct TokenRun {
+    std::vector<float> prefill, decode;
+};
+inline TokenRun run_tokens(const model::Model& m, const model::SessionOptions& so, int n_prompt, int n_gen) {
+    model::Session s(m, so);
+    const int64_t V = m.hparams().n_vocab;
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n_prompt; ++i) ids.push_back(int32_t((i * 7919 + 13) % V));
+    TokenRun r;
+    s.prefill(ids, &r.prefill);
+    for (int i = 0; i < n_gen; ++i) {
+        s.decode(int32_t((i * 104729 + 5) % V));
+        r.decode.insert(r.decode.end(), s.logits().begin(), s.logits().end());
+    }
+    return r;
 }
 
 }  // namespace kinfer::test

@@ -14,29 +14,15 @@ using namespace kinfer::runtime;
 
 namespace {
 
-struct Run {
-    std::vector<float> prefill, decode;
-};
-
 // 20 tokens prefilled in chunks of 8 (several routes per layer), then 6 decoded one by one.
-Run run(const model::Model& m, ExpertStore* store, bool prefetch) {
+kinfer::test::TokenRun run(const model::Model& m, ExpertStore* store, bool prefetch) {
     model::SessionOptions so;
     so.n_ctx = 64;
     so.n_batch = 8;
     so.n_threads = 2;
     so.experts = store;
     so.prefetch_next = prefetch;
-    model::Session s(m, so);
-    const int64_t V = m.hparams().n_vocab;
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 7919 + 13) % V));
-    Run r;
-    s.prefill(ids, &r.prefill);
-    for (int i = 0; i < 6; ++i) {
-        s.decode(int32_t((i * 104729 + 5) % V));
-        r.decode.insert(r.decode.end(), s.logits().begin(), s.logits().end());
-    }
-    return r;
+    return kinfer::test::run_tokens(m, so, 20, 6);
 }
 
 bool identical(const std::vector<float>& a, const std::vector<float>& b) {
@@ -50,7 +36,7 @@ void check_model(const std::string& path) {
     const auto lay = ExpertLayout::from_file(f, nl);
     size_t one_per_layer = 0;
     for (const auto& L : lay.layers) one_per_layer += L.bytes;
-    const Run base = run(*m, nullptr, false);
+    const kinfer::test::TokenRun base = run(*m, nullptr, false);
 
     struct Config {
         std::string name;
@@ -91,7 +77,7 @@ void check_model(const std::string& path) {
             o.device = dev.get();
         }
         ExpertStore store(f, nl, o);
-        const Run r = run(*m, &store, c.prefetch);
+        const kinfer::test::TokenRun r = run(*m, &store, c.prefetch);
         CHECK_MESSAGE(identical(r.prefill, base.prefill), "prefill logits differ");
         CHECK_MESSAGE(identical(r.decode, base.decode), "decode logits differ");
         const auto t = store.stats().total();

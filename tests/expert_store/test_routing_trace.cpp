@@ -15,24 +15,17 @@ using namespace kinfer::runtime;
 
 namespace {
 
-std::vector<float> run(const model::Model& m, RoutingTrace* rec, const RoutingTrace* rep, int n_prompt = 12, int n_gen = 5) {
+// 12 tokens prefilled in chunks of 5, then 5 decoded: all the logits, one vector.
+std::vector<float> run(const model::Model& m, RoutingTrace* rec, const RoutingTrace* rep) {
     model::SessionOptions so;
     so.n_ctx = 64;
     so.n_batch = 5;
     so.n_threads = 2;
     so.routing_record = rec;
     so.routing_replay = rep;
-    model::Session s(m, so);
-    const int64_t V = m.hparams().n_vocab;
-    std::vector<int32_t> ids;
-    for (int i = 0; i < n_prompt; ++i) ids.push_back(int32_t((i * 7919 + 13) % V));
-    std::vector<float> out;
-    s.prefill(ids, &out);
-    for (int i = 0; i < n_gen; ++i) {
-        s.decode(int32_t((i * 104729 + 5) % V));
-        out.insert(out.end(), s.logits().begin(), s.logits().end());
-    }
-    return out;
+    auto r = kinfer::test::run_tokens(m, so, 12, 5);
+    r.prefill.insert(r.prefill.end(), r.decode.begin(), r.decode.end());
+    return r.prefill;
 }
 
 std::string tmp_path(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
