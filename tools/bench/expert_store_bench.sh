@@ -21,13 +21,9 @@ model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
 threads="${2:-$(nproc)}"
 N="${N:-64}"; R="${R:-2}"; IO="${IO:-direct}"; GBPS="${GBPS:-25}"
 BUDGETS="${BUDGETS:-10 25 50 100}"
-kinfer="${KINFER:-}"
-for b in build build-es build-model; do
-  [ -n "$kinfer" ] && break
-  [ -x "$here/$b/bin/kinfer" ] && kinfer="$here/$b/bin/kinfer"
-done
-[ -x "$kinfer" ] || { echo "kinfer binary not found (build first, or set KINFER)" >&2; exit 1; }
-[ -f "$model" ] || { echo "model $model not found" >&2; exit 1; }
+source "$here/tools/bench/common.sh"
+need_kinfer
+need_file "$model"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

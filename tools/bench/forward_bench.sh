@@ -9,10 +9,9 @@ here="$(cd "$(dirname "$0")/../.." && pwd)"
 model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
 threads="${2:-$(nproc)}"
 P="${P:-512}"; N="${N:-128}"; R="${R:-3}"; ROUNDS="${ROUNDS:-2}"
-kinfer="${KINFER:-$here/build/bin/kinfer}"
-[ -x "$kinfer" ] || kinfer="$here/build-model/bin/kinfer"
-[ -x "$kinfer" ] || { echo "kinfer binary not found (build first, or set KINFER)" >&2; exit 1; }
-[ -f "$model" ] || { echo "model $model not found" >&2; exit 1; }
+source "$here/tools/bench/common.sh"
+need_kinfer
+need_file "$model"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

@@ -13,8 +13,9 @@ model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
 text="${2:-$here/../shared/corpora/gpl-3.txt}"
 threads="${3:-$(nproc)}"
 C="${C:-512}"; CHUNKS="${CHUNKS:-4}"; ROUNDS="${ROUNDS:-2}"
-kinfer="${KINFER:-$here/build/bin/kinfer}"
-[ -x "$kinfer" ] || { echo "kinfer binary not found (build first, or set KINFER)" >&2; exit 1; }
+source "$here/tools/bench/common.sh"
+need_kinfer
+need_file "$model"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 echo "model $model, text $(basename "$text"), -c $C --chunks $CHUNKS, $threads threads; load: $(cut -d' ' -f1-3 /proc/loadavg)"
