@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <span>
 
 namespace kinfer::model {
 
@@ -25,13 +26,29 @@ void glu_rows(FwdCtx& c, float* g, const float* u, int64_t rows, int64_t ff) {
                         std::max<int64_t>(1, 1024 / ff));
 }
 
+// The chunk's (token, slot) entries t * K + slot grouped by expert: expert e owns
+// entry[off[e] .. off[e + 1]), in entry order (a counting sort of the selections).
+struct ByExpert {
+    std::vector<int64_t> off, entry;
+    ByExpert(const std::vector<int32_t>& sel, int64_t E) : off(size_t(E + 1), 0), entry(sel.size()) {
+        for (int32_t e : sel) ++off[size_t(e) + 1];
+        for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] += off[size_t(e)];
+        std::vector<int64_t> next(off.begin(), off.end() - 1);
+        for (size_t i = 0; i < sel.size(); ++i) entry[size_t(next[size_t(sel[i])]++)] = int64_t(i);
+    }
+    int64_t n_expert() const { return int64_t(off.size()) - 1; }
+    std::span<const int64_t> of(int64_t e) const {
+        return {entry.data() + off[size_t(e)], size_t(off[size_t(e + 1)] - off[size_t(e)])};
+    }
+};
+
 // The input rows of an expert's (token, slot) entries, one after another.
-void gather_rows(const float* z, const std::vector<int64_t>& list, int64_t K, int64_t lat, float* dst) {
+void gather_rows(const float* z, std::span<const int64_t> list, int64_t K, int64_t lat, float* dst) {
     for (size_t j = 0; j < list.size(); ++j) std::memcpy(dst + int64_t(j) * lat, z + (list[j] / K) * lat, size_t(lat) * sizeof(float));
 }
 
 // An expert's output rows, times their routing weights, back to their (token, slot) places in ys.
-void scatter_weighted(const float* src, const std::vector<int64_t>& list, const float* wsel, int64_t lat, float* ys) {
+void scatter_weighted(const float* src, std::span<const int64_t> list, const float* wsel, int64_t lat, float* ys) {
     for (size_t j = 0; j < list.size(); ++j) {
         const float w = wsel[size_t(list[j])];
         const float* r = src + int64_t(j) * lat;
@@ -94,20 +111,19 @@ void prefetch_next_layer(FwdCtx& c, int il, const float* xn) {
 // pool, then every down product in one more. Same per-row arithmetic as the one-expert-at-a-time
 // path the expert store uses, so the logits are identical; decode wakes the pool twice per layer
 // instead of three times per expert.
-void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vector<int64_t>>& by_expert,
+void routed_batched(FwdCtx& c, const LayerWeights& L, const ByExpert& by_expert,
                     const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
     const HParams& hp = c.hp;
     const int64_t n = c.n, K = hp.n_expert_used, lat = hp.latent_dim(), E = hp.n_expert;
     const int64_t ff = L.ffn_gate_exps->ne[1];
     ScratchScope s(c.ws);
-    std::vector<int64_t> off(static_cast<size_t>(E + 1), 0);      // first gathered row of each expert
-    for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] = off[size_t(e)] + int64_t(by_expert[size_t(e)].size());
+    const std::vector<int64_t>& off = by_expert.off;      // first gathered row of each expert
     const int64_t rows = off[size_t(E)];
     float* zg = s.get(size_t(rows * lat));
     float* g = s.get(size_t(rows * ff));
     float* u = s.get(size_t(rows * ff));
     float* yg = s.get(size_t(rows * lat));
-    for (int64_t e = 0; e < E; ++e) gather_rows(z, by_expert[size_t(e)], K, lat, zg + off[size_t(e)] * lat);
+    for (int64_t e = 0; e < E; ++e) gather_rows(z, by_expert.of(e), K, lat, zg + off[size_t(e)] * lat);
 
     // Activations for gate/up (one conversion serves both when their types agree).
     const Mat gate0 = mat_slice(L.ffn_gate_exps, 0), up0 = mat_slice(L.ffn_up_exps, 0), down0 = mat_slice(L.ffn_down_exps, 0);
@@ -150,20 +166,20 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const std::vector<std::vec
     }
     matmul_jobs(c.pool, jobs.data(), jobs.size());
 
-    for (int64_t e = 0; e < E; ++e) scatter_weighted(yg + off[size_t(e)] * lat, by_expert[size_t(e)], wsel, lat, ys);
+    for (int64_t e = 0; e < E; ++e) scatter_weighted(yg + off[size_t(e)] * lat, by_expert.of(e), wsel, lat, ys);
 }
 
 // The routed experts through the expert store, one expert at a time: each is acquired (same
 // bytes, possibly from a cache or device tier) only while its matmuls run, so a budget that holds
 // a single expert per layer still works. Then the shared experts.
-void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const std::vector<std::vector<int64_t>>& by_expert,
+void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpert& by_expert,
                           const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
     const int64_t K = c.hp.n_expert_used, lat = c.hp.latent_dim(), n = c.n;
     ScratchScope s(c.ws);
     float* zg = s.get(size_t(n * lat));
     float* yg = s.get(size_t(n * lat));
-    for (int64_t e = 0; e < int64_t(by_expert.size()); ++e) {
-        const auto& list = by_expert[size_t(e)];
+    for (int64_t e = 0; e < by_expert.n_expert(); ++e) {
+        const std::span<const int64_t> list = by_expert.of(e);
         if (list.empty()) continue;
         gather_rows(z, list, K, lat, zg);
         Mat gate = mat_slice(L.ffn_gate_exps, e), up = mat_slice(L.ffn_up_exps, e), down = mat_slice(L.ffn_down_exps, e);
@@ -249,8 +265,7 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
 
     // Group tokens by expert so each expert's weights are read once per chunk.
     float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
-    std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));   // entries t * K + slot
-    for (int64_t i = 0; i < n * K; ++i) by_expert[size_t(sel[size_t(i)])].push_back(i);
+    const ByExpert by_expert(sel, E);
     float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
     if (store) routed_through_store(c, il, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
     else routed_batched(c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
