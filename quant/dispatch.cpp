@@ -76,6 +76,19 @@ struct SimdRowsEntry { VecDotFn ref; VecDotRowsFn avx2, avx512; };
 const SimdRowsEntry kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SIMD_ROWS_ENTRY) SimdRowsEntry{nullptr, nullptr, nullptr}};
 #undef KINFER_SIMD_ROWS_ENTRY
 
+struct SimdTileEntry { VecDotFn ref; VecDotTileFn avx512; };
+#define KINFER_SIMD_TILE_ENTRY(name) SimdTileEntry{ref::vec_dot_##name, avx512::vec_dot_tile_##name},
+const SimdTileEntry kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_TILE_ENTRY) SimdTileEntry{nullptr, nullptr}};
+#undef KINFER_SIMD_TILE_ENTRY
+
+VecDotTileFn simd_tile_for(VecDotFn ref_fn, Isa isa) {
+    if (isa != Isa::avx512 || !ref_fn || !cpu_supports(isa)) return nullptr;
+    for (const SimdTileEntry& e : kSimdTile) {
+        if (e.ref && e.ref == ref_fn) return e.avx512;
+    }
+    return nullptr;
+}
+
 VecDotRowsFn simd_rows_for(VecDotFn ref_fn, Isa isa) {
     if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
     for (const SimdRowsEntry& e : kSimdRows) {
@@ -109,10 +122,11 @@ std::array<Traits, kMaxId> build_table(Isa isa) {
     auto set = [&](Type ty, const char* name, int64_t bs, size_t sz, bool q, ToFloatFn to, FromFloatFn ref_q,
                    VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
         Traits& e = t[size_t(ty)];
-        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr, nullptr};
+        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr, nullptr, nullptr};
         if (VecDotFn fast = simd_for(dot, isa)) e.vec_dot = fast;
         e.vec_dot_multi = simd_multi_for(dot, isa);
         e.vec_dot_rows = simd_rows_for(dot, isa);
+        e.vec_dot_tile = simd_tile_for(dot, isa);
     };
     set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
         quantize_row_f32, quantize_row_f32);
@@ -186,6 +200,11 @@ VecDotMultiFn vec_dot_multi_for(Type t, Isa isa) {
 VecDotRowsFn vec_dot_rows_for(Type t, Isa isa) {
     const Traits* tr = traits_or_null(uint32_t(t));
     return tr ? simd_rows_for(tr->vec_dot_ref, isa) : nullptr;
+}
+
+VecDotTileFn vec_dot_tile_for(Type t, Isa isa) {
+    const Traits* tr = traits_or_null(uint32_t(t));
+    return tr ? simd_tile_for(tr->vec_dot_ref, isa) : nullptr;
 }
 
 const Traits* traits_or_null(uint32_t id) {

@@ -26,6 +26,11 @@ using VecDotMultiFn = void (*)(int64_t n, const void* x, const void* y, size_t y
 // out[r] = dot(weight row r, y) for r < nx, weight rows x_stride bytes apart, several rows at a
 // time (decode). Bit-identical to calling vec_dot per row.
 using VecDotRowsFn = void (*)(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out);
+// out[t * out_stride + r] = dot(weight row r, activation row t) for r < nx, t < ny: register
+// tiles of several weight rows x several activation rows (prefill and decode). Bit-identical to
+// calling vec_dot per pair.
+using VecDotTileFn = void (*)(int64_t n, const void* x, size_t x_stride, int nx, const void* y, size_t y_stride,
+                              int ny, float* out, size_t out_stride);
 
 struct Traits {
     Type type;
@@ -48,6 +53,9 @@ struct Traits {
     VecDotMultiFn vec_dot_multi;
     // Several weight rows per activation row (SIMD levels, Q4_K / Q6_K); nullptr: loop vec_dot.
     VecDotRowsFn vec_dot_rows;
+    // Weight-row x activation-row tiles (AVX-512 VNNI, the Q8_0-activation formats); nullptr:
+    // the two above. gemm prefers it when present.
+    VecDotTileFn vec_dot_tile;
 };
 
 // nullptr for ids kinfer does not know.
@@ -66,6 +74,7 @@ bool cpu_supports(Isa isa);
 VecDotFn vec_dot_for(Type t, Isa isa);
 VecDotMultiFn vec_dot_multi_for(Type t, Isa isa);  // likewise for the multi-row kernels
 VecDotRowsFn vec_dot_rows_for(Type t, Isa isa);    // and the several-weight-row ones
+VecDotTileFn vec_dot_tile_for(Type t, Isa isa);    // and the tiled ones
 
 // Bytes of a row of n elements; n must be a multiple of the block size.
 inline size_t row_size(const Traits& t, int64_t n) { return size_t(n / t.block_size) * t.type_size; }

@@ -169,6 +169,46 @@ TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly") {
     CHECK(compared > 0);
 }
 
+TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits exactly") {
+    int compared = 0;
+    for (Type w : kWeightTypes) {
+        const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
+        if (!tile) continue;
+        INFO(std::string(traits(w).name));
+        const VecDotFn single = vec_dot_for(w, Isa::avx512);
+        // 37 blocks: an odd count, so the two-chain formats take their scalar last block.
+        for (int64_t n : {int64_t(32), int64_t(37 * 32), int64_t(2304)}) {
+            for (int nx : {1, 3, 4, 5, 9}) {
+                auto x = random_row(n * nx, 300 + uint32_t(nx));
+                auto wq = quantize(w, x);
+                const size_t rb = wq.size() / size_t(nx);
+                if (w == Type::Q8_0 && n == 32 * 37) {
+                    // Every byte value a file can hold, -128 included (ggml's quantizer stops at -127).
+                    for (size_t r = 0; r < size_t(nx); ++r)
+                        for (int64_t b = 0; b < n / 32; ++b)
+                            for (int j = 0; j < 32; ++j) wq[r * rb + size_t(b) * 34 + 2 + size_t(j)] = uint8_t(b * 32 + j + int(r));
+                }
+                for (int ny : {1, 2, 3, 4, 5, 7, 16, 17}) {
+                    const auto a = random_row(n * ny, 400 + uint32_t(ny));
+                    const size_t ab = act_row_size(w, n);
+                    std::vector<uint8_t> aq(ab * size_t(ny));
+                    quantize_acts(w, a.data(), ny, n, aq.data());
+                    const size_t os = size_t(nx) + 2;   // a padded output stride
+                    std::vector<float> out(os * size_t(ny), -1.0f);
+                    tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
+                    for (int t = 0; t < ny; ++t)
+                        for (int r = 0; r < nx; ++r)
+                            CHECK(out[size_t(t) * os + size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab));
+                    for (int t = 0; t < ny; ++t) CHECK(out[size_t(t) * os + size_t(nx)] == -1.0f);   // padding untouched
+                    ++compared;
+                }
+            }
+        }
+    }
+    MESSAGE("tiled calls compared: ", compared);
+    if (cpu_supports(Isa::avx512)) CHECK(compared > 0);
+}
+
 TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {
     // Q8_K: ggml-cpu on x86 runs the reference, so the bytes must be identical.
     const auto x = random_row(QK_K * 64, 11, 3.0f);

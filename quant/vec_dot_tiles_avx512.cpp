@@ -1,0 +1,182 @@
+// Register-tiled products of the formats dotted against Q8_0 activations (Q8_0, Q4_0, IQ4_NL,
+// MXFP4) for AVX-512 VNNI: RM weight rows x RN activation rows per pass, so every weight block is
+// decoded once for RN activation rows and every activation block is loaded once for RM weight rows.
+//
+// Bit equality with ggml. ggml's x86 kernels form each block's eight int32 lanes (sums of four
+// byte products), convert them to float and add d_w * d_y times them into one FMA chain (two
+// alternating chains for IQ4_NL / MXFP4), then reduce the eight lanes. The lanes here are the
+// same integers, reached differently: vpdpbusd multiplies *unsigned* by signed bytes, so the
+// weights are offset to u = w + 128 (an xor for Q8_0, folded into the lookup table for the 4-bit
+// codebooks) and each lane starts from -128 * (its four activation bytes), which cancels the
+// offset exactly: sum (w + 128) y - 128 sum y = sum w y. ggml instead moves w's sign onto y with
+// two vpsignb per product, which this saves; the float chains, their order and the final
+// reduction are unchanged, so every output equals vec_dot's bit for bit (tests/quant).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/kernels.h"
+
+namespace kinfer::quant::avx512 {
+
+namespace {
+
+#include "quant/vec_dot_simd_prims.inc"
+
+constexpr int kRowsPerTile = 4;   // weight rows
+constexpr int kActsPerTile = 4;   // activation rows (halved for two-chain formats)
+
+// One tile: out[t * out_stride + r] for r < RM, t < RN over all nb blocks. dw[r][b] / dy[t][b]
+// are the blocks' float scales (converted once per call), decode_u(r, b) block b of weight row r
+// as 32 unsigned bytes w + 128.
+template <int RM, int RN, int Chains, class DecodeU>
+void tile(int64_t nb, const float* const* dw, const block_q8_0* const* y, const float* const* dy, DecodeU decode_u,
+          float* out, size_t out_stride) {
+    __m256 acc[Chains][RM][RN];
+    for (int c = 0; c < Chains; ++c)
+        for (int r = 0; r < RM; ++r)
+            for (int t = 0; t < RN; ++t) acc[c][r][t] = _mm256_setzero_ps();
+    const __m256i k128 = _mm256_set1_epi8(char(0x80));
+    const int64_t nb_chained = Chains == 2 ? nb & ~int64_t(1) : nb;
+    for (int64_t i = 0; i < nb_chained; i += Chains) {
+        for (int c = 0; c < Chains; ++c) {
+            const int64_t b = i + c;
+            __m256i u[RM];
+            for (int r = 0; r < RM; ++r) u[r] = decode_u(r, b);
+            for (int t = 0; t < RN; ++t) {
+                const __m256i yq = load32(y[t][b].qs);
+                // -128 * (sum of each lane's four activation bytes): the offset's share.
+                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
+                const __m256 sy = _mm256_broadcast_ss(dy[t] + b);
+                for (int r = 0; r < RM; ++r) {
+                    // The scale product rounds like ggml's scalar d_w * d_y.
+                    const __m256 d = _mm256_mul_ps(_mm256_broadcast_ss(dw[r] + b), sy);
+                    acc[c][r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base, u[r], yq)), acc[c][r][t]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < RM; ++r) {
+        for (int t = 0; t < RN; ++t) {
+            float s = hsum_f32(Chains == 2 ? _mm256_add_ps(acc[0][r][t], acc[Chains - 1][r][t]) : acc[0][r][t]);
+            if (Chains == 2 && nb_chained < nb) {
+                // ggml adds an odd last block of the two-chain formats as a scalar.
+                const int64_t b = nb_chained;
+                const __m256i yq = load32(y[t][b].qs);
+                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
+                s += (dw[r][b] * dy[t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(base, decode_u(r, b), yq)));
+            }
+            out[size_t(t) * out_stride + size_t(r)] = s;
+        }
+    }
+}
+
+// The (RM, RN) instance for a remainder tile.
+template <int Chains, int RN, class DecodeU>
+void tile_rm(int rm, int64_t nb, const float* const* dw, const block_q8_0* const* y, const float* const* dy, DecodeU du,
+             float* out, size_t os) {
+    switch (rm) {
+        case 4: tile<4, RN, Chains>(nb, dw, y, dy, du, out, os); break;
+        case 3: tile<3, RN, Chains>(nb, dw, y, dy, du, out, os); break;
+        case 2: tile<2, RN, Chains>(nb, dw, y, dy, du, out, os); break;
+        default: tile<1, RN, Chains>(nb, dw, y, dy, du, out, os); break;
+    }
+}
+
+template <int Chains, class DecodeU>
+void tile_any(int rm, int rn, int64_t nb, const float* const* dw, const block_q8_0* const* y, const float* const* dy,
+              DecodeU du, float* out, size_t os) {
+    switch (rn) {
+        case 4: if constexpr (kActsPerTile / Chains >= 4) { tile_rm<Chains, 4>(rm, nb, dw, y, dy, du, out, os); break; } [[fallthrough]];
+        case 3: if constexpr (kActsPerTile / Chains >= 3) { tile_rm<Chains, 3>(rm, nb, dw, y, dy, du, out, os); break; } [[fallthrough]];
+        case 2: tile_rm<Chains, 2>(rm, nb, dw, y, dy, du, out, os); break;
+        default: tile_rm<Chains, 1>(rm, nb, dw, y, dy, du, out, os); break;
+    }
+}
+
+// Every tile of an nx x ny product. Block is the weight block type, decode_u(block) its 32
+// offset bytes, scale(block) its float scale.
+template <class Block, int Chains, class DecodeU, class Scale>
+void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
+           size_t out_stride, DecodeU decode_u, Scale scale) {
+    constexpr int RN = kActsPerTile / Chains;
+    const int64_t nb = n / QK8_0;
+    const auto* xb = static_cast<const uint8_t*>(vx);
+    const auto* yb = static_cast<const uint8_t*>(vy);
+    // Scales as floats once per call: the tile loop then broadcasts them straight from memory.
+    thread_local std::vector<float> sy, sw;
+    sy.resize(size_t(ny * nb));
+    sw.resize(size_t(kRowsPerTile * nb));
+    const block_q8_0* yrow[64];
+    const float* dyrow[64];
+    const int ny_max = std::min(ny, 64);
+    for (int t = 0; t < ny_max; ++t) {
+        yrow[t] = reinterpret_cast<const block_q8_0*>(yb + size_t(t) * y_stride);
+        dyrow[t] = sy.data() + size_t(t * nb);
+        for (int64_t b = 0; b < nb; ++b) sy[size_t(t * nb + b)] = h2f(yrow[t][b].d);
+    }
+    for (int r0 = 0; r0 < nx; r0 += kRowsPerTile) {
+        const int rm = std::min(kRowsPerTile, nx - r0);
+        const Block* xrow[kRowsPerTile];
+        const float* dwrow[kRowsPerTile];
+        for (int r = 0; r < rm; ++r) {
+            xrow[r] = reinterpret_cast<const Block*>(xb + size_t(r0 + r) * x_stride);
+            dwrow[r] = sw.data() + size_t(r * nb);
+            for (int64_t b = 0; b < nb; ++b) sw[size_t(r * nb + b)] = scale(xrow[r][b]);
+        }
+        auto du = [&](int r, int64_t b) { return decode_u(xrow[r][b]); };
+        for (int t0 = 0; t0 < ny_max; t0 += RN) {
+            tile_any<Chains>(rm, std::min(RN, ny_max - t0), nb, dwrow, yrow + t0, dyrow + t0, du,
+                             out + size_t(t0) * out_stride + size_t(r0), out_stride);
+        }
+    }
+    if (ny > ny_max) {   // callers pass at most 16 rows; stay correct for more
+        tiles<Block, Chains>(n, vx, x_stride, nx, yb + size_t(ny_max) * y_stride, y_stride, ny - ny_max,
+                             out + size_t(ny_max) * out_stride, out_stride, decode_u, scale);
+    }
+    // Leave the upper halves clean: the legacy-SSE code of callers otherwise pays a transition
+    // penalty on every instruction (measured: glibc expf and the KDA loop 5-10x slower).
+    _mm256_zeroupper();
+}
+
+__m256i table_plus_128(const int8_t* values) {
+    return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values))),
+                           _mm256_set1_epi8(char(0x80)));
+}
+
+}  // namespace
+
+void vec_dot_tile_q8_0_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiles<block_q8_0, 1>(n, x, xs, nx, y, ys, ny, out, os,
+                         [](const block_q8_0& b) { return _mm256_xor_si256(load32(b.qs), _mm256_set1_epi8(char(0x80))); },
+                         [](const block_q8_0& b) { return h2f(b.d); });
+}
+
+void vec_dot_tile_q4_0_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    // Levels q - 8 offset by 128: q + 120.
+    tiles<block_q4_0, 1>(n, x, xs, nx, y, ys, ny, out, os,
+                         [](const block_q4_0& b) { return _mm256_add_epi8(nibbles_32(b.qs), _mm256_set1_epi8(120)); },
+                         [](const block_q4_0& b) { return h2f(b.d); });
+}
+
+void vec_dot_tile_iq4_nl_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                              size_t os) {
+    tiles<block_iq4_nl, 2>(n, x, xs, nx, y, ys, ny, out, os,
+                           [](const block_iq4_nl& b) { return _mm256_shuffle_epi8(table_plus_128(kvalues_iq4nl), nibbles_32(b.qs)); },
+                           [](const block_iq4_nl& b) { return h2f(b.d); });
+}
+
+void vec_dot_tile_mxfp4_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                             size_t os) {
+    tiles<block_mxfp4, 2>(n, x, xs, nx, y, ys, ny, out, os,
+                          [](const block_mxfp4& b) { return _mm256_shuffle_epi8(table_plus_128(kvalues_mxfp4), nibbles_32(b.qs)); },
+                          [](const block_mxfp4& b) { return e8m0_half(b.e); });
+}
+
+}  // namespace kinfer::quant::avx512
