@@ -178,7 +178,8 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
         const VecDotFn single = vec_dot_for(w, Isa::avx512);
         // 37 blocks: an odd count, so the two-chain formats take their scalar last block.
         for (int64_t n : {int64_t(32), int64_t(37 * 32), int64_t(2304)}) {
-            for (int nx : {1, 3, 4, 5, 9}) {
+            // Decode takes its rows from up to 8 places of the range: 15 and 31 rows make uneven groups.
+            for (int nx : {1, 3, 4, 5, 9, 15, 31}) {
                 auto x = random_row(n * nx, 300 + uint32_t(nx));
                 auto wq = quantize(w, x);
                 const size_t rb = wq.size() / size_t(nx);
