@@ -11,6 +11,9 @@
 // offset exactly: sum (w + 128) y - 128 sum y = sum w y. ggml instead moves w's sign onto y with
 // two vpsignb per product, which this saves; the float chains, their order and the final
 // reduction are unchanged, so every output equals vec_dot's bit for bit (tests/quant).
+// GCC 12 reports its own 512-bit insert / extract intrinsics (their deliberately undefined
+// pass-through operand) as maybe-uninitialized once inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@ namespace {
 
 constexpr int kRowsPerTile = 4;   // weight rows
 constexpr int kDecodeStreams = 8;
+constexpr int kPairs = 2;          // activation row pairs of a 512-bit tile
 constexpr int kActsPerTile = 4;   // activation rows (halved for two-chain formats)
 
 // One tile: out_r[r][t * out_stride] for r < RM, t < RN over all nb blocks. decode_u(r, b) gives
@@ -74,6 +78,88 @@ void tile(int64_t nb, DecodeU decode_u, ScaleW scale_w, const block_q8_0* const*
                 const __m256i yq = load32(y[t][b].qs);
                 const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
                 s += (scale_w(r, b) * dy[t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(base, decode_u(r, b), yq)));
+            }
+            out_r[r][size_t(t) * out_stride] = s;
+        }
+    }
+}
+
+// [lo | hi] as one 512-bit register, and back.
+__m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+__m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+__m256 high_half(__m512 v) { return _mm512_extractf32x8_ps(v, 1); }
+
+// One-chain formats with 512-bit lanes: a zmm holds one weight row against two activation rows
+// (its low half row 2p, its high half row 2p + 1). Each half is exactly the 256-bit tile's
+// chain for its row: same lanes, same FMA order, same reduction.
+template <int RM, int NP, class DecodeU>
+void tile512(int64_t nb, DecodeU decode_u, const float* const* dw, const block_q8_0* const* y, const float* const* dy,
+             float* const* out_r, size_t out_stride) {
+    __m512 acc[RM][NP];
+    for (int r = 0; r < RM; ++r)
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+    const __m512i k128 = _mm512_set1_epi8(char(0x80));
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i u[RM];
+        for (int r = 0; r < RM; ++r) {
+            const __m256i h = decode_u(r, b);
+            u[r] = _mm512_broadcast_i64x4(h);
+        }
+        for (int p = 0; p < NP; ++p) {
+            const __m512i yq = join(load32(y[2 * p][b].qs), load32(y[2 * p + 1][b].qs));
+            const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, yq));
+            const __m512 sy = join(_mm256_broadcast_ss(dy[2 * p] + b), _mm256_broadcast_ss(dy[2 * p + 1] + b));
+            for (int r = 0; r < RM; ++r) {
+                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(dw[r][b]), sy);
+                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, u[r], yq)), acc[r][p]);
+            }
+        }
+    }
+    for (int r = 0; r < RM; ++r) {
+        for (int p = 0; p < NP; ++p) {
+            out_r[r][size_t(2 * p) * out_stride] = hsum_f32(_mm512_castps512_ps256(acc[r][p]));
+            out_r[r][size_t(2 * p + 1) * out_stride] = hsum_f32(high_half(acc[r][p]));
+        }
+    }
+}
+
+// Two-chain formats with 512-bit lanes: a zmm holds one (weight row, activation row) pair's two
+// chains, the even block's in the low half and the odd block's in the high half, so a block pair
+// is one step. The halves add and reduce as ggml's two accumulators do; an odd last block is added
+// as a scalar afterwards, as there.
+template <int RM, int RN, class DecodeU>
+void tile512_pairs(int64_t nb, DecodeU decode_u, const float* const* dw, const block_q8_0* const* y,
+                   const float* const* dy, float* const* out_r, size_t out_stride) {
+    __m512 acc[RM][RN];
+    for (int r = 0; r < RM; ++r)
+        for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_setzero_ps();
+    const __m512i k128 = _mm512_set1_epi8(char(0x80));
+    const int64_t nb2 = nb & ~int64_t(1);
+    for (int64_t b = 0; b < nb2; b += 2) {
+        __m512i u[RM];
+        __m512 sw[RM];
+        for (int r = 0; r < RM; ++r) {
+            u[r] = join(decode_u(r, b), decode_u(r, b + 1));
+            sw[r] = join(_mm256_broadcast_ss(dw[r] + b), _mm256_broadcast_ss(dw[r] + b + 1));
+        }
+        for (int t = 0; t < RN; ++t) {
+            const __m512i yq = join(load32(y[t][b].qs), load32(y[t][b + 1].qs));
+            const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, yq));
+            const __m512 sy = join(_mm256_broadcast_ss(dy[t] + b), _mm256_broadcast_ss(dy[t] + b + 1));
+            for (int r = 0; r < RM; ++r) {
+                const __m512 d = _mm512_mul_ps(sw[r], sy);
+                acc[r][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, u[r], yq)), acc[r][t]);
+            }
+        }
+    }
+    const __m256i k128h = _mm256_set1_epi8(char(0x80));
+    for (int r = 0; r < RM; ++r) {
+        for (int t = 0; t < RN; ++t) {
+            float s = hsum_f32(_mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), high_half(acc[r][t])));
+            if (nb2 < nb) {
+                const __m256i yq = load32(y[t][nb2].qs);
+                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128h, yq));
+                s += (dw[r][nb2] * dy[t][nb2]) * float(hsum_i32(_mm256_dpbusd_epi32(base, decode_u(r, nb2), yq)));
             }
             out_r[r][size_t(t) * out_stride] = s;
         }
@@ -157,7 +243,17 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
                 dwrow[r] = sw.data() + size_t(r * nb);
                 for (int64_t b = 0; b < nb; ++b) sw[size_t(r * nb + b)] = scale(xrow[r][b]);
             }
-            for (int t0 = 0; t0 < ny_max; t0 += RN) {
+            int t0 = 0;
+            if (rm == kRowsPerTile) {
+                // Full tiles in 512-bit lanes; the rest in 256-bit ones.
+                constexpr int step = Chains == 1 ? 2 * kPairs : kActsPerTile;
+                for (; t0 + step <= ny_max; t0 += step) {
+                    for (int r = 0; r < rm; ++r) orow[r] = out + size_t(t0) * out_stride + size_t(r0 + r);
+                    if constexpr (Chains == 1) tile512<kRowsPerTile, kPairs>(nb, du, dwrow, yrow + t0, dyrow + t0, orow, out_stride);
+                    else tile512_pairs<kRowsPerTile, kActsPerTile>(nb, du, dwrow, yrow + t0, dyrow + t0, orow, out_stride);
+                }
+            }
+            for (; t0 < ny_max; t0 += RN) {
                 for (int r = 0; r < rm; ++r) orow[r] = out + size_t(t0) * out_stride + size_t(r0 + r);
                 tile_any<Chains>(rm, std::min(RN, ny_max - t0), nb, du, sc, yrow + t0, dyrow + t0, orow, out_stride);
             }
