@@ -31,8 +31,13 @@ float q8_x86_block(const float* x, Block& b) {
 
 }  // namespace
 
+void quantize_row_q8_0_avx2(const float* x, void* vy, int64_t n);
+void quantize_row_q8_K_avx2(const float* x, void* vy, int64_t n);
+
 void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
     assert(n % QK8_0 == 0);
+    static const bool simd = active_isa() != Isa::scalar;
+    if (simd) return quantize_row_q8_0_avx2(x, vy, n);
     auto* y = static_cast<block_q8_0*>(vy);
     for (int64_t i = 0; i < n / QK8_0; ++i) q8_x86_block(x + QK8_0 * i, y[i]);
 }
@@ -47,8 +52,6 @@ void quantize_row_q8_1(const float* x, void* vy, int64_t n) {
         y[i].s = fp32_to_fp16(d * float(sum));
     }
 }
-
-void quantize_row_q8_K_avx2(const float* x, void* vy, int64_t n);
 
 // ggml's x86 quantize_row_q8_K is the reference; the AVX2 version writes the same bytes.
 void quantize_row_q8_K(const float* x, void* y, int64_t n) {

@@ -272,6 +272,27 @@ TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quanti
     quantize_row_q8_0_ref(t, &tr, QK8_0);
     CHECK(te.qs[1] == 2);
     CHECK(tr.qs[1] == 3);
+    // The x86 Q8_0 form written out in scalar (127/amax, ties to even) against the quantizer in
+    // use (AVX2 where the CPU has it) on random rows and on zero / tie / tiny / huge blocks.
+    {
+        std::vector<float> e = random_row(QK8_0 * 64, 12, 3.0f);
+        std::vector<float> edge(QK8_0 * 4, 0.0f);                                       // block 0: zeros
+        edge[QK8_0] = 127.0f;                                                             // id = 1, so
+        for (int j = 1; j < QK8_0; ++j) edge[size_t(QK8_0 + j)] = float(j) - 15.5f;     // k.5 are ties
+        for (int j = 0; j < QK8_0; ++j) edge[size_t(2 * QK8_0 + j)] = float(j) * 1e-30f;
+        for (int j = 0; j < QK8_0; ++j) edge[size_t(3 * QK8_0 + j)] = (j % 2 ? -1.0f : 1.0f) * float(j) * 1e30f;
+        e.insert(e.end(), edge.begin(), edge.end());
+        std::vector<block_q8_0> got(e.size() / QK8_0);
+        quantize_row_q8_0(e.data(), got.data(), int64_t(e.size()));
+        for (size_t i = 0; i < got.size(); ++i) {
+            CAPTURE(i);
+            float amax = 0;
+            for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(e[i * QK8_0 + size_t(j)]));
+            const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+            CHECK(got[i].d == fp32_to_fp16(amax / 127.f));
+            for (int j = 0; j < QK8_0; ++j) CHECK(int(got[i].qs[j]) == int(std::nearbyint(e[i * QK8_0 + size_t(j)] * id)));
+        }
+    }
     // Q8_1 carries s = d * sum(qs).
     std::vector<block_q8_1> s1(x.size() / QK8_1);
     quantize_row_q8_1(x.data(), s1.data(), int64_t(x.size()));
