@@ -13,17 +13,23 @@ namespace kinfer::model {
 
 // ---- the recurrence (what llama.cpp's fused GATED_DELTA_NET op computes) ----
 
-float kda_row_step_avx2(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta);
+void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
+                        const float* v, float beta, float* o);
 
 namespace {
-// S = diag(exp g) S;  u_j = beta (v_j - (S^T k)_j);  S[:, j] += k u_j;  returns (S^T q)_j.
-float kda_row_step(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta) {
+// For rows j < nrows of M (M[j] = column j of S):
+// S = diag(exp g) S;  u_j = beta (v_j - (S^T k)_j);  S[:, j] += k u_j;  o_j = (S^T q)_j (unscaled).
+void kda_rows_step(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
+                   const float* v, float beta, float* o) {
     static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) return kda_row_step_avx2(Mj, eg, k, q, D, vj, beta);
-    for (int64_t i = 0; i < D; ++i) Mj[i] *= eg[i];
-    const float d = (vj - dot_f32(Mj, k, D)) * beta;
-    for (int64_t i = 0; i < D; ++i) Mj[i] = std::fma(k[i], d, Mj[i]);
-    return dot_f32(Mj, q, D);
+    if (avx2) return kda_rows_step_avx2(M, nrows, eg, k, q, D, v, beta, o);
+    for (int64_t j = 0; j < nrows; ++j) {
+        float* Mj = M + j * D;
+        for (int64_t i = 0; i < D; ++i) Mj[i] *= eg[i];
+        const float d = (v[j] - dot_f32(Mj, k, D)) * beta;
+        for (int64_t i = 0; i < D; ++i) Mj[i] = std::fma(k[i], d, Mj[i]);
+        o[j] = dot_f32(Mj, q, D);
+    }
 }
 }  // namespace
 
@@ -40,8 +46,9 @@ void kda_recurrent_head(int64_t D, int64_t n, const float* q, const float* k, co
         const float bt = beta[t * ldb];
         for (int64_t i = 0; i < D; ++i) eg[size_t(i)] = std::exp(gt[i]);
         float* ot = o + t * ldo;
-        // Row j of M only ever needs row j: decay, u_j, update and o_j in one pass over the state.
-        for (int64_t j = 0; j < D; ++j) ot[j] = kda_row_step(M + j * D, eg.data(), kt, qt, D, vt[j], bt) * scale;
+        // Row j of M only ever needs row j: decay, u_j, update and o_j in one sweep over the state.
+        kda_rows_step(M, D, eg.data(), kt, qt, D, vt, bt, ot);
+        for (int64_t j = 0; j < D; ++j) ot[j] *= scale;
     }
 }
 

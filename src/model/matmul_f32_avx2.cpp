@@ -54,19 +54,75 @@ void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out)
 
 namespace kinfer::model {
 
-// One row j of the KDA recurrence (state row M_j = column j of S), fused into a single pass
-// over memory but with ggml's arithmetic: decay (mul), delta from a vec_dot, FMA update
-// (ggml_vec_mad_f32), output vec_dot. Returns the unscaled output o_j.
-float kda_row_step_avx2(float* Mj, const float* eg, const float* k, const float* q, int64_t D, float vj, float beta) {
-    int64_t i = 0;
-    for (; i + 8 <= D; i += 8) _mm256_storeu_ps(Mj + i, _mm256_mul_ps(_mm256_loadu_ps(Mj + i), _mm256_loadu_ps(eg + i)));
-    for (; i < D; ++i) Mj[i] *= eg[i];
-    const float d = (vj - dot_f32_avx2(Mj, k, D)) * beta;
-    const __m256 dv = _mm256_set1_ps(d);
-    for (i = 0; i + 8 <= D; i += 8)
-        _mm256_storeu_ps(Mj + i, _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dv, _mm256_loadu_ps(Mj + i)));
-    for (; i < D; ++i) Mj[i] = __builtin_fmaf(k[i], d, Mj[i]);
-    return dot_f32_avx2(Mj, q, D);
+namespace {
+// dot_main's fold of its accumulators, given as acc[2j] = lo[j], acc[2j + 1] = hi[j].
+inline float fold8(const __m256* acc) {
+    const __m256 l0 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+    const __m256 h0 = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+    const __m256 t3 = _mm256_add_ps(h0, l0);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+
+// R rows of the KDA recurrence (state rows M + r D = columns of S), each with ggml's arithmetic:
+// decay (mul), delta from a vec_dot, FMA update (ggml_vec_mad_f32), output vec_dot. Each dot is
+// folded into the pass that writes its operand, accumulating in dot_f32_avx2's exact order (the
+// accumulator of element i is (i / 8) % 8 over the first D & ~63 elements, then its fold, then a
+// scalar FMA tail), so two passes over a row replace four with the same bits.
+template <int R>
+void kda_rows(float* M, const float* eg, const float* k, const float* q, int64_t D, const float* v, float beta, float* o) {
+    const int64_t np = D & ~int64_t(63);
+    __m256 acc[R][8];
+    for (int r = 0; r < R; ++r)
+        for (int a = 0; a < 8; ++a) acc[r][a] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < np; i0 += 64)
+    for (int a = 0; a < 8; ++a) {   // static accumulator indices: they must stay in registers
+        const int64_t i = i0 + 8 * a;
+        const __m256 e = _mm256_loadu_ps(eg + i), kk = _mm256_loadu_ps(k + i);
+        for (int r = 0; r < R; ++r) {
+            float* m = M + r * D + i;
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(m), e);
+            _mm256_storeu_ps(m, x);
+            acc[r][a] = _mm256_fmadd_ps(x, kk, acc[r][a]);
+        }
+    }
+    float d[R];
+    for (int r = 0; r < R; ++r) {
+        float* m = M + r * D;
+        for (int64_t i = np; i < D; ++i) m[i] *= eg[i];
+        float s = fold8(acc[r]);
+        for (int64_t i = np; i < D; ++i) s = __builtin_fmaf(m[i], k[i], s);
+        d[r] = (v[r] - s) * beta;
+        for (int a = 0; a < 8; ++a) acc[r][a] = _mm256_setzero_ps();
+    }
+    for (int64_t i0 = 0; i0 < np; i0 += 64)
+    for (int a = 0; a < 8; ++a) {
+        const int64_t i = i0 + 8 * a;
+        const __m256 kk = _mm256_loadu_ps(k + i), qq = _mm256_loadu_ps(q + i);
+        for (int r = 0; r < R; ++r) {
+            float* m = M + r * D + i;
+            const __m256 x = _mm256_fmadd_ps(kk, _mm256_set1_ps(d[r]), _mm256_loadu_ps(m));
+            _mm256_storeu_ps(m, x);
+            acc[r][a] = _mm256_fmadd_ps(x, qq, acc[r][a]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float* m = M + r * D;
+        for (int64_t i = np; i < D; ++i) m[i] = __builtin_fmaf(k[i], d[r], m[i]);
+        float s = fold8(acc[r]);
+        for (int64_t i = np; i < D; ++i) s = __builtin_fmaf(m[i], q[i], s);
+        o[r] = s;
+    }
+}
+}  // namespace
+
+// Rows 0..nrows-1 of M (D floats apart); o[r] gets row r's unscaled output. One row at a time:
+// its eight accumulators and operands fill AVX2's sixteen registers (two rows spilled and ran
+// slower than the four-pass form).
+void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
+                        const float* v, float beta, float* o) {
+    for (int64_t r = 0; r < nrows; ++r) kda_rows<1>(M + r * D, eg, k, q, D, v + r, beta, o + r);
 }
 
 }  // namespace kinfer::model

@@ -1,8 +1,10 @@
 // Element-wise operators that must reproduce the C library / ggml bit for bit: the vectorised
 // tanh equals tanhf (glibc's algorithm; the full 2^32 sweep was run once, this samples it), in
-// place as well as out of place, at every ISA level the CPU has.
+// place as well as out of place, at every ISA level the CPU has; the fused KDA row step equals
+// its four-pass definition.
 #include "test_util.h"
 
+#include "model/matmul.h"
 #include "model/ops.h"
 
 #include <cmath>
@@ -56,4 +58,47 @@ TEST_CASE("tanh: bit-identical to the C library's tanhf") {
         CAPTURE(i);
         CHECK((bits_of(z[i]) == bits_of(want[i]) || (std::isnan(z[i]) && std::isnan(want[i]))));
     }
+}
+
+namespace kinfer::model {
+void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
+                        const float* v, float beta, float* o);
+}
+
+TEST_CASE("kda recurrence: the fused two-pass row step equals decay, dot, update, dot bit for bit") {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        MESSAGE("no AVX2/FMA: the fused KDA step is not used on this CPU");
+        return;
+    }
+    uint32_t seed = 7;
+    auto rnd = [&] { seed = seed * 1664525u + 1013904223u; return float(int(seed >> 8) - (1 << 23)) / float(1 << 23); };
+    int compared = 0;
+    // 128 is the models' head size; the others take the tails (D % 64 != 0, D % 8 != 0).
+    for (int64_t D : {int64_t(128), int64_t(64), int64_t(100), int64_t(200), int64_t(13)}) {
+        for (int64_t rows : {int64_t(1), int64_t(2), int64_t(5)}) {
+            const size_t nd = size_t(D);
+            std::vector<float> M(size_t(rows) * nd), eg(nd), k(nd), q(nd), v(static_cast<size_t>(rows));
+            for (auto& x : M) x = rnd();
+            for (auto& x : eg) x = 0.5f + 0.5f * std::fabs(rnd());
+            for (auto& x : k) x = rnd();
+            for (auto& x : q) x = rnd();
+            for (auto& x : v) x = rnd();
+            std::vector<float> want_M = M, want_o(static_cast<size_t>(rows)), o(static_cast<size_t>(rows));
+            const float beta = 0.7f;
+            for (int64_t j = 0; j < rows; ++j) {   // the four separate passes, ggml's order
+                float* Mj = want_M.data() + j * D;
+                for (int64_t i = 0; i < D; ++i) Mj[i] *= eg[size_t(i)];
+                const float d = (v[size_t(j)] - dot_f32(Mj, k.data(), D)) * beta;
+                for (int64_t i = 0; i < D; ++i) Mj[i] = std::fma(k[size_t(i)], d, Mj[i]);
+                want_o[size_t(j)] = dot_f32(Mj, q.data(), D);
+            }
+            kda_rows_step_avx2(M.data(), rows, eg.data(), k.data(), q.data(), D, v.data(), beta, o.data());
+            CAPTURE(D);
+            CAPTURE(rows);
+            for (int64_t j = 0; j < rows; ++j) CHECK(bits_of(o[size_t(j)]) == bits_of(want_o[size_t(j)]));
+            CHECK(std::memcmp(M.data(), want_M.data(), M.size() * sizeof(float)) == 0);
+            ++compared;
+        }
+    }
+    CHECK(compared == 15);
 }
