@@ -70,64 +70,9 @@ GOLDEN_DEFAULT = os.path.normpath(os.path.join(
 
 # --------------------------------------------------------------------------- reader
 
-class GGUFReader:
-    """Minimal GGUF v2/v3 reader: metadata (all values) and tensor infos."""
-
-    def __init__(self, path):
-        with open(path, "rb") as f:
-            self.buf = f.read()
-        self.pos = 0
-        if self._take(4) != GGUF_MAGIC:
-            raise ValueError(f"{path}: not a GGUF file")
-        self.version = self._u32()
-        if self.version not in (2, 3):
-            raise ValueError(f"{path}: unsupported GGUF version {self.version}")
-        n_tensors = self._u64()
-        n_kv = self._u64()
-        self.kv = {}          # key -> (type, value); arrays: (T_ARRAY, (elem_type, list))
-        for _ in range(n_kv):
-            key = self._str()
-            vtype = self._u32()
-            self.kv[key] = (vtype, self._value(vtype))
-        self.alignment = ALIGNMENT
-        if "general.alignment" in self.kv:
-            self.alignment = self.kv["general.alignment"][1]
-        self.tensors = []     # (name, ne list, ggml type, offset)
-        for _ in range(n_tensors):
-            name = self._str()
-            n_dims = self._u32()
-            ne = [struct.unpack_from("<q", self.buf, self.pos + 8 * i)[0] for i in range(n_dims)]
-            self.pos += 8 * n_dims
-            ttype = self._u32()
-            offset = self._u64()
-            self.tensors.append((name, ne, ttype, offset))
-        self.data_offset = _pad(self.pos, self.alignment)
-
-    def _take(self, n):
-        b = self.buf[self.pos:self.pos + n]
-        if len(b) != n:
-            raise ValueError("truncated GGUF")
-        self.pos += n
-        return b
-
-    def _u32(self):
-        return struct.unpack("<I", self._take(4))[0]
-
-    def _u64(self):
-        return struct.unpack("<Q", self._take(8))[0]
-
-    def _str(self):
-        return self._take(self._u64()).decode("utf-8")
-
-    def _value(self, vtype):
-        if vtype == T_STRING:
-            return self._str()
-        if vtype == T_ARRAY:
-            etype = self._u32()
-            n = self._u64()
-            return (etype, [self._value(etype) for _ in range(n)])
-        fmt = SCALAR_FMT[vtype]
-        return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
+# The reference GGUF is read with tools/reference/gguf_reader.py (values and their types).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from gguf_reader import GGUFFile  # noqa: E402
 
 
 # --------------------------------------------------------------------------- writer
@@ -197,11 +142,10 @@ def build_kv(kv_json, tokenizer_ref):
                     raise SystemExit(f"{key}: abbreviated in the kv json and no reference GGUF given")
                 if key not in tokenizer_ref.kv:
                     raise SystemExit(f"{key}: not in the reference GGUF")
-                rtype, rval = tokenizer_ref.kv[key]
-                if rtype != T_ARRAY or rval[0] != etype or len(rval[1]) != length \
-                        or rval[1][:len(items)] != items:
+                rtype, rval = tokenizer_ref.kv_types[key], tokenizer_ref.kv[key]
+                if rtype != (T_ARRAY, etype) or len(rval) != length or rval[:len(items)] != items:
                     raise SystemExit(f"{key}: reference GGUF disagrees with the kv json")
-                items = rval[1]
+                items = rval
             value = (etype, items)
         elif vtype == T_FLOAT32:
             value = float(value)
@@ -304,7 +248,7 @@ def main():
     layout = model_json["config"].get("vocab_layout", "k3")
     tok_path = args.tokenizer_from or os.path.join(
         g, "models", TOKENIZER_REF_BY_LAYOUT.get(layout, "k3-tiny-a-F32.gguf"))
-    tokenizer_ref = GGUFReader(tok_path) if os.path.exists(tok_path) else None
+    tokenizer_ref = GGUFFile(tok_path) if os.path.exists(tok_path) else None
 
     fname = f"{args.model}-F32.gguf"
     expect = args.expect_sha256

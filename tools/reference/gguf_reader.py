@@ -1,6 +1,8 @@
 """A small GGUF v2/v3 reader (numpy only), written from the GGUF format description.
 
-Reads every metadata key and every tensor. Tensor data is returned as numpy arrays in *numpy*
+Reads every metadata key (value in kv, its GGUF value type in kv_types: an int, or for arrays a
+tuple (ARRAY, element type), enough to write the value back) and every tensor. Tensor data is
+returned as numpy arrays in *numpy*
 order, i.e. the reverse of ggml's ne (ne0 is the fastest axis). Supported tensor types: F32, F16,
 BF16 (enough for the F32 golden files and for BF16/F16 conversions); other types raise.
 """
@@ -35,9 +37,15 @@ class GGUFFile:
         n_tensors = self._u64()
         n_kv = self._u64()
         self.kv: dict[str, object] = {}
+        self.kv_types: dict[str, object] = {}
         for _ in range(n_kv):
             key = self._str()
             vtype = self._u32()
+            if vtype == _T_ARR:
+                # peek at the element type: writers need it even for empty arrays
+                self.kv_types[key] = (_T_ARR, struct.unpack_from("<I", self._buf, self._pos)[0])
+            else:
+                self.kv_types[key] = vtype
             self.kv[key] = self._value(vtype)
         self.tensor_info: dict[str, tuple[list[int], int, int]] = {}
         self.tensor_order: list[str] = []
