@@ -1,6 +1,7 @@
-// Register-tiled products of the formats dotted against Q8_0 activations (Q8_0, Q4_0, IQ4_NL,
-// MXFP4) for AVX-512 VNNI: RM weight rows x RN activation rows per pass, so every weight block is
-// decoded once for RN activation rows and every activation block is loaded once for RM weight rows.
+// Register-tiled products of the formats dotted against Q8_0 activations (Q8_0, Q4_0, Q5_0,
+// IQ4_NL, MXFP4) for AVX-512 VNNI: RM weight rows x RN activation rows per pass, so every weight
+// block is decoded once for RN activation rows and every activation block is loaded once for RM
+// weight rows.
 //
 // Bit equality with ggml. ggml's x86 kernels form each block's eight int32 lanes (sums of four
 // byte products), convert them to float and add d_w * d_y times them into one FMA chain (two
@@ -288,6 +289,13 @@ void vec_dot_tile_q4_0_q8_0(int64_t n, const void* x, size_t xs, int nx, const v
     tiles<block_q4_0, 1>(n, x, xs, nx, y, ys, ny, out, os,
                          [](const block_q4_0& b) { return _mm256_add_epi8(nibbles_32(b.qs), _mm256_set1_epi8(120)); },
                          [](const block_q4_0& b) { return h2f(b.d); });
+}
+
+void vec_dot_tile_q5_0_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiles<block_q5_0, 1>(n, x, xs, nx, y, ys, ny, out, os,
+                         [](const block_q5_0& b) { return _mm256_xor_si256(q5_0_levels(b), _mm256_set1_epi8(char(0x80))); },
+                         [](const block_q5_0& b) { return h2f(b.d); });
 }
 
 void vec_dot_tile_iq4_nl_q8_0(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
