@@ -1,29 +1,71 @@
-// Memory copy bandwidth with T threads (each copies its own 256 MiB buffer), the yardstick for
-// decode's GB/s: decode streams every weight a token touches once. Reports the best of 5 rounds
-// as copy GB/s (bytes copied per second) and read+write GB/s.
+// Memory bandwidth with T threads (each on its own 256 MiB buffers), the yardstick for decode's
+// GB/s: decode streams every weight a token touches once.
+// - memcpy: bytes copied per second, and read + write.
+// - read: each thread sums its buffer read as S interleaved streams (S places of the buffer at
+//   once, as the decode kernels read S weight rows from S segments of their range). One core
+//   keeps more reads in flight from several streams than from one; this shows how much.
+// Best of 5 rounds each.
 //
 //   c++ -O2 -pthread tools/bench/membw.cpp -o /tmp/membw && /tmp/membw [THREADS] [MiB]
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-int main(int argc, char** argv) {
-    const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-    const size_t bytes = size_t(argc > 2 ? std::atoi(argv[2]) : 256) << 20;
-    std::vector<std::vector<char>> src(size_t(threads), std::vector<char>(bytes, 1)), dst(size_t(threads), std::vector<char>(bytes, 2));
+namespace {
+
+// Best bytes/s over 5 rounds of body(t) run on every thread t at once.
+template <class Body>
+double best_rate(int threads, size_t bytes_per_round, Body body) {
     double best = 0;
     for (int round = 0; round < 5; ++round) {
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-            pool.emplace_back([&, t] { std::memcpy(dst[size_t(t)].data(), src[size_t(t)].data(), bytes); });
+        for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { body(t); });
         for (auto& th : pool) th.join();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best = std::max(best, double(bytes) * threads / s / 1e9);
+        best = std::max(best, double(bytes_per_round) / s / 1e9);
     }
-    std::printf("memcpy, %d threads: %.1f GB/s copied (%.1f GB/s read + write)\n", threads, best, 2 * best);
-    return 0;
+    return best;
+}
+
+// Sum of a buffer of n words read as `streams` equal parts side by side, one cache line of each
+// in turn.
+uint64_t sum_streams(const uint64_t* p, size_t n, int streams) {
+    const size_t part = n / size_t(streams) / 8 * 8;
+    uint64_t s[8] = {};
+    for (size_t i = 0; i < part; i += 8)
+        for (int k = 0; k < streams; ++k) {
+            const uint64_t* q = p + size_t(k) * part + i;
+            for (int w = 0; w < 8; ++w) s[w] += q[w];
+        }
+    uint64_t total = 0;
+    for (uint64_t v : s) total += v;
+    return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+    const size_t bytes = size_t(argc > 2 ? std::atoi(argv[2]) : 256) << 20;
+    std::vector<std::vector<char>> src(size_t(threads), std::vector<char>(bytes, 1)), dst(size_t(threads), std::vector<char>(bytes, 2));
+    const double copy = best_rate(threads, bytes * size_t(threads), [&](int t) {
+        std::memcpy(dst[size_t(t)].data(), src[size_t(t)].data(), bytes);
+    });
+    std::printf("memcpy, %d threads: %.1f GB/s copied (%.1f GB/s read + write)\n", threads, copy, 2 * copy);
+
+    std::vector<uint64_t> sink(static_cast<size_t>(threads));
+    std::printf("read, %d threads:", threads);
+    for (int streams : {1, 4, 8}) {
+        const double rd = best_rate(threads, bytes * size_t(threads), [&](int t) {
+            sink[size_t(t)] += sum_streams(reinterpret_cast<const uint64_t*>(src[size_t(t)].data()), bytes / 8, streams);
+        });
+        std::printf(" %.1f GB/s from %d stream%s per thread%s", rd, streams, streams > 1 ? "s" : "", streams < 8 ? "," : "\n");
+    }
+    return sink[0] == 42 ? 1 : 0;   // keep the sums alive
 }
