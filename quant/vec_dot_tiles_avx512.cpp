@@ -12,6 +12,10 @@
 // offset exactly: sum (w + 128) y - 128 sum y = sum w y. ggml instead moves w's sign onto y with
 // two vpsignb per product, which this saves; the float chains, their order and the final
 // reduction are unchanged, so every output equals vec_dot's bit for bit (tests/quant).
+//
+// Decode (one activation row) is memory-bound instead: there the tile's rows are spread over the
+// range so that the core reads from several places at once (see tiles()).
+
 // GCC 12 reports its own 512-bit insert / extract intrinsics (their deliberately undefined
 // pass-through operand) as maybe-uninitialized once inlined here.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -31,10 +35,10 @@ namespace {
 
 #include "quant/vec_dot_simd_prims.inc"
 
-constexpr int kRowsPerTile = 4;   // weight rows
-constexpr int kDecodeStreams = 8;
-constexpr int kPairs = 2;          // activation row pairs of a 512-bit tile
-constexpr int kActsPerTile = 4;   // activation rows (halved for two-chain formats)
+constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
+constexpr int kActsPerTile = 4;     // activation rows (halved for two-chain formats)
+constexpr int kPairs = 2;           // activation row pairs of a 512-bit one-chain tile
+constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
 
 // One tile: out_r[r][t * out_stride] for r < RM, t < RN over all nb blocks. decode_u(r, b) gives
 // block b of weight row r as 32 unsigned bytes w + 128, scale_w(r, b) its float scale; dy[t][b]
@@ -217,10 +221,10 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
     float* orow[kDecodeStreams];
     auto du = [&](int r, int64_t b) { return decode_u(xrow[r][b]); };
     if (ny_max == 1) {
-        // Decode: memory-bound. The rows of a tile come from kRowsPerTile segments of the range
-        // (rows i, i + K, i + 2K, ...), so the core streams from that many places at once: one
-        // core reads a large matrix ~1.4x faster from four streams than from one (13.4 vs 10 GB/s
-        // here). Scales convert in the loop, which keeps the reads interleaved too.
+        // Decode: memory-bound. The rows of a tile come from `streams` segments of the range
+        // (rows i, i + K, i + 2K, ...), so the core reads from that many places at once: here one
+        // core reads a large matrix 1.3-1.5x faster from 4-8 streams than from one (membw). The
+        // scales convert in the loop, which keeps those reads interleaved too.
         auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
         constexpr int streams = kDecodeStreams / Chains;   // two-chain formats: registers for 4
         const int seg = (nx + streams - 1) / streams;
