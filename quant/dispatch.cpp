@@ -59,56 +59,31 @@ Isa choose_isa() {
     return best;
 }
 
-// Types whose vec_dot has SIMD versions, by their ref kernel.
-struct SimdEntry { VecDotFn ref, avx2, avx512; };
-#define KINFER_SIMD_ENTRY(name) SimdEntry{ref::vec_dot_##name, avx2::vec_dot_##name, avx512::vec_dot_##name},
-const SimdEntry kSimd[] = {KINFER_SIMD_VEC_DOTS(KINFER_SIMD_ENTRY) SimdEntry{nullptr, nullptr, nullptr}};
+// SIMD kernels of each kind (vec_dot, several activation rows, several weight rows, tiles), by
+// the scalar reference kernel of their type; one table per kind, one lookup for all of them.
+template <class Fn>
+struct SimdEntry { VecDotFn ref; Fn avx2, avx512; };
+
+#define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_##name, avx512::vec_dot_##name},
+const SimdEntry<VecDotFn> kSimd[] = {KINFER_SIMD_VEC_DOTS(KINFER_SIMD_ENTRY)};
+#undef KINFER_SIMD_ENTRY
+#define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_multi_##name, avx512::vec_dot_multi_##name},
+const SimdEntry<VecDotMultiFn> kSimdMulti[] = {KINFER_SIMD_VEC_DOTS_MULTI(KINFER_SIMD_ENTRY)};
+#undef KINFER_SIMD_ENTRY
+#define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_rows_##name, avx512::vec_dot_rows_##name},
+const SimdEntry<VecDotRowsFn> kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SIMD_ENTRY)};
+#undef KINFER_SIMD_ENTRY
+#define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, nullptr, avx512::vec_dot_tile_##name},   // AVX-512 VNNI only
+const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_ENTRY)};
 #undef KINFER_SIMD_ENTRY
 
-struct SimdMultiEntry { VecDotFn ref; VecDotMultiFn avx2, avx512; };
-#define KINFER_SIMD_MULTI_ENTRY(name) \
-    SimdMultiEntry{ref::vec_dot_##name, avx2::vec_dot_multi_##name, avx512::vec_dot_multi_##name},
-const SimdMultiEntry kSimdMulti[] = {KINFER_SIMD_VEC_DOTS_MULTI(KINFER_SIMD_MULTI_ENTRY) SimdMultiEntry{nullptr, nullptr, nullptr}};
-#undef KINFER_SIMD_MULTI_ENTRY
-
-struct SimdRowsEntry { VecDotFn ref; VecDotRowsFn avx2, avx512; };
-#define KINFER_SIMD_ROWS_ENTRY(name) SimdRowsEntry{ref::vec_dot_##name, avx2::vec_dot_rows_##name, avx512::vec_dot_rows_##name},
-const SimdRowsEntry kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SIMD_ROWS_ENTRY) SimdRowsEntry{nullptr, nullptr, nullptr}};
-#undef KINFER_SIMD_ROWS_ENTRY
-
-struct SimdTileEntry { VecDotFn ref; VecDotTileFn avx512; };
-#define KINFER_SIMD_TILE_ENTRY(name) SimdTileEntry{ref::vec_dot_##name, avx512::vec_dot_tile_##name},
-const SimdTileEntry kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_TILE_ENTRY) SimdTileEntry{nullptr, nullptr}};
-#undef KINFER_SIMD_TILE_ENTRY
-
-VecDotTileFn simd_tile_for(VecDotFn ref_fn, Isa isa) {
-    if (isa != Isa::avx512 || !ref_fn || !cpu_supports(isa)) return nullptr;
-    for (const SimdTileEntry& e : kSimdTile) {
-        if (e.ref && e.ref == ref_fn) return e.avx512;
-    }
-    return nullptr;
-}
-
-VecDotRowsFn simd_rows_for(VecDotFn ref_fn, Isa isa) {
+// The kernel of this kind for the type whose reference kernel is ref_fn, at level isa; nullptr
+// when that level has none of its own or the CPU lacks it.
+template <class Fn, size_t N>
+Fn simd_lookup(const SimdEntry<Fn> (&table)[N], VecDotFn ref_fn, Isa isa) {
     if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
-    for (const SimdRowsEntry& e : kSimdRows) {
-        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
-    }
-    return nullptr;
-}
-
-VecDotMultiFn simd_multi_for(VecDotFn ref_fn, Isa isa) {
-    if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
-    for (const SimdMultiEntry& e : kSimdMulti) {
-        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
-    }
-    return nullptr;
-}
-
-VecDotFn simd_for(VecDotFn ref_fn, Isa isa) {
-    if (isa == Isa::scalar || !ref_fn || !cpu_supports(isa)) return nullptr;
-    for (const SimdEntry& e : kSimd) {
-        if (e.ref && e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
+    for (const SimdEntry<Fn>& e : table) {
+        if (e.ref == ref_fn) return isa == Isa::avx2 ? e.avx2 : e.avx512;
     }
     return nullptr;
 }
@@ -123,10 +98,10 @@ std::array<Traits, kMaxId> build_table(Isa isa) {
                    VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
         Traits& e = t[size_t(ty)];
         e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr, nullptr, nullptr};
-        if (VecDotFn fast = simd_for(dot, isa)) e.vec_dot = fast;
-        e.vec_dot_multi = simd_multi_for(dot, isa);
-        e.vec_dot_rows = simd_rows_for(dot, isa);
-        e.vec_dot_tile = simd_tile_for(dot, isa);
+        if (VecDotFn fast = simd_lookup(kSimd, dot, isa)) e.vec_dot = fast;
+        e.vec_dot_multi = simd_lookup(kSimdMulti, dot, isa);
+        e.vec_dot_rows = simd_lookup(kSimdRows, dot, isa);
+        e.vec_dot_tile = simd_lookup(kSimdTile, dot, isa);
     };
     set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
         quantize_row_f32, quantize_row_f32);
@@ -187,25 +162,18 @@ const State& state() {
 
 Isa active_isa() { return state().isa; }
 
-VecDotFn vec_dot_for(Type t, Isa isa) {
+namespace {
+template <class Fn, size_t N>
+Fn simd_for_type(const SimdEntry<Fn> (&table)[N], Type t, Isa isa) {
     const Traits* tr = traits_or_null(uint32_t(t));
-    return tr ? simd_for(tr->vec_dot_ref, isa) : nullptr;
+    return tr ? simd_lookup(table, tr->vec_dot_ref, isa) : nullptr;
 }
+}  // namespace
 
-VecDotMultiFn vec_dot_multi_for(Type t, Isa isa) {
-    const Traits* tr = traits_or_null(uint32_t(t));
-    return tr ? simd_multi_for(tr->vec_dot_ref, isa) : nullptr;
-}
-
-VecDotRowsFn vec_dot_rows_for(Type t, Isa isa) {
-    const Traits* tr = traits_or_null(uint32_t(t));
-    return tr ? simd_rows_for(tr->vec_dot_ref, isa) : nullptr;
-}
-
-VecDotTileFn vec_dot_tile_for(Type t, Isa isa) {
-    const Traits* tr = traits_or_null(uint32_t(t));
-    return tr ? simd_tile_for(tr->vec_dot_ref, isa) : nullptr;
-}
+VecDotFn vec_dot_for(Type t, Isa isa) { return simd_for_type(kSimd, t, isa); }
+VecDotMultiFn vec_dot_multi_for(Type t, Isa isa) { return simd_for_type(kSimdMulti, t, isa); }
+VecDotRowsFn vec_dot_rows_for(Type t, Isa isa) { return simd_for_type(kSimdRows, t, isa); }
+VecDotTileFn vec_dot_tile_for(Type t, Isa isa) { return simd_for_type(kSimdTile, t, isa); }
 
 const Traits* traits_or_null(uint32_t id) {
     if (id >= kMaxId) return nullptr;
