@@ -22,6 +22,15 @@ inline bool same_bytes(const runtime::ExpertStore& s, const runtime::ExpertRef& 
     return true;
 }
 
+// The session the store tests run: a 64-token context, 2 threads, prefill chunks of n_batch.
+inline model::SessionOptions small_session(int n_batch) {
+    model::SessionOptions so;
+    so.n_ctx = 64;
+    so.n_batch = n_batch;
+    so.n_threads = 2;
+    return so;
+}
+
 // A fixed pseudo-random prompt of n_prompt tokens prefilled in chunks of so.n_batch, then n_gen
 // tokens decoded one by one: the logits of every prefilled position, then of every decode step.
 struct TokenRun {

@@ -16,10 +16,7 @@ namespace {
 
 // 20 tokens prefilled in chunks of 8 (several routes per layer), then 6 decoded one by one.
 kinfer::test::TokenRun run(const model::Model& m, ExpertStore* store, bool prefetch) {
-    model::SessionOptions so;
-    so.n_ctx = 64;
-    so.n_batch = 8;
-    so.n_threads = 2;
+    model::SessionOptions so = kinfer::test::small_session(8);
     so.experts = store;
     so.prefetch_next = prefetch;
     return kinfer::test::run_tokens(m, so, 20, 6);

@@ -17,10 +17,7 @@ namespace {
 
 // 12 tokens prefilled in chunks of 5, then 5 decoded: all the logits, one vector.
 std::vector<float> run(const model::Model& m, RoutingTrace* rec, const RoutingTrace* rep) {
-    model::SessionOptions so;
-    so.n_ctx = 64;
-    so.n_batch = 5;
-    so.n_threads = 2;
+    model::SessionOptions so = kinfer::test::small_session(5);
     so.routing_record = rec;
     so.routing_replay = rep;
     auto r = kinfer::test::run_tokens(m, so, 12, 5);
