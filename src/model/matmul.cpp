@@ -188,32 +188,25 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
 }
 
 void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int64_t n, float* y, int64_t ldy) {
-    if (ldy == 0) ldy = W.rows;
-    const int64_t work = W.rows * W.cols * n;
-    if (pool.size() == 1 || work < kMinParallelWork || W.rows < 8) {
-        matmul_q_rows(W, xq, n, y, ldy, 0, W.rows);
-        return;
-    }
-    // Contiguous row slices, rounded to 4 rows so the F32 kernel's row groups stay whole.
-    pool.run([&](int ith, int nth) {
-        const int64_t groups = (W.rows + 3) / 4;
-        const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
-        const int64_t r0 = std::min(W.rows, g0 * 4), r1 = std::min(W.rows, g1 * 4);
-        if (r0 < r1) matmul_q_rows(W, xq, n, y, ldy, r0, r1);
-    });
+    const MatJob job{W, &xq, n, y, ldy};
+    matmul_jobs(pool, &job, 1);
 }
 
 void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
-    int64_t work = 0;
-    for (size_t i = 0; i < count; ++i) work += jobs[i].W.rows * jobs[i].W.cols * jobs[i].n;
+    int64_t work = 0, rows = 0;
+    for (size_t i = 0; i < count; ++i) {
+        work += jobs[i].W.rows * jobs[i].W.cols * jobs[i].n;
+        rows += jobs[i].W.rows;
+    }
     auto slice = [&](const MatJob& j, int ith, int nth) {
-        // Same contiguous 4-row groups as matmul_q, per job.
+        // Contiguous row slices of every job, rounded to 4 rows so the F32 kernel's row groups
+        // stay whole.
         const int64_t groups = (j.W.rows + 3) / 4;
         const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
         const int64_t r0 = std::min(j.W.rows, g0 * 4), r1 = std::min(j.W.rows, g1 * 4);
         if (r0 < r1 && j.n > 0) matmul_q_rows(j.W, *j.xq, j.n, j.y, j.ldy ? j.ldy : j.W.rows, r0, r1);
     };
-    if (pool.size() == 1 || work < kMinParallelWork) {
+    if (pool.size() == 1 || work < kMinParallelWork || rows < 8) {
         for (size_t i = 0; i < count; ++i) slice(jobs[i], 0, 1);
         return;
     }
