@@ -136,14 +136,17 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const ByExpert& by_expert,
     std::vector<MatJob> jobs;
     std::vector<QuantActs> views;
     views.reserve(size_t(2 * E));
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
-        if (!m) continue;
-        views.push_back(zq_gate.view(off[size_t(e)]));
-        jobs.push_back(MatJob{mat_slice(L.ffn_gate_exps, e), &views.back(), m, g + off[size_t(e)] * ff, ff});
-        views.push_back(zq_u.view(off[size_t(e)]));
-        jobs.push_back(MatJob{mat_slice(L.ffn_up_exps, e), &views.back(), m, u + off[size_t(e)] * ff, ff});
-    }
+    // Expert e's product with its gathered rows of acts, into its rows of y (width ld).
+    auto add_expert_jobs = [&](TensorRef W, const QuantActs& acts, float* y, int64_t ld) {
+        for (int64_t e = 0; e < E; ++e) {
+            const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
+            if (!m) continue;
+            views.push_back(acts.view(off[size_t(e)]));
+            jobs.push_back(MatJob{mat_slice(W, e), &views.back(), m, y + off[size_t(e)] * ld, ld});
+        }
+    };
+    add_expert_jobs(L.ffn_gate_exps, zq_gate, g, ff);
+    add_expert_jobs(L.ffn_up_exps, zq_u, u, ff);
     matmul_jobs(c.pool, jobs.data(), jobs.size());
 
     glu_rows(c, g, u, rows, ff);
@@ -153,12 +156,7 @@ void routed_batched(FwdCtx& c, const LayerWeights& L, const ByExpert& by_expert,
     quantize_acts(&c.pool, down0.type, g, rows, ff, ff, gq);
     jobs.clear();
     views.clear();
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
-        if (!m) continue;
-        views.push_back(gq.view(off[size_t(e)]));
-        jobs.push_back(MatJob{mat_slice(L.ffn_down_exps, e), &views.back(), m, yg + off[size_t(e)] * lat, lat});
-    }
+    add_expert_jobs(L.ffn_down_exps, gq, yg, lat);
     if (ffs) {
         const Mat sd = mat_of(L.ffn_down_shexp);
         quantize_acts(&c.pool, sd.type, shg, n, ffs, ffs, shq);
