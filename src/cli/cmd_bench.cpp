@@ -2,6 +2,7 @@
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
 #include "cli/command.h"
+#include "cli/lib/expert_session.h"
 #include "common/error.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
@@ -96,9 +97,8 @@ int run_bench(const BenchArgs& a) {
     std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
     std::vector<int> threads = a.threads.empty() ? std::vector<int>{runtime::ThreadPool::default_threads()} : a.threads;
     std::mt19937 rng(1234);
-    const auto& hp = m->hparams();
-    auto ex = runtime::ExpertRuntime::create(f, int(hp.n_layer), a.experts, int(hp.n_layer - hp.n_layer_dense_lead),
-                                             int(hp.n_expert), int(hp.n_expert_used));
+    model::SessionOptions so{.n_batch = a.batch};
+    auto ex = cli::attach_experts(*m, a.experts, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
         for (int p : a.n_prompt)
@@ -107,10 +107,9 @@ int run_bench(const BenchArgs& a) {
             if (g > 0) tests.push_back({0, g});
         int64_t ctx = 1;
         for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
-        model::Session s(*m, {.n_ctx = ctx, .n_batch = a.batch, .n_threads = nt,
-                              .experts = ex ? ex->store() : nullptr, .prefetch_next = a.experts.prefetch_next,
-                              .routing_record = ex ? ex->routing_record() : nullptr,
-                              .routing_replay = ex ? ex->routing_replay() : nullptr});
+        so.n_ctx = ctx;
+        so.n_threads = nt;
+        model::Session s(*m, so);
         for (auto [p, g] : tests) {
             run_once(*m, s, p, g, rng);   // warm-up: page in the weights, size the scratch
             std::vector<double> tps;

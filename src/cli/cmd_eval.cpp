@@ -2,6 +2,7 @@
 // llama.cpp (tests/model, ../shared/golden/llama.cpp/logits) and for bisecting a divergence
 // layer by layer (--dump-layer / --dump-layers).
 #include "cli/command.h"
+#include "cli/lib/expert_session.h"
 #include "common/error.h"
 #include "model/ops.h"
 #include "model/session.h"
@@ -53,12 +54,7 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
-    auto ex = runtime::ExpertRuntime::create(model->file(), int(hp.n_layer), a.experts, int(hp.n_layer - hp.n_layer_dense_lead),
-                                             int(hp.n_expert), int(hp.n_expert_used));
-    so.experts = ex ? ex->store() : nullptr;
-    so.routing_record = ex ? ex->routing_record() : nullptr;
-    so.routing_replay = ex ? ex->routing_replay() : nullptr;
-    so.prefetch_next = a.experts.prefetch_next;
+    auto ex = cli::attach_experts(*model, a.experts, so);
     model::Session s(*model, so);
 
     if (a.dump_layers || a.dump_layer >= 0) {

@@ -158,11 +158,10 @@ void kda_chunked_head(int64_t D, int64_t n, const float* q, const float* k, cons
 
 namespace {
 
-// Causal depthwise conv over the last W projected inputs (tap W-1 = current token), then SiLU.
-// state: [di][W-1] oldest first; updated to the last W-1 inputs.
+// Causal depthwise conv over the last W projected inputs (tap W-1 = current token), then SiLU, in
+// place. state: [di][W-1] oldest first; updated to the last W-1 inputs. Channels are the inner loop
+// so it vectorises; each channel still sums its taps in order from 0.0f (ggml_ssm_conv's order).
 void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state) {
-    // Causal depthwise conv over [state; x] then SiLU, in place. Channels are the inner loop so it
-    // vectorises; each channel still sums its taps in order from 0.0f (ggml_ssm_conv's order).
     const int64_t S = W - 1;
     std::vector<float> tw(size_t(W * di)), out(static_cast<size_t>(di)), next(size_t(S * di));
     for (int64_t ch = 0; ch < di; ++ch)

@@ -5,9 +5,7 @@
 //   auto ef = std::make_shared<runtime::ExpertFlags>();
 //   runtime::add_expert_flags(app, *ef);
 //   ...
-//   auto ex = runtime::ExpertRuntime::create(model->file(), hp.n_layer, *ef);   // nullptr: no flags
-//   so.experts = ex ? ex->store() : nullptr;  so.prefetch_next = ef->prefetch_next;
-//   so.routing_record = ex ? ex->routing_record() : nullptr;   (and routing_replay)
+//   auto ex = cli::attach_experts(*model, *ef, so);   // cli/lib/expert_session.h; nullptr: no flags
 //   ... run ...
 //   if (ex) ex->finish();   // --verbose-experts report, --expert-profile written
 #pragma once
