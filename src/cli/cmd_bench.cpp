@@ -121,7 +121,7 @@ int run_bench(const BenchArgs& a) {
             const double sd = tps.size() > 1 ? std::sqrt(var / double(tps.size() - 1)) : 0.0;
             std::string test = p > 0 ? fmt::format("pp{}", p) : fmt::format("tg{}", g);
             std::printf("| %-30s | %6.2f MiB | %10s | %-10s | %7d | %15s | %20s |\n", name.c_str(), bytes / 1048576.0,
-                        human_params(params).c_str(), "CPU", s.pool().size(), test.c_str(),
+                        human_params(params).c_str(), "CPU", s.n_threads(), test.c_str(),
                         fmt::format("{:.2f} ± {:.2f}", mean, sd).c_str());
             std::fflush(stdout);
             if (g > 0)   // decode streams the weights a token touches: how fast, in GB/s

@@ -4,7 +4,7 @@
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
 #include "common/error.h"
-#include "model/ops.h"
+#include "model/layer_stats.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
 
@@ -61,7 +61,7 @@ int run_eval(const EvalArgs& a) {
         s.on_layer = [&](int layer, int64_t pos0, int64_t n, const float* x) {
             if (!a.dump_layers && layer != a.dump_layer) return;
             for (int64_t t = 0; t < n; ++t) {
-                auto st = model::ops::stats(x + t * hp.n_embd, hp.n_embd);
+                auto st = model::stats(x + t * hp.n_embd, hp.n_embd);
                 std::printf("layer %3d pos %5lld  mean % .6e  rms %.6e  max|x| %.6e\n", layer,
                             (long long)(pos0 + t), st.mean, st.rms, st.max_abs);
             }
@@ -83,7 +83,7 @@ int run_eval(const EvalArgs& a) {
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "eval: %zu tokens (%s) in %.3f s, %d threads\n", ids.size(), a.mode.c_str(), secs,
-                 s.pool().size());
+                 s.n_threads());
 
     if (!a.logits_out.empty()) {
         std::ofstream f(a.logits_out, std::ios::binary);

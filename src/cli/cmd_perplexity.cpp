@@ -110,7 +110,7 @@ int run_perplexity(const PplArgs& a) {
     std::vector<uint16_t> recs(size_t(n_scored) * rec_u16);
 
     std::fprintf(stderr, "perplexity: %s, %zu tokens, %d chunks of %lld, batch %lld, %d threads\n", a.model.c_str(),
-                 tokens.size(), n_chunk, (long long)n_ctx, (long long)a.n_batch, s.pool().size());
+                 tokens.size(), n_chunk, (long long)n_ctx, (long long)a.n_batch, s.n_threads());
     if (kld_mode)
         std::printf("\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n");
 

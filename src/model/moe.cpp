@@ -1,30 +1,22 @@
 // Feed-forward blocks, DESIGN.md section 3.4: the dense FFN of the leading layers and the MoE
 // with sigmoid routing, selection bias, optional latent space (K3) and shared experts.
+//
+// Routed experts run where their bytes are. With no expert store they are tensors of the layer:
+// on its backend (batched, one grouped matmul per step), or in the mapping when --cpu-moe /
+// --n-cpu-moe keep a device layer's experts on the CPU (then the latent rows go to the CPU and
+// the weighted outputs come back). Through the store, each expert is acquired from its tier: a
+// device slot runs on the device backend, host RAM or the mapping on the CPU backend. Results
+// are always combined on the layer's backend.
 #include "model/forward_ctx.h"
-#include "model/ops.h"
 #include "runtime/expert_store.h"
 #include "runtime/routing_trace.h"
 
 #include <algorithm>
-#include <cstring>
-#include <numeric>
 #include <span>
 
 namespace kinfer::model {
 
 namespace {
-
-void glu(const HParams& hp, const float* g, const float* u, float* out, int64_t n) {
-    if (hp.use_situ()) ops::situ_glu(g, u, out, n, hp.situ_beta, hp.situ_linear_beta);
-    else ops::swiglu(g, u, out, n);
-}
-
-// glu over `rows` rows of width ff in place (g = act(g, u)), split by rows across the pool once
-// there is enough work to pay for waking it.
-void glu_rows(FwdCtx& c, float* g, const float* u, int64_t rows, int64_t ff) {
-    c.pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { glu(c.hp, g + b * ff, u + b * ff, g + b * ff, (e - b) * ff); },
-                        std::max<int64_t>(1, 1024 / ff));
-}
 
 // The chunk's (token, slot) entries t * K + slot grouped by expert: expert e owns
 // entry[off[e] .. off[e + 1]), in entry order (a counting sort of the selections).
@@ -42,32 +34,16 @@ struct ByExpert {
     }
 };
 
-// The input rows of an expert's (token, slot) entries, one after another.
-void gather_rows(const float* z, std::span<const int64_t> list, int64_t K, int64_t lat, float* dst) {
-    for (size_t j = 0; j < list.size(); ++j) std::memcpy(dst + int64_t(j) * lat, z + (list[j] / K) * lat, size_t(lat) * sizeof(float));
-}
-
-// An expert's output rows, times their routing weights, back to their (token, slot) places in ys.
-void scatter_weighted(const float* src, std::span<const int64_t> list, const float* wsel, int64_t lat, float* ys) {
-    for (size_t j = 0; j < list.size(); ++j) {
-        const float w = wsel[size_t(list[j])];
-        const float* r = src + int64_t(j) * lat;
-        float* dst = ys + list[j] * lat;
-        for (int64_t i = 0; i < lat; ++i) dst[i] = r[i] * w;
-    }
-}
-
-// down . act(gate . x, up . x) for n rows of x.
-void glu_ffn(FwdCtx& c, const Mat& gate, const Mat& up, const Mat& down, const float* x, int64_t n, float* out) {
-    ScratchScope s(c.ws);
+// down . act(gate . x, up . x) for n rows of x, on be.
+void glu_ffn(backend::Backend& be, backend::Workspace& ws, const backend::Glu& act, const Mat& gate, const Mat& up,
+             const Mat& down, const float* x, int64_t n, float* out) {
+    ScratchScope s(ws);
     const int64_t ff = gate.rows;
     float* g = s.get(size_t(n * ff));
     float* u = s.get(size_t(n * ff));
-    const Mat gu[2] = {gate, up};
-    float* const gu_out[2] = {g, u};
-    matmul_many(c.pool, gu, gu_out, 2, x, n);
-    glu_rows(c, g, u, n, ff);
-    matmul(c.pool, down, g, n, out);
+    be.matmul_many({{gate, g}, {up, u}}, x, n);
+    be.glu(g, u, n, ff, act);
+    be.matmul(down, g, n, out);
 }
 
 // Holds one expert acquired from the store for as long as its matmuls run.
@@ -81,114 +57,123 @@ struct ExpertHold {
 };
 
 // --prefetch-next: run the next MoE layer's router on this layer's normed input, a cheap guess
-// at its real input, and ask the store to fetch those experts now, one layer ahead.
+// at its real input, and ask the store to fetch those experts now, one layer ahead. Only when
+// the next layer runs on the same backend (its router weights are there).
 void prefetch_next_layer(FwdCtx& c, int il, const float* xn) {
     const HParams& hp = c.hp;
     int next = -1;
     for (int l = il + 1; l < int(c.w.layers.size()) && next < 0; ++l)
         if (c.w.layers[size_t(l)].ffn_gate_inp) next = l;
-    if (next < 0) return;
+    if (next < 0 || &c.env.pl.layer(next) != &c.be) return;
     const LayerWeights& N = c.w.layers[size_t(next)];
     const int64_t E = hp.n_expert, K = hp.n_expert_used;
     ScratchScope s(c.ws);
     float* probs = s.get(size_t(c.n * E));
-    c.mm(N.ffn_gate_inp, xn, probs);
-    std::vector<int32_t> idx(static_cast<size_t>(E)), want;
-    for (int64_t t = 0; t < c.n; ++t) {
-        float* pt = probs + t * E;
-        for (int64_t e = 0; e < E; ++e) pt[e] = ops::sigmoid(pt[e]) + N.exp_probs_b[e];
-        std::iota(idx.begin(), idx.end(), 0);
-        std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) { return pt[a] > pt[b]; });
-        want.insert(want.end(), idx.begin(), idx.begin() + K);
-    }
+    c.be.matmul(mat_of(N.ffn_gate_inp), xn, c.n, probs);
+    std::vector<int32_t> want(size_t(c.n * K));
+    std::vector<float> w(size_t(c.n * K));
+    c.be.route(probs, N.exp_probs_b, c.n, backend::RouteParams{E, K, false, 1.0f}, want.data(), w.data(), nullptr);
     std::sort(want.begin(), want.end());
     want.erase(std::unique(want.begin(), want.end()), want.end());
     c.opt.experts->prefetch(next, want);
 }
 
-// The routed experts of a chunk (and the shared experts' down projection) when they come
-// straight from the mapping: each expert's rows gathered, every gate/up product in one pass of the
-// pool, then every down product in one more. Same per-row arithmetic as the one-expert-at-a-time
-// path the expert store uses, so the logits are identical; decode wakes the pool twice per layer
-// instead of three times per expert.
-void routed_batched(FwdCtx& c, const LayerWeights& L, const ByExpert& by_expert,
-                    const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
+// The routed experts of a chunk (and, when shared_here, the shared experts' down projection) as
+// tensors on be: each expert's rows gathered, every gate/up product in one grouped matmul, then
+// every down product in one more. Same per-row arithmetic as the one-expert-at-a-time store
+// path, so the logits are identical; decode wakes the pool twice per layer instead of three times
+// per expert. ys gets [n][K][lat], already weighted.
+void routed_batched(backend::Backend& be, backend::Workspace& ws, const FwdCtx& c, const LayerWeights& L,
+                    const ByExpert& by_expert, const float* z, int64_t ffs, float* shg, float* shu, const float* wsel,
+                    float* ys, float* sh_out) {
     const HParams& hp = c.hp;
     const int64_t n = c.n, K = hp.n_expert_used, lat = hp.latent_dim(), E = hp.n_expert;
     const int64_t ff = L.ffn_gate_exps->ne[1];
-    ScratchScope s(c.ws);
+    ScratchScope s(ws);
     const std::vector<int64_t>& off = by_expert.off;      // first gathered row of each expert
     const int64_t rows = off[size_t(E)];
     float* zg = s.get(size_t(rows * lat));
     float* g = s.get(size_t(rows * ff));
     float* u = s.get(size_t(rows * ff));
     float* yg = s.get(size_t(rows * lat));
-    for (int64_t e = 0; e < E; ++e) gather_rows(z, by_expert.of(e), K, lat, zg + off[size_t(e)] * lat);
+    for (int64_t e = 0; e < E; ++e) be.gather_rows(z, lat, by_expert.of(e), K, zg + off[size_t(e)] * lat);
 
-    // Activations for gate/up (one conversion serves both when their types agree).
-    const Mat gate0 = mat_slice(L.ffn_gate_exps, 0), up0 = mat_slice(L.ffn_up_exps, 0), down0 = mat_slice(L.ffn_down_exps, 0);
-    QuantActs zq_gate, zq_up, gq, shq;
-    quantize_acts(&c.pool, gate0.type, zg, rows, lat, lat, zq_gate);
-    const bool same_gu = up0.type == gate0.type;
-    if (!same_gu) quantize_acts(&c.pool, up0.type, zg, rows, lat, lat, zq_up);
-    const QuantActs& zq_u = same_gu ? zq_gate : zq_up;
-
-    std::vector<MatJob> jobs;
-    std::vector<QuantActs> views;
-    views.reserve(size_t(2 * E));
-    // Expert e's product with its gathered rows of acts, into its rows of y (width ld).
-    auto add_expert_jobs = [&](TensorRef W, const QuantActs& acts, float* y, int64_t ld) {
+    const Mat gate = mat_of(L.ffn_gate_exps), up = mat_of(L.ffn_up_exps), down = mat_of(L.ffn_down_exps);
+    std::vector<backend::MatTask> tasks;
+    // Expert e's product with its gathered rows of input `in`, into its rows of y (width ld).
+    auto add_expert_tasks = [&](const Mat& W, int in, float* y, int64_t ld) {
         for (int64_t e = 0; e < E; ++e) {
             const int64_t m = off[size_t(e + 1)] - off[size_t(e)];
-            if (!m) continue;
-            views.push_back(acts.view(off[size_t(e)]));
-            jobs.push_back(MatJob{mat_slice(W, e), &views.back(), m, y + off[size_t(e)] * ld, ld});
+            if (m) tasks.push_back(backend::MatTask{W.slice(e), in, off[size_t(e)], m, y + off[size_t(e)] * ld, ld});
         }
     };
-    add_expert_jobs(L.ffn_gate_exps, zq_gate, g, ff);
-    add_expert_jobs(L.ffn_up_exps, zq_u, u, ff);
-    matmul_jobs(c.pool, jobs.data(), jobs.size());
+    const backend::MatInput zin{zg, rows, lat, 0};
+    add_expert_tasks(gate, 0, g, ff);
+    add_expert_tasks(up, 0, u, ff);
+    be.matmul_tasks({&zin, 1}, tasks);
 
-    glu_rows(c, g, u, rows, ff);
-    if (ffs) glu_rows(c, shg, shu, n, ffs);
+    be.glu(g, u, rows, ff, c.glu());
+    if (shg) be.glu(shg, shu, n, ffs, c.glu());
 
     // Down products of every expert, plus the shared experts' down projection.
-    quantize_acts(&c.pool, down0.type, g, rows, ff, ff, gq);
-    jobs.clear();
-    views.clear();
-    add_expert_jobs(L.ffn_down_exps, gq, yg, lat);
-    if (ffs) {
-        const Mat sd = mat_of(L.ffn_down_shexp);
-        quantize_acts(&c.pool, sd.type, shg, n, ffs, ffs, shq);
-        jobs.push_back(MatJob{sd, &shq, n, sh_out, sd.rows});
-    }
-    matmul_jobs(c.pool, jobs.data(), jobs.size());
+    tasks.clear();
+    add_expert_tasks(down, 0, yg, lat);
+    const backend::MatInput din[2] = {{g, rows, ff, 0}, {shg, n, ffs, 0}};
+    if (shg) tasks.push_back(backend::MatTask{mat_of(L.ffn_down_shexp), 1, 0, n, sh_out, 0});
+    be.matmul_tasks({din, shg ? 2u : 1u}, tasks);
 
-    for (int64_t e = 0; e < E; ++e) scatter_weighted(yg + off[size_t(e)] * lat, by_expert.of(e), wsel, lat, ys);
+    for (int64_t e = 0; e < E; ++e) be.scatter_weighted(yg + off[size_t(e)] * lat, lat, by_expert.of(e), wsel, ys);
+}
+
+// The routed experts of a device layer kept in the mapping (--cpu-moe, --n-cpu-moe): the latent
+// rows go to the CPU, the experts run there, the weighted slots come back.
+void routed_on_cpu(FwdCtx& c, const LayerWeights& L, const ByExpert& by_expert, const float* z, const float* wsel,
+                   float* ys) {
+    backend::Backend& cpu = c.env.bk.cpu();
+    backend::Workspace& cws = c.env.ws_of(cpu);
+    ScratchScope s(cws);
+    const int64_t n = c.n, K = c.hp.n_expert_used, lat = c.hp.latent_dim();
+    float* zc = s.get(size_t(n * lat));
+    float* yc = s.get(size_t(n * K * lat));
+    backend::copy_between(cpu, zc, c.be, z, size_t(n * lat) * sizeof(float));
+    routed_batched(cpu, cws, c, L, by_expert, zc, 0, nullptr, nullptr, wsel, yc, nullptr);
+    backend::copy_between(c.be, ys, cpu, yc, size_t(n * K * lat) * sizeof(float));
 }
 
 // The routed experts through the expert store, one expert at a time: each is acquired (same
 // bytes, possibly from a cache or device tier) only while its matmuls run, so a budget that holds
-// a single expert per layer still works. Then the shared experts.
-void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpert& by_expert,
-                          const float* z, int64_t ffs, float* shg, float* shu, const float* wsel, float* ys, float* sh_out) {
+// a single expert per layer still works. Each runs on the backend of its tier; its input rows and
+// outputs cross to and from the layer's backend when that is another one.
+void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpert& by_expert, const float* z,
+                          const float* wsel, float* ys) {
+    runtime::ExpertStore* store = c.opt.experts;
     const int64_t K = c.hp.n_expert_used, lat = c.hp.latent_dim(), n = c.n;
+    backend::Backend* dev = store->options().device ? c.env.bk.backend_of(store->options().device) : nullptr;
     ScratchScope s(c.ws);
     float* zg = s.get(size_t(n * lat));
     float* yg = s.get(size_t(n * lat));
     for (int64_t e = 0; e < by_expert.n_expert(); ++e) {
         const std::span<const int64_t> list = by_expert.of(e);
         if (list.empty()) continue;
-        gather_rows(z, list, K, lat, zg);
-        Mat gate = mat_slice(L.ffn_gate_exps, e), up = mat_slice(L.ffn_up_exps, e), down = mat_slice(L.ffn_down_exps, e);
-        ExpertHold hold(c.opt.experts, il, int(e), int64_t(list.size()));
+        const int64_t m = int64_t(list.size());
+        c.be.gather_rows(z, lat, list, K, zg);
+        ExpertHold hold(store, il, int(e), m);
+        Mat gate = mat_of(L.ffn_gate_exps).slice(e), up = mat_of(L.ffn_up_exps).slice(e), down = mat_of(L.ffn_down_exps).slice(e);
         gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
-        glu_ffn(c, gate, up, down, zg, int64_t(list.size()), yg);
-        scatter_weighted(yg, list, wsel, lat, ys);
-    }
-    if (ffs) {
-        glu_rows(c, shg, shu, n, ffs);
-        matmul(c.pool, mat_of(L.ffn_down_shexp), shg, n, sh_out);
+        backend::Backend& xb = hold.ref.tier == runtime::Tier::device && dev ? *dev : c.env.bk.cpu();
+        if (&xb == &c.be) {
+            glu_ffn(xb, c.ws, c.glu(), gate, up, down, zg, m, yg);
+        } else {
+            backend::Workspace& xws = c.env.ws_of(xb);
+            ScratchScope xs(xws);
+            float* xz = xs.get(size_t(m * lat));
+            float* xy = xs.get(size_t(m * lat));
+            const size_t bytes = size_t(m * lat) * sizeof(float);
+            backend::copy_between(xb, xz, c.be, zg, bytes);
+            glu_ffn(xb, xws, c.glu(), gate, up, down, xz, m, xy);
+            backend::copy_between(c.be, yg, xb, xy, bytes);
+        }
+        c.be.scatter_weighted(yg, lat, list, wsel, ys);
     }
 }
 
@@ -196,11 +181,12 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
 
 void dense_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     const LayerWeights& L = c.w.layers[size_t(il)];
-    glu_ffn(c, mat_of(L.ffn_gate), mat_of(L.ffn_up), mat_of(L.ffn_down), xn, c.n, out);
+    glu_ffn(c.be, c.ws, c.glu(), mat_of(L.ffn_gate), mat_of(L.ffn_up), mat_of(L.ffn_down), xn, c.n, out);
 }
 
 void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     const HParams& hp = c.hp;
+    backend::Backend& be = c.be;
     const LayerWeights& L = c.w.layers[size_t(il)];
     const int64_t n = c.n, d = hp.n_embd, E = hp.n_expert, K = hp.n_expert_used, lat = hp.latent_dim();
     ScratchScope s(c.ws);
@@ -212,44 +198,24 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     float* shg = ffs ? s.get(size_t(n * ffs)) : nullptr;
     float* shu = ffs ? s.get(size_t(n * ffs)) : nullptr;
     {
-        Mat ms[4];
-        float* ys[4];
-        size_t k = 0;
-        ms[k] = mat_of(L.ffn_gate_inp), ys[k++] = probs;
-        if (zl) ms[k] = mat_of(L.ffn_routed_down), ys[k++] = zl;
-        if (ffs) ms[k] = mat_of(L.ffn_gate_shexp), ys[k++] = shg, ms[k] = mat_of(L.ffn_up_shexp), ys[k++] = shu;
-        matmul_many(c.pool, ms, ys, k, xn, n);
+        std::vector<std::pair<Mat, float*>> outs{{mat_of(L.ffn_gate_inp), probs}};
+        if (zl) outs.emplace_back(mat_of(L.ffn_routed_down), zl);
+        if (ffs) outs.emplace_back(mat_of(L.ffn_gate_shexp), shg), outs.emplace_back(mat_of(L.ffn_up_shexp), shu);
+        be.matmul_many(outs, xn, n);
     }
 
     // Router: sigmoid scores in fp32; the bias only picks, the weights use the raw scores.
-    for (int64_t i = 0; i < n * E; ++i) probs[i] = ops::sigmoid(probs[i]);
     std::vector<int32_t> sel(static_cast<size_t>(n * K));
     std::vector<float> wsel(static_cast<size_t>(n * K));
-    std::vector<int32_t> idx(static_cast<size_t>(E));
-    std::vector<float> biased(static_cast<size_t>(E));
-    for (int64_t t = 0; t < n; ++t) {
-        const float* pt = probs + t * E;
-        for (int64_t e = 0; e < E; ++e) biased[size_t(e)] = pt[e] + L.exp_probs_b[e];
-        std::iota(idx.begin(), idx.end(), 0);
-        // Descending biased score; exact ties go to the lower expert id.
-        std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
-            return biased[size_t(a)] > biased[size_t(b)] || (biased[size_t(a)] == biased[size_t(b)] && a < b);
-        });
+    const int moe_layer = il - hp.n_layer_dense_lead;
+    auto hook = [&](int64_t t, int32_t* idx) {
         if (c.opt.routing_replay)     // benchmarks: a recorded trained model's choice instead
-            c.opt.routing_replay->replay(c.pos0 + t, il - hp.n_layer_dense_lead, int(E), int(K), idx.data());
-        if (c.opt.routing_record) c.opt.routing_record->record(c.pos0 + t, il - hp.n_layer_dense_lead, idx.data());
-        float* wt = wsel.data() + t * K;
-        for (int64_t i = 0; i < K; ++i) {
-            sel[size_t(t * K + i)] = idx[size_t(i)];
-            wt[i] = pt[idx[size_t(i)]];
-        }
-        if (hp.expert_weights_norm) {
-            const float sum = std::max(ops::sum(wt, K), 6.103515625e-5f);
-            for (int64_t i = 0; i < K; ++i) wt[i] /= sum;
-        }
-        if (hp.expert_weights_scale != 1.0f)
-            for (int64_t i = 0; i < K; ++i) wt[i] *= hp.expert_weights_scale;
-    }
+            c.opt.routing_replay->replay(c.pos0 + t, moe_layer, int(E), int(K), idx);
+        if (c.opt.routing_record) c.opt.routing_record->record(c.pos0 + t, moe_layer, idx);
+    };
+    const bool hooked = c.opt.routing_replay || c.opt.routing_record;
+    be.route(probs, L.exp_probs_b, n, backend::RouteParams{E, K, hp.expert_weights_norm, hp.expert_weights_scale},
+             sel.data(), wsel.data(), hooked ? backend::RouteHook(hook) : backend::RouteHook());
 
     // Tell the expert store this chunk's choices at once: its misses load while hits compute.
     runtime::ExpertStore* store = c.opt.experts;
@@ -265,29 +231,26 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
     const ByExpert by_expert(sel, E);
     float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
-    if (store) routed_through_store(c, il, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
-    else routed_batched(c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
+    const bool shared_done = !store && c.env.pl.experts_with_layer(il);
+    if (store) routed_through_store(c, il, L, by_expert, z, wsel.data(), ys);
+    else if (c.env.pl.experts_with_layer(il)) routed_batched(be, c.ws, c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
+    else routed_on_cpu(c, L, by_expert, z, wsel.data(), ys);
+    if (ffs && !shared_done) {
+        be.glu(shg, shu, n, ffs, c.glu());
+        be.matmul(mat_of(L.ffn_down_shexp), shg, n, sh_out);
+    }
     // Sum the slots in selection order, as ggml's chain of adds does.
     float* yl = s.get(size_t(n * lat));
-    for (int64_t t = 0; t < n; ++t) {
-        float* dst = yl + t * lat;
-        std::memcpy(dst, ys + (t * K) * lat, size_t(lat) * sizeof(float));
-        for (int64_t k = 1; k < K; ++k) {
-            const float* src = ys + (t * K + k) * lat;
-            for (int64_t i = 0; i < lat; ++i) dst[i] += src[i];
-        }
-    }
+    be.sum_slots(ys, n, K, lat, yl);
 
     if (L.ffn_routed_up) {
-        if (L.ffn_routed_norm)
-            for (int64_t t = 0; t < n; ++t) ops::rms_norm(yl + t * lat, L.ffn_routed_norm, yl + t * lat, lat, hp.rms_eps);
-        c.mm(L.ffn_routed_up, yl, out);
+        if (L.ffn_routed_norm) be.rms_norm(yl, L.ffn_routed_norm, yl, n, lat, hp.rms_eps);
+        be.matmul(mat_of(L.ffn_routed_up), yl, n, out);
     } else {
-        std::memcpy(out, yl, size_t(n * d) * sizeof(float));
+        be.copy(out, yl, size_t(n * d) * sizeof(float));
     }
 
-    if (ffs)   // shared experts: full width, unscaled
-        for (int64_t i = 0; i < n * d; ++i) out[i] += sh_out[i];
+    if (ffs) be.add(out, sh_out, n * d);   // shared experts: full width, unscaled
 }
 
 }  // namespace kinfer::model

@@ -1,69 +1,123 @@
 #include "model/session.h"
 
+#include "backend/registry.h"
+#include "backend/workspace.h"
 #include "common/error.h"
 #include "model/forward.h"
-#include "model/ops.h"
+#include "model/placement.h"
 
 #include <algorithm>
 #include <cstring>
 
 namespace kinfer::model {
 
+namespace {
+
+// Zero-filled state buffer on a backend.
+backend::Buffer zeros(backend::Backend& be, size_t floats, const char* what) {
+    backend::Buffer b = be.alloc(floats * sizeof(float), what);
+    const std::vector<float> z(floats, 0.0f);
+    be.upload(b.ptr, z.data(), floats * sizeof(float));
+    return b;
+}
+
+}  // namespace
+
 Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(opt) {
     const HParams& hp = model.hparams();
     if (opt_.n_ctx <= 0) fail("n_ctx must be positive (got {})", opt_.n_ctx);
     if (opt_.n_batch <= 0) fail("n_batch must be positive (got {})", opt_.n_batch);
-    pool_ = std::make_unique<runtime::ThreadPool>(opt_.n_threads);
-    ws_ = std::make_unique<Workspace>();
+    if (opt_.backends) {
+        backends_ = opt_.backends;
+    } else {
+        own_backends_ = std::make_unique<backend::Backends>(opt_.n_threads);
+        backends_ = own_backends_.get();
+    }
+    PlacementOptions po;
+    po.n_gpu_layers = opt_.n_gpu_layers;
+    po.cpu_moe = opt_.cpu_moe;
+    po.n_cpu_moe = opt_.n_cpu_moe;
+    po.expert_store = opt_.experts != nullptr;
+    placement_ = std::make_unique<Placement>(model, *backends_, po);
+    ws_.push_back(std::make_unique<backend::Workspace>(backends_->cpu()));
+    for (size_t i = 0; i < backends_->n_devices(); ++i) ws_.push_back(std::make_unique<backend::Workspace>(*backends_->device(i)));
+
     states_.resize(size_t(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
         auto& st = states_[size_t(il)];
+        st.be = &placement_->layer(il);
         if (hp.is_kda(il)) {
-            st.kda.assign(size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), 0.0f);
-            st.conv.assign(size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), 0.0f);
+            st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
+            st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
         } else {
-            st.mla.assign(size_t(opt_.n_ctx * hp.mla_cache_dim()), 0.0f);
+            st.mla = zeros(*st.be, size_t(opt_.n_ctx * hp.mla_cache_dim()), "MLA latent cache");
         }
     }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
 }
 
-Session::~Session() = default;
+Session::~Session() {
+    for (auto& st : states_)
+        for (backend::Buffer* b : {&st.kda, &st.conv, &st.mla})
+            if (b->valid()) st.be->free(*b);
+    ws_.clear();   // before the backends they allocate from
+}
+
+int Session::n_threads() const { return backends_->cpu().n_threads(); }
+
+void Session::clear_states() {
+    for (auto& st : states_)
+        for (backend::Buffer* b : {&st.kda, &st.conv}) {
+            if (!b->valid()) continue;
+            const std::vector<uint8_t> z(b->bytes, 0);
+            st.be->upload(b->ptr, z.data(), b->bytes);
+        }
+}
 
 void Session::reset() {
-    for (auto& st : states_) {
-        std::fill(st.kda.begin(), st.kda.end(), 0.0f);
-        std::fill(st.conv.begin(), st.conv.end(), 0.0f);
-    }
+    clear_states();
     n_past_ = 0;
+    tokens_.clear();
+    failure_.clear();
 }
 
 size_t Session::state_bytes() const {
     size_t b = 0;
-    for (const auto& st : states_) b += (st.kda.size() + st.conv.size() + st.mla.size()) * sizeof(float);
+    for (const auto& st : states_) b += st.kda.bytes + st.conv.bytes + st.mla.bytes;
     return b;
 }
 
 void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all) {
     const HParams& hp = model_.hparams();
+    if (!failure_.empty())
+        fail("this session is unusable after an earlier error ({}); reset it or load a saved state", failure_);
     if (n_past_ + n > opt_.n_ctx)
         fail("context full: {} + {} tokens exceed n_ctx = {}", n_past_, n, opt_.n_ctx);
-    ws_->reset();
-    FwdCtx c{hp, model_.weights(), *pool_, *ws_, states_, opt_, n_past_, n};
-    ScratchScope s(*ws_);
-    float* h = s.get(size_t(n * hp.n_embd));
-    if (hp.arch == Arch::KimiK3) forward_kimi_k3(c, tokens, on_layer, h);
-    else forward_kimi_linear(c, tokens, on_layer, h);
+    for (auto& w : ws_) w->reset();
+    FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
+    try {
+        Residual r = embed(env, tokens);
+        forward_layers(env, 0, hp.n_layer, r, on_layer);
+        float* h = final_stream(env, r, on_layer);
 
-    // Logits of every row (eval) or only the last one (generation).
-    const int64_t first = want_all ? 0 : n - 1, rows = n - first;
-    float* hn = s.get(size_t(rows * hp.n_embd));
-    for (int64_t t = 0; t < rows; ++t)
-        ops::rms_norm(h + (first + t) * hp.n_embd, model_.weights().output_norm, hn + t * hp.n_embd, hp.n_embd, hp.rms_eps);
-    float* lg = want_all ? out_all : logits_.data();
-    matmul(*pool_, mat_of(model_.weights().output), hn, rows, lg);
-    if (want_all) std::memcpy(logits_.data(), lg + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
+        // Logits of every row (eval) or only the last one (generation), on the output backend.
+        backend::Backend& be = placement_->output();
+        backend::Workspace& ws = env.ws_of(be);
+        const int64_t first = want_all ? 0 : n - 1, rows = n - first;
+        float* hn = ws.get(size_t(rows * hp.n_embd));
+        be.rms_norm(h + first * hp.n_embd, placement_->weights().output_norm, hn, rows, hp.n_embd, hp.rms_eps);
+        float* host = want_all ? out_all : logits_.data();
+        float* lg = be.host_memory() ? host : ws.get(size_t(rows * hp.n_vocab));
+        be.matmul(mat_of(placement_->weights().output), hn, rows, lg);
+        if (!be.host_memory()) be.download(host, lg, size_t(rows * hp.n_vocab) * sizeof(float));
+        if (want_all) std::memcpy(logits_.data(), host + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
+    } catch (const std::exception& e) {
+        // Some layers' states may have advanced: never compute on from them.
+        failure_ = e.what();
+        throw;
+    }
     n_past_ += n;
+    tokens_.insert(tokens_.end(), tokens, tokens + n);
 }
 
 void Session::prefill(std::span<const int32_t> tokens, std::vector<float>* all_logits) {

@@ -41,6 +41,18 @@ void check_matrix_type(const gguf::TensorInfo& t) {
 
 }  // namespace
 
+backend::Mat mat_of(TensorRef t) {
+    backend::Mat m;
+    m.type = t->type;
+    m.cols = t->ne[0];
+    m.rows = t->nrows();
+    m.data = t->data;
+    m.row_bytes = t->row_bytes();
+    m.slice_rows = t->ne[1];
+    m.name = t->name.c_str();
+    return m;
+}
+
 Weights load_weights(const gguf::File& f, const HParams& hp) {
     Weights w;
     w.layers.resize(size_t(hp.n_layer));

@@ -2,6 +2,7 @@
 // are read through quant/ kernels; small vectors used element-wise (norms, biases, AttnRes scores,
 // conv taps, ssm_a) are exposed as float pointers (F32 in place, other types converted once).
 #pragma once
+#include "backend/mat.h"
 #include "gguf/reader.h"
 #include "model/hparams.h"
 
@@ -78,6 +79,10 @@ struct Weights {
 
     std::deque<std::vector<float>> converted;   // storage for non-F32 vectors
 };
+
+// The matrix view a backend op takes: all rows (ne1 * ne2 * ne3) of t, slice(i) for one slice
+// of a 3-D tensor (expert e, head h).
+backend::Mat mat_of(TensorRef t);
 
 // Binds every tensor of the tensor list (model/tensor_list.h), checking presence, shape and type.
 // Throws kinfer::Error naming the tensor on any mismatch.

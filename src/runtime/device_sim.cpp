@@ -58,6 +58,13 @@ DeviceBuffer SimDevice::alloc(size_t bytes) {
     return {};
 }
 
+size_t SimDevice::free_bytes() const {
+    std::lock_guard lk(mu_);
+    size_t n = 0;
+    for (const auto& f : free_) n += f.second;
+    return n;
+}
+
 void SimDevice::free(DeviceBuffer b) {
     if (!b.valid()) return;
     const size_t size = (b.bytes + 255) & ~size_t(255);

@@ -38,6 +38,8 @@ public:
     void wait(uint64_t ticket) override;
     const uint8_t* data(DeviceBuffer b) const override { return mem_.get() + b.offset; }
 
+    const uint8_t* base() const { return mem_.get(); }   // the arena: [base, base + capacity)
+    size_t free_bytes() const;       // sum of the free list
     uint64_t bytes_copied() const;   // total through the copy engine
     double busy_seconds() const;     // simulated time the copy engine spent copying
 

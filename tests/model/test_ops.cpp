@@ -4,15 +4,15 @@
 // its four-pass definition.
 #include "test_util.h"
 
-#include "model/matmul.h"
-#include "model/ops.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-using namespace kinfer::model;
+using namespace kinfer::backend::cpu;
 
 namespace {
 uint32_t bits_of(float f) {
@@ -60,7 +60,7 @@ TEST_CASE("tanh: bit-identical to the C library's tanhf") {
     }
 }
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
                         const float* v, float beta, float* o);
 }

@@ -3,7 +3,8 @@
 #include "test_util.h"
 #include "parity_util.h"
 
-#include "model/forward_ctx.h"
+#include "backend/cpu/kda_kernels.h"
+#include "model/session.h"
 
 #include <doctest/doctest.h>
 #include <random>
@@ -41,9 +42,9 @@ TEST_CASE("KDA: chunked (WY) form == recurrence") {
             std::vector<float> M0(dd);
             for (auto& x : M0) x = 0.1f * N(rng);
             auto M1 = M0, M2 = M0;
-            std::vector<float> o1(nd), o2(nd), scratch(model::kda_chunk_scratch_floats(D));
-            model::kda_recurrent_head(D, n, q.data(), k.data(), v.data(), g.data(), beta.data(), D, 1, M1.data(), o1.data(), D);
-            model::kda_chunked_head(D, n, q.data(), k.data(), v.data(), g.data(), beta.data(), D, 1, M2.data(), o2.data(), D,
+            std::vector<float> o1(nd), o2(nd), scratch(kinfer::backend::cpu::kda_chunk_scratch_floats(D));
+            kinfer::backend::cpu::kda_recurrent_head(D, n, q.data(), k.data(), v.data(), g.data(), beta.data(), D, 1, M1.data(), o1.data(), D);
+            kinfer::backend::cpu::kda_chunked_head(D, n, q.data(), k.data(), v.data(), g.data(), beta.data(), D, 1, M2.data(), o2.data(), D,
                                     scratch.data());
             double md = 0, ms = 0;
             for (size_t i = 0; i < o1.size(); ++i) md = std::max(md, double(std::fabs(o1[i] - o2[i])));

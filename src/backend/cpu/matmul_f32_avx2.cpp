@@ -3,7 +3,7 @@
 #include <immintrin.h>
 #include <cstdint>
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
 // The exact operation order of ggml_vec_dot_f32 on an AVX-512 build (what llama.cpp's CPU runs
 // for single-row F32 products): four 16-lane FMA accumulators over steps of 64, folded
@@ -50,9 +50,9 @@ void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out)
     out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
 }
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
 namespace {
 // dot_main's fold of its accumulators, given as acc[2j] = lo[j], acc[2j + 1] = hi[j].
@@ -125,9 +125,9 @@ void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k
     for (int64_t r = 0; r < nrows; ++r) kda_rows<1>(M + r * D, eg, k, q, D, v + r, beta, o + r);
 }
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
 namespace {
 // _mm512_reduce_add_ps's tree over 16 lanes given as two 8-lane halves.
@@ -164,9 +164,9 @@ float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n) {
     return reduce16(lo, hi);
 }
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
 // y += a * x, multiply and add rounded separately: the arithmetic of the scalar loop this
 // replaced, which keeps the fp32 perplexities within llama.cpp's own spread (a fused version moved
@@ -183,4 +183,4 @@ __attribute__((optimize("fp-contract=off"))) void mad_f32_avx2(float* y, const f
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-namespace kinfer::model::ops {
+namespace kinfer::backend::cpu::ops {
 
 // y = x / sqrt(mean(x^2) + eps) [* w]: the sum of squares in double, as ggml_rms_norm.
 // w may be null (no weight). x and y may alias.
@@ -33,10 +33,5 @@ void softmax(float* x, int64_t n, float scale = 1.0f);
 // Sum of x in double, returned as float (ggml_sum_rows).
 float sum(const float* x, int64_t n);
 
-// Statistics of a residual row, for --dump-layer.
-struct Stats {
-    double mean = 0, rms = 0, max_abs = 0;
-};
-Stats stats(const float* x, int64_t n);
 
-}  // namespace kinfer::model::ops
+}  // namespace kinfer::backend::cpu::ops

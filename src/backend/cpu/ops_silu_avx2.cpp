@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kinfer::model::ops {
+namespace kinfer::backend::cpu::ops {
 
 namespace {
 
@@ -46,4 +46,4 @@ void silu_avx2(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-}  // namespace kinfer::model::ops
+}  // namespace kinfer::backend::cpu::ops

@@ -1,4 +1,4 @@
-#include "model/matmul.h"
+#include "backend/cpu/matmul.h"
 
 #include "common/error.h"
 #include "quant/fp16.h"
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
 void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out);
@@ -19,8 +19,10 @@ void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out)
 
 namespace {
 
+// Every ISA decision goes through quant::active_isa(), so KINFER_ISA=scalar really gives a scalar
+// forward pass (and =avx2 an AVX2 one on an AVX-512 machine).
 bool have_avx2() {
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    static const bool ok = quant::active_isa() >= quant::Isa::avx2;
     return ok;
 }
 
@@ -56,23 +58,6 @@ void dot4_f32(const float* a, const float* const* b, int64_t n, float* out) {
 void mad_f32(float* y, const float* x, float a, int64_t n) {
     if (have_avx2()) return mad_f32_avx2(y, x, a, n);
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-Mat mat_of(TensorRef t) {
-    Mat m;
-    m.type = t->type;
-    m.cols = t->ne[0];
-    m.rows = t->nrows();
-    m.data = t->data;
-    m.row_bytes = t->row_bytes();
-    return m;
-}
-
-Mat mat_slice(TensorRef t, int64_t i2) {
-    Mat m = mat_of(t);
-    m.rows = t->ne[1];
-    m.data = t->data + size_t(i2) * size_t(t->ne[1]) * m.row_bytes;
-    return m;
 }
 
 void dequant_row(const Mat& W, int64_t r, float* out) {
@@ -244,4 +229,4 @@ void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, 
     matmul_q(pool, W, xq, n, y, ldy);
 }
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu

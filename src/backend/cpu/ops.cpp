@@ -1,11 +1,11 @@
-#include "model/ops.h"
+#include "backend/cpu/ops.h"
 
 #include "quant/types.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace kinfer::model::ops {
+namespace kinfer::backend::cpu::ops {
 
 void silu_avx2(const float* x, float* y, int64_t n);
 void silu_avx512(const float* x, float* y, int64_t n);
@@ -95,18 +95,4 @@ float sum(const float* x, int64_t n) {
     return float(s);
 }
 
-Stats stats(const float* x, int64_t n) {
-    Stats st;
-    double s = 0, s2 = 0, m = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        s += x[i];
-        s2 += double(x[i]) * x[i];
-        m = std::fmax(m, std::fabs(double(x[i])));
-    }
-    st.mean = s / double(n);
-    st.rms = std::sqrt(s2 / double(n));
-    st.max_abs = m;
-    return st;
-}
-
-}  // namespace kinfer::model::ops
+}  // namespace kinfer::backend::cpu::ops

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kinfer::model::ops {
+namespace kinfer::backend::cpu::ops {
 
 namespace {
 
@@ -44,4 +44,4 @@ void silu_avx512(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));   // ggml's tail is scalar too
 }
 
-}  // namespace kinfer::model::ops
+}  // namespace kinfer::backend::cpu::ops

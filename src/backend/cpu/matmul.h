@@ -4,7 +4,7 @@
 // of a weight row with an activation row. Reproducing that conversion is what lets quantized
 // models agree with llama.cpp bit for bit until the first rounding event (DESIGN.md section 6).
 #pragma once
-#include "model/weights.h"
+#include "backend/mat.h"
 #include "quant/types.h"
 #include "runtime/thread_pool.h"
 
@@ -12,20 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace kinfer::model {
+namespace kinfer::backend::cpu {
 
-// A 2-D view of a weight: `rows` rows of `cols` elements, each row_bytes long.
-struct Mat {
-    quant::Type type = quant::Type::F32;
-    int64_t cols = 0;
-    int64_t rows = 0;
-    const uint8_t* data = nullptr;
-    size_t row_bytes = 0;
-    const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
-};
-
-Mat mat_of(TensorRef t);                    // all rows: ne1 * ne2 * ne3
-Mat mat_slice(TensorRef t, int64_t i2);     // slice i2 of a 3-D tensor (expert e, head h)
+using backend::Mat;
 
 // Activations converted to a vec_dot_type, row by row.
 struct QuantActs {
@@ -86,4 +75,4 @@ void mad_f32(float* y, const float* x, float a, int64_t n);
 // Dequantized row r of W into out[W.cols].
 void dequant_row(const Mat& W, int64_t r, float* out);
 
-}  // namespace kinfer::model
+}  // namespace kinfer::backend::cpu

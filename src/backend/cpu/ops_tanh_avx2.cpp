@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kinfer::model::ops {
+namespace kinfer::backend::cpu::ops {
 
 namespace {
 
@@ -110,4 +110,4 @@ void tanh_avx2(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
-}  // namespace kinfer::model::ops
+}  // namespace kinfer::backend::cpu::ops

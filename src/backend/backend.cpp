@@ -1,0 +1,53 @@
+#include "backend/backend.h"
+
+#include "common/error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace kinfer::backend {
+
+Buffer Backend::alloc_pinned_host(size_t bytes, std::string_view what) {
+    void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+    if (!p) fail("cannot allocate {} bytes of host memory for {}", bytes, what);
+    return Buffer{static_cast<uint8_t*>(p), bytes, 0};
+}
+
+void Backend::free_pinned_host(Buffer& b) {
+    std::free(b.ptr);
+    b = Buffer{};
+}
+
+// Backends without a copy engine copy at once: the event has already happened.
+Event Backend::upload_async(void* dst, const void* host_src, size_t bytes) {
+    upload(dst, host_src, bytes);
+    return Event{};
+}
+
+void Backend::wait(Event) {}
+
+void Backend::matmul_many(std::span<const std::pair<Mat, float*>> outs, const float* x, int64_t n) {
+    if (outs.size() == 0) return;
+    const MatInput in{x, n, outs.begin()->first.cols, 0};
+    std::vector<MatTask> tasks;
+    tasks.reserve(outs.size());
+    for (const auto& [W, y] : outs) tasks.push_back(MatTask{W, 0, 0, n, y, 0});
+    matmul_tasks({&in, 1}, tasks);
+}
+
+void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, size_t bytes) {
+    if (&dst_be == &src_be) return dst_be.copy(dst, src, bytes);
+    if (src_be.host_memory() && !dst_be.host_memory()) return dst_be.upload(dst, src, bytes);
+    if (dst_be.host_memory() && !src_be.host_memory()) return src_be.download(dst, src, bytes);
+    if (src_be.host_memory() && dst_be.host_memory()) {   // two host backends: plain memory
+        std::memcpy(dst, src, bytes);
+        return;
+    }
+    std::vector<uint8_t> staging(bytes);                   // device to device through the host
+    src_be.download(staging.data(), src, bytes);
+    dst_be.upload(dst, staging.data(), bytes);
+}
+
+}  // namespace kinfer::backend

@@ -1,0 +1,48 @@
+#include "backend/registry.h"
+
+#include "backend/sim_backend.h"
+#include "common/error.h"
+
+namespace kinfer::backend {
+
+Backends::Backends(int n_threads) : cpu_(std::make_unique<CpuBackend>(n_threads)) {}
+
+Backends::~Backends() = default;
+
+Backend& Backends::add_device(const std::string& spec) {
+    if (spec.rfind("sim", 0) == 0) {
+        const std::string name = "sim" + std::to_string(devices_.size());
+        devices_.push_back(std::make_unique<SimBackend>(runtime::parse_sim_device(spec), cpu_->shared_pool(), name));
+        return *devices_.back();
+    }
+    if (spec.rfind("cuda", 0) == 0)
+        fail("--device {}: this kinfer was built without the CUDA backend (devices here: sim:SIZE[,GBps])", spec);
+    fail("--device '{}': expected sim:SIZE[,GBps] (a strict simulated device, e.g. sim:2GiB,25)", spec);
+}
+
+Backend* Backends::find(std::string_view name) {
+    if (name == "CPU" || name == "cpu") return cpu_.get();
+    for (auto& d : devices_)
+        if (d->name() == name) return d.get();
+    return nullptr;
+}
+
+runtime::Device* Backends::expert_device(size_t i) {
+    if (i >= devices_.size()) return nullptr;
+    if (auto* s = dynamic_cast<SimBackend*>(devices_[i].get())) return &s->device();
+    return nullptr;
+}
+
+Backend* Backends::backend_of(const runtime::Device* d) {
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (expert_device(i) == d) return devices_[i].get();
+    return nullptr;
+}
+
+std::vector<std::string> Backends::list() {
+    std::vector<std::string> out{cpu_->describe()};
+    for (auto& d : devices_) out.push_back(d->describe());
+    return out;
+}
+
+}  // namespace kinfer::backend

@@ -1,0 +1,46 @@
+// The backends of one run: the CPU always (it owns the thread pool), and the devices that
+// --device names, in order. Today a device is the strict simulated one ("sim:SIZE[,GBps]",
+// named sim0, sim1, ...); the CUDA backend (issue 16) adds "cuda0".. here.
+//
+//   backend::Backends bk(n_threads);
+//   bk.add_device("sim:512MiB");          // what --device sim:512MiB does
+//   for (auto& line : bk.list()) puts(line.c_str());   // --list-devices
+#pragma once
+#include "backend/cpu_backend.h"
+#include "runtime/device.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kinfer::backend {
+
+class Backends {
+public:
+    explicit Backends(int n_threads = 0);
+    ~Backends();
+    Backends(const Backends&) = delete;
+    Backends& operator=(const Backends&) = delete;
+
+    // Adds the device a --device value names; throws kinfer::Error with the accepted forms.
+    Backend& add_device(const std::string& spec);
+
+    CpuBackend& cpu() { return *cpu_; }
+    size_t n_devices() const { return devices_.size(); }
+    Backend* device(size_t i = 0) { return i < devices_.size() ? devices_[i].get() : nullptr; }
+    // "CPU" / "cpu" or a device name ("sim0"); nullptr when none is called that.
+    Backend* find(std::string_view name);
+    // The copy-engine view of device i that the expert store carves its slot pool from.
+    runtime::Device* expert_device(size_t i = 0);
+    // The backend whose memory a runtime::Device is (nullptr for none of ours).
+    Backend* backend_of(const runtime::Device* d);
+    // One line per backend, for --list-devices.
+    std::vector<std::string> list();
+
+private:
+    std::unique_ptr<CpuBackend> cpu_;
+    std::vector<std::unique_ptr<Backend>> devices_;
+};
+
+}  // namespace kinfer::backend

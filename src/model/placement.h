@@ -1,0 +1,56 @@
+// Where each part of the model lives and runs, decided at load by one walk of the tensor list
+// (for_each_tensor), llama.cpp's rules:
+//   -ngl N        the last N layers' weights (and output / output_norm when N >= n_layer) are
+//                 copied to the device and their ops run there; token_embd stays on the CPU;
+//   --cpu-moe     routed experts of every device layer stay in the mapping and run on the CPU;
+//   --n-cpu-moe N those of the first N layers do;
+//   expert store  when one is used, it owns every routed expert's bytes (its tiers decide where
+//                 each expert runs), so no ffn_*_exps tensor is copied here.
+// The weights handed to the forward pass are a copy of the model's views whose device-layer
+// tensors point into device memory.
+#pragma once
+#include "backend/registry.h"
+#include "model/model.h"
+
+#include <deque>
+#include <vector>
+
+namespace kinfer::model {
+
+struct PlacementOptions {
+    int n_gpu_layers = 0;
+    bool cpu_moe = false;
+    int n_cpu_moe = 0;
+    bool expert_store = false;     // routed experts come through the expert store
+};
+
+class Placement {
+public:
+    Placement(const Model& m, backend::Backends& bk, const PlacementOptions& o);
+    ~Placement();
+    Placement(const Placement&) = delete;
+    Placement& operator=(const Placement&) = delete;
+
+    const Weights& weights() const { return w_; }
+    backend::Backend& layer(int il) const { return *layer_[size_t(il)]; }
+    backend::Backend& output() const { return *output_; }
+    backend::Backend& embed() const { return *embed_; }
+    // True when layer il's routed experts live on the layer's backend (else: in the mapping, run
+    // on the CPU, or through the expert store).
+    bool experts_with_layer(int il) const { return experts_with_layer_[size_t(il)]; }
+    size_t device_bytes() const { return device_bytes_; }   // weights copied to devices
+    int n_device_layers() const { return n_device_layers_; }
+
+private:
+    Weights w_;
+    std::vector<backend::Backend*> layer_;
+    std::vector<bool> experts_with_layer_;
+    backend::Backend* output_ = nullptr;
+    backend::Backend* embed_ = nullptr;
+    std::deque<gguf::TensorInfo> moved_;                      // redirected tensor views
+    std::vector<std::pair<backend::Backend*, backend::Buffer>> bufs_;
+    size_t device_bytes_ = 0;
+    int n_device_layers_ = 0;
+};
+
+}  // namespace kinfer::model

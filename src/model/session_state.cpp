@@ -1,0 +1,141 @@
+// Session state as bytes (DESIGN.md 5: state is explicit and serialisable): what --prompt-cache
+// writes to a file and what a pipeline stage could hand on. Layout, all little-endian:
+//   "KINFSES1"  u64 model fingerprint  i64 n_ctx  i64 n_past  u64 n_tokens  i32 tokens[n_tokens]
+//   per layer: u64 kda bytes, the bytes; u64 conv bytes, the bytes; u64 latent bytes (n_past rows), the bytes
+//   u64 n_vocab, f32 logits[n_vocab]   u64 FNV-1a of everything before it
+// The fingerprint covers the hyper-parameters the state depends on and the tensor table, so a
+// state from another model (or another quantization of it) is refused.
+#include "model/session.h"
+
+#include "common/error.h"
+#include "model/placement.h"
+
+#include <array>
+#include <cstring>
+
+namespace kinfer::model {
+
+namespace {
+
+constexpr char kMagic[8] = {'K', 'I', 'N', 'F', 'S', 'E', 'S', '1'};
+
+uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 1469598103934665603ull) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t fingerprint(const Model& m) {
+    const HParams& hp = m.hparams();
+    uint64_t h = fnv1a(reinterpret_cast<const uint8_t*>(hp.arch_name.data()), hp.arch_name.size());
+    const int64_t dims[] = {hp.n_layer, hp.n_embd, hp.n_vocab, hp.n_head, hp.kda_head_dim, hp.conv_kernel, hp.kv_lora_rank,
+                            hp.rope_dim, hp.n_expert, hp.n_expert_used, int64_t(m.file().file_size())};
+    h = fnv1a(reinterpret_cast<const uint8_t*>(dims), sizeof dims, h);
+    for (const gguf::TensorInfo& t : m.file().tensors()) {
+        h = fnv1a(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
+        const uint64_t f[5] = {uint64_t(t.type), uint64_t(t.ne[0]), uint64_t(t.ne[1]), uint64_t(t.ne[2]), t.offset};
+        h = fnv1a(reinterpret_cast<const uint8_t*>(f), sizeof f, h);
+    }
+    return h;
+}
+
+struct Writer {
+    std::vector<uint8_t> out;
+    void raw(const void* p, size_t n) {
+        const auto* b = static_cast<const uint8_t*>(p);
+        out.insert(out.end(), b, b + n);
+    }
+    template <class T>
+    void put(T v) { raw(&v, sizeof v); }
+};
+
+struct Reader {
+    std::span<const uint8_t> in;
+    size_t at = 0;
+    const uint8_t* take(size_t n, const char* what) {
+        if (n > in.size() - at) fail("session state: truncated at byte {} (reading {}, {} bytes, {} left)", at, what, n, in.size() - at);
+        const uint8_t* p = in.data() + at;
+        at += n;
+        return p;
+    }
+    template <class T>
+    T get(const char* what) {
+        T v;
+        std::memcpy(&v, take(sizeof v, what), sizeof v);
+        return v;
+    }
+};
+
+}  // namespace
+
+std::vector<uint8_t> Session::save_state() const {
+    if (!failure_.empty()) fail("cannot save an unusable session ({})", failure_);
+    const HParams& hp = model_.hparams();
+    Writer w;
+    w.raw(kMagic, sizeof kMagic);
+    w.put<uint64_t>(fingerprint(model_));
+    w.put<int64_t>(opt_.n_ctx);
+    w.put<int64_t>(n_past_);
+    w.put<uint64_t>(tokens_.size());
+    w.raw(tokens_.data(), tokens_.size() * sizeof(int32_t));
+    for (const LayerState& st : states_) {
+        const size_t used_mla = st.mla.valid() ? size_t(n_past_ * hp.mla_cache_dim()) * sizeof(float) : 0;
+        for (auto [buf, bytes] : {std::pair{&st.kda, st.kda.bytes}, {&st.conv, st.conv.bytes}, {&st.mla, used_mla}}) {
+            w.put<uint64_t>(bytes);
+            const size_t at = w.out.size();
+            w.out.resize(at + bytes);
+            if (bytes) st.be->download(w.out.data() + at, buf->ptr, bytes);
+        }
+    }
+    w.put<uint64_t>(logits_.size());
+    w.raw(logits_.data(), logits_.size() * sizeof(float));
+    w.put<uint64_t>(fnv1a(w.out.data(), w.out.size()));
+    return std::move(w.out);
+}
+
+void Session::load_state(std::span<const uint8_t> bytes) {
+    const HParams& hp = model_.hparams();
+    if (bytes.size() < sizeof kMagic + 8 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+        fail("session state: not a kinfer session state (bad magic)");
+    uint64_t sum;
+    std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
+    if (fnv1a(bytes.data(), bytes.size() - 8) != sum) fail("session state: checksum mismatch (the data is damaged)");
+    Reader r{bytes.first(bytes.size() - 8), sizeof kMagic};
+    if (r.get<uint64_t>("fingerprint") != fingerprint(model_))
+        fail("session state: saved from another model than {} (fingerprint differs)", model_.path());
+    r.get<int64_t>("n_ctx");
+    const int64_t n_past = r.get<int64_t>("n_past");
+    if (n_past < 0 || n_past > opt_.n_ctx)
+        fail("session state: {} positions do not fit this session's context of {} (-c)", n_past, opt_.n_ctx);
+    const uint64_t n_tok = r.get<uint64_t>("token count");
+    if (n_tok != uint64_t(n_past)) fail("session state: {} token ids for {} positions", n_tok, n_past);
+    std::vector<int32_t> toks(n_tok);
+    std::memcpy(toks.data(), r.take(n_tok * sizeof(int32_t), "token ids"), n_tok * sizeof(int32_t));
+    // Read everything before touching the session, so a bad file leaves it as it was.
+    std::vector<std::array<std::pair<const uint8_t*, size_t>, 3>> parts(states_.size());
+    for (size_t il = 0; il < states_.size(); ++il) {
+        const LayerState& st = states_[il];
+        const size_t want[3] = {st.kda.bytes, st.conv.bytes, st.mla.valid() ? size_t(n_past * hp.mla_cache_dim()) * sizeof(float) : 0};
+        for (int k = 0; k < 3; ++k) {
+            const uint64_t b = r.get<uint64_t>("layer state size");
+            if (b != want[k]) fail("session state: layer {} part {} has {} bytes, expected {}", il, k, b, want[k]);
+            parts[il][size_t(k)] = {r.take(b, "layer state"), b};
+        }
+    }
+    const uint64_t V = r.get<uint64_t>("vocabulary size");
+    if (V != uint64_t(hp.n_vocab)) fail("session state: {} logits, the model has {} tokens", V, hp.n_vocab);
+    const uint8_t* lg = r.take(V * sizeof(float), "logits");
+    if (r.at != r.in.size()) fail("session state: {} bytes after the end", r.in.size() - r.at);
+
+    for (size_t il = 0; il < states_.size(); ++il) {
+        const LayerState& st = states_[il];
+        const backend::Buffer* bufs[3] = {&st.kda, &st.conv, &st.mla};
+        for (int k = 0; k < 3; ++k)
+            if (parts[il][size_t(k)].second) st.be->upload(bufs[k]->ptr, parts[il][size_t(k)].first, parts[il][size_t(k)].second);
+    }
+    std::memcpy(logits_.data(), lg, V * sizeof(float));
+    tokens_ = std::move(toks);
+    n_past_ = n_past;
+    failure_.clear();
+}
+
+}  // namespace kinfer::model
