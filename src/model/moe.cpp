@@ -149,6 +149,9 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
     runtime::ExpertStore* store = c.opt.experts;
     const int64_t K = c.hp.n_expert_used, lat = c.hp.latent_dim(), n = c.n;
     backend::Backend* dev = store->options().device ? c.env.bk.backend_of(store->options().device) : nullptr;
+    if (store->options().device && !dev)
+        fail("the expert store's device {} is not one of this session's backends (SessionOptions::backends)",
+             store->options().device->name());
     ScratchScope s(c.ws);
     float* zg = s.get(size_t(n * lat));
     float* yg = s.get(size_t(n * lat));
@@ -160,7 +163,7 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
         ExpertHold hold(store, il, int(e), m);
         Mat gate = mat_of(L.ffn_gate_exps).slice(e), up = mat_of(L.ffn_up_exps).slice(e), down = mat_of(L.ffn_down_exps).slice(e);
         gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
-        backend::Backend& xb = hold.ref.tier == runtime::Tier::device && dev ? *dev : c.env.bk.cpu();
+        backend::Backend& xb = hold.ref.tier == runtime::Tier::device ? *dev : c.env.bk.cpu();
         if (&xb == &c.be) {
             glu_ffn(xb, c.ws, c.glu(), gate, up, down, zg, m, yg);
         } else {

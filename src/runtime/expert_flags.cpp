@@ -32,7 +32,7 @@ bool ExpertFlags::any_store() const {
 }
 
 std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_layer, const ExpertFlags& fl,
-                                                     int moe_layers, int n_expert, int n_used) {
+                                                     int moe_layers, int n_expert, int n_used, Device* device) {
     if (!fl.any()) return nullptr;
     auto rt = std::unique_ptr<ExpertRuntime>(new ExpertRuntime());
     rt->flags_ = fl;
@@ -55,9 +55,12 @@ std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_
     o.cpu_gbps = fl.cpu_gbps;
     const size_t total = ExpertLayout::from_file(f, n_layer).total_bytes();
     if (!fl.ram_cache.empty()) o.ram_budget = budget_of(fl.ram_cache, total);
-    if (!fl.device.empty()) {
-        rt->device_ = std::make_unique<SimDevice>(parse_sim_device(fl.device));
-        o.device = rt->device_.get();
+    if (device) {
+        rt->device_ = device;
+        o.device = device;
+        // Layers placed on the device need room there too: by default the cache takes half of it.
+        // Without -ngl it keeps an eighth for the scratch of the experts it runs.
+        if (fl.dev_cache.empty()) o.device_budget = fl.n_gpu_layers > 0 ? device->capacity() / 2 : device->capacity() / 8 * 7;
     } else if (!fl.dev_cache.empty()) {
         fail("--expert-cache needs a device (--device sim:SIZE[,GBps]; the CUDA backend is not built in)");
     }   // without a device, --cpu-moe / --n-cpu-moe are accepted and moot: all is on the CPU

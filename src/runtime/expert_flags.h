@@ -10,7 +10,7 @@
 //   if (ex) ex->finish();   // --verbose-experts report, --expert-profile written
 #pragma once
 #include "gguf/reader.h"
-#include "runtime/device_sim.h"
+#include "runtime/device.h"
 #include "runtime/expert_store.h"
 #include "runtime/routing_trace.h"
 
@@ -23,7 +23,9 @@ namespace kinfer::runtime {
 struct ExpertFlags {
     std::string ram_cache;          // --expert-cache-ram SIZE
     std::string dev_cache;          // --expert-cache SIZE (per device)
-    std::string device;             // --device sim:SIZE[,GBps]
+    std::string device;             // --device sim:SIZE[,GBps] (created by the caller's backend set)
+    int n_gpu_layers = 0;           // -ngl / --n-gpu-layers: the last N layers on the device
+    bool list_devices = false;      // --list-devices
     std::string io = "mmap";        // --expert-io
     std::string policy = "lfu-decay";
     double half_life = 32;
@@ -50,7 +52,12 @@ void add_expert_flags(App& app, ExpertFlags& f) {
     const char* g = "Expert store";
     app.add_option("--expert-cache-ram", f.ram_cache, "host RAM budget for routed experts (e.g. 8GiB, or 25% of them)")->group(g);
     app.add_option("--expert-cache", f.dev_cache, "device expert cache per device (default: all of it)")->group(g);
-    app.add_option("--device", f.device, "device for the expert cache: sim:SIZE[,GBps] (simulated)")->group(g);
+    app.add_option("--device", f.device,
+                   "device for -ngl layers and the expert cache: sim:SIZE[,GBps] (a strict simulated device: its own "
+                   "arena, CPU kernels, every pointer checked)")->group(g);
+    app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
+                   "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")->group(g);
+    app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU and devices) and exit")->group(g);
     app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
     app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
     app.add_option("--expert-half-life", f.half_life, "LFU decay half-life in tokens")->group(g);
@@ -72,19 +79,21 @@ class ExpertRuntime {
 public:
     // nullptr when no flag is set: the model then reads experts straight from the mapping.
     // hp_moe: MoE layers, experts and experts used, for the routing trace flags.
+    // device: the device tier's copy engine and memory (the caller's backend set owns it).
     static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, int n_layer, const ExpertFlags& flags,
-                                                 int moe_layers = 0, int n_expert = 0, int n_used = 0);
+                                                 int moe_layers = 0, int n_expert = 0, int n_used = 0,
+                                                 Device* device = nullptr);
     ~ExpertRuntime();
     ExpertStore* store() { return store_.get(); }
     RoutingTrace* routing_record() { return record_.get(); }
     const RoutingTrace* routing_replay() const { return replay_.get(); }
-    Device* device() { return device_.get(); }
+    Device* device() { return device_; }
     // Prints the report (--verbose-experts, to stderr) and adds the run's counts to the profile.
     void finish();
 
 private:
     ExpertFlags flags_;
-    std::unique_ptr<SimDevice> device_;
+    Device* device_ = nullptr;
     std::unique_ptr<ExpertProfile> seed_;
     std::unique_ptr<ExpertStore> store_;
     std::unique_ptr<RoutingTrace> record_, replay_;

@@ -3,8 +3,8 @@
 // simulated device, on every golden model (batch prefill and token-by-token decode).
 #include "store_util.h"
 
+#include "backend/registry.h"
 #include "model/session.h"
-#include "runtime/device_sim.h"
 
 #include <cstring>
 #include <filesystem>
@@ -15,9 +15,10 @@ using namespace kinfer::runtime;
 namespace {
 
 // 20 tokens prefilled in chunks of 8 (several routes per layer), then 6 decoded one by one.
-kinfer::test::TokenRun run(const model::Model& m, ExpertStore* store, bool prefetch) {
+kinfer::test::TokenRun run(const model::Model& m, ExpertStore* store, bool prefetch, backend::Backends* bk = nullptr) {
     model::SessionOptions so = kinfer::test::small_session(8);
     so.experts = store;
+    so.backends = bk;
     so.prefetch_next = prefetch;
     return kinfer::test::run_tokens(m, so, 20, 6);
 }
@@ -67,14 +68,18 @@ void check_model(const std::string& path) {
     for (const auto& c : cfgs) {
         CAPTURE(path);
         CAPTURE(c.name);
-        std::unique_ptr<SimDevice> dev;
+        // The device tier is a strict simulated device: experts in its slots run on its ops, and a
+        // slot pointer handed to a CPU op (or a host pointer to a device op) throws.
+        std::unique_ptr<backend::Backends> bk;
         ExpertStoreOptions o = c.o;
         if (c.sim) {
-            dev = std::make_unique<SimDevice>(SimDeviceSpec{lay.max_expert_bytes() * c.sim_slots + 4096, 20.0});
-            o.device = dev.get();
+            bk = std::make_unique<backend::Backends>(kinfer::test::small_session(8).n_threads);
+            bk->add_device(fmt::format("sim:{},20", lay.max_expert_bytes() * c.sim_slots + (4u << 20)));
+            o.device = bk->expert_device();
+            o.device_budget = lay.max_expert_bytes() * c.sim_slots;   // the rest is the device's scratch
         }
         ExpertStore store(f, nl, o);
-        const kinfer::test::TokenRun r = run(*m, &store, c.prefetch);
+        const kinfer::test::TokenRun r = run(*m, &store, c.prefetch, bk.get());
         CHECK_MESSAGE(identical(r.prefill, base.prefill), "prefill logits differ");
         CHECK_MESSAGE(identical(r.decode, base.decode), "decode logits differ");
         const auto t = store.stats().total();

@@ -1,6 +1,8 @@
-// The expert runtime a command's --expert* / --routing-* flags ask for, created from the model
-// (layer and expert counts come from its hyper-parameters) and wired into the session options.
+// The backends and expert runtime a command's --device / -ngl / --expert* / --routing-* flags
+// ask for, created from the model (layer and expert counts come from its hyper-parameters) and
+// wired into the session options.
 #pragma once
+#include "backend/registry.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
 
@@ -8,9 +10,20 @@
 
 namespace kinfer::cli {
 
-// nullptr when no flag asks for anything; so.experts / prefetch_next / routing_record /
-// routing_replay are set either way. Call finish() on the result once the run is over.
-std::unique_ptr<runtime::ExpertRuntime> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
-                                                       model::SessionOptions& so);
+// What attach_experts sets up for a run; keep it alive as long as the sessions using it.
+struct RunDevices {
+    std::unique_ptr<backend::Backends> backends;        // nullptr: sessions make their own CPU backend
+    std::unique_ptr<runtime::ExpertRuntime> experts;    // nullptr: experts straight from the mapping
+    // Prints the --verbose-experts report and writes --expert-profile / --routing-record.
+    void finish() {
+        if (experts) experts->finish();
+    }
+};
+
+// so.experts / prefetch_next / routing_record / routing_replay / backends / n_gpu_layers /
+// cpu_moe / n_cpu_moe are set either way (so.n_threads must be set before the call: a device
+// shares the CPU backend's threads). --list-devices prints the backends and exits.
+std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
+                                           model::SessionOptions& so);
 
 }  // namespace kinfer::cli

@@ -1,0 +1,168 @@
+// The backend seam: placements on the strict simulated device give logits bit-identical to the
+// CPU alone; a host pointer handed to a device op (and a device pointer to a CPU op) throws;
+// session state survives save / load; a failed call leaves a session that refuses clearly.
+#include "test_util.h"
+
+#include "backend/registry.h"
+#include "backend/sim_backend.h"
+#include "model/session.h"
+#include "runtime/expert_layout.h"
+#include "runtime/expert_store.h"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace kinfer;
+
+namespace {
+
+std::vector<int32_t> prompt(int64_t n_vocab, int n) {
+    std::vector<int32_t> ids;
+    uint32_t s = 12345;
+    for (int i = 0; i < n; ++i) ids.push_back(int32_t((s = s * 1664525u + 1013904223u) % uint32_t(n_vocab)));
+    return ids;
+}
+
+// 24 tokens prefilled in chunks of 8, then 4 decoded: every position's logits.
+std::vector<float> run(const model::Model& m, model::SessionOptions so) {
+    so.n_ctx = 64, so.n_batch = 8, so.n_threads = 2;
+    model::Session s(m, so);
+    const auto ids = prompt(m.hparams().n_vocab, 28);
+    std::vector<float> out;
+    s.prefill(std::span(ids).first(24), &out);
+    for (int i = 24; i < 28; ++i) {
+        s.decode(ids[size_t(i)]);
+        out.insert(out.end(), s.logits().begin(), s.logits().end());
+    }
+    return out;
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<std::string> models() {
+    std::vector<std::string> p{test::data("models/k3-tiny-a-Q4_K_M.gguf"), test::data("models/kl-tiny-a-Q4_K_M.gguf")};
+    if (test::have_golden("llama.cpp/models"))
+        for (const char* a : {"k3-tiny-a", "kl-tiny-a"})
+            for (const char* q : {"F32", "Q8_0", "Q4_K_M", "MXFP4_MOE"})
+                p.push_back(test::golden(std::string("llama.cpp/models/") + a + "-" + q + ".gguf"));
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("placement on the strict sim device: -ngl, expert caches, --n-cpu-moe give the CPU's logits bit for bit") {
+    for (const std::string& path : models()) {
+        CAPTURE(path);
+        auto m = model::Model::load(path);
+        const int L = m->hparams().n_layer;
+        const auto base = run(*m, {});
+        for (int ngl : {0, 1, L / 2, L, L + 1}) {
+            for (int n_cpu_moe : {0, 1}) {
+                CAPTURE(ngl);
+                CAPTURE(n_cpu_moe);
+                backend::Backends bk(2);
+                bk.add_device("sim:256MiB");
+                model::SessionOptions so;
+                so.backends = &bk, so.n_gpu_layers = ngl, so.n_cpu_moe = n_cpu_moe;
+                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
+            }
+        }
+        // Experts through the store with a device cache of 10 / 50 / 100 % of their bytes.
+        const auto lay = runtime::ExpertLayout::from_file(m->file(), L);
+        for (double frac : {0.1, 0.5, 1.0}) {
+            for (int ngl : {0, L}) {
+                CAPTURE(frac);
+                CAPTURE(ngl);
+                backend::Backends bk(2);
+                bk.add_device("sim:256MiB");
+                runtime::ExpertStoreOptions o;
+                o.device = bk.expert_device();
+                // 100 %: a slot (of the largest expert's size) for every expert.
+                o.device_budget = frac == 1.0 ? lay.max_expert_bytes() * size_t(lay.n_expert) * size_t(L)
+                                              : std::max(lay.max_expert_bytes(), size_t(double(lay.total_bytes()) * frac));
+                if (frac == 1.0 && ngl) o.placement.n_cpu_moe = 1;   // mixed: layer 1's experts stay on the CPU
+                runtime::ExpertStore store(m->file(), L, o);
+                model::SessionOptions so;
+                so.backends = &bk, so.n_gpu_layers = ngl, so.experts = &store;
+                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
+                CHECK(store.stats().total().uses > 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("a host pointer handed to a device op, or a device pointer to a CPU op, fails loudly") {
+    backend::Backends bk(1);
+    backend::Backend& dev = bk.add_device("sim:1MiB");
+    std::vector<float> host(64, 1.0f);
+    backend::Buffer b = dev.alloc(64 * sizeof(float), "test");
+    float* d = reinterpret_cast<float*>(b.ptr);
+    dev.upload(d, host.data(), 64 * sizeof(float));
+    CHECK_THROWS_WITH(dev.add(d, host.data(), 64), doctest::Contains("sim0: op add was handed host memory for a"));
+    CHECK_THROWS_WITH(bk.cpu().add(host.data(), d, 64), doctest::Contains("cpu: op add was handed sim0 memory for a"));
+    backend::Mat W;
+    W.type = quant::Type::F32, W.cols = 8, W.rows = 8, W.row_bytes = 32, W.data = reinterpret_cast<const uint8_t*>(host.data());
+    W.name = "blk.0.attn_q.weight";
+    CHECK_THROWS_WITH(dev.matmul(W, d, 1, d + 8, 0, 0), doctest::Contains("weight blk.0.attn_q.weight"));
+    dev.add(d, d + 32, 32);   // device memory on a device op is fine
+    dev.free(b);
+}
+
+TEST_CASE("session state: save, load into a new session, continue: identical logits; bad bytes refused") {
+    for (const std::string& path : models()) {
+        CAPTURE(path);
+        auto m = model::Model::load(path);
+        const auto ids = prompt(m->hparams().n_vocab, 30);
+        model::Session a(*m, {.n_ctx = 64, .n_batch = 8, .n_threads = 2});
+        a.prefill(std::span(ids).first(20));
+        const std::vector<uint8_t> st = a.save_state();
+        for (int i = 20; i < 30; ++i) a.decode(ids[size_t(i)]);
+
+        backend::Backends bk(2);
+        bk.add_device("sim:256MiB");
+        model::Session b(*m, {.n_ctx = 64, .n_batch = 8, .n_threads = 2, .backends = &bk, .n_gpu_layers = 99});
+        b.load_state(st);
+        CHECK(b.n_past() == 20);
+        for (int i = 20; i < 30; ++i) b.decode(ids[size_t(i)]);
+        CHECK(std::memcmp(a.logits().data(), b.logits().data(), a.logits().size() * sizeof(float)) == 0);
+
+        std::vector<uint8_t> bad = st;
+        bad[bad.size() / 2] ^= 1;
+        CHECK_THROWS_WITH(b.load_state(bad), doctest::Contains("checksum"));
+        CHECK_THROWS_WITH(b.load_state(std::span(st).first(st.size() - 9)), doctest::Contains("checksum"));
+        CHECK(b.n_past() == 30);   // refused loads leave the session as it was
+    }
+    auto k3 = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
+    auto kl = model::Model::load(test::data("models/kl-tiny-a-Q4_K_M.gguf"));
+    model::Session s3(*k3, {.n_ctx = 64, .n_threads = 1});
+    s3.prefill(prompt(k3->hparams().n_vocab, 4));
+    model::Session sl(*kl, {.n_ctx = 64, .n_threads = 1});
+    CHECK_THROWS_WITH(sl.load_state(s3.save_state()), doctest::Contains("another model"));
+}
+
+TEST_CASE("an error mid-forward leaves a session that refuses until reset, then matches an untouched one") {
+    auto m = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
+    const auto ids = prompt(m->hparams().n_vocab, 12);
+    backend::Backends bk(2);
+    bk.add_device("sim:256MiB");
+    model::SessionOptions so{.n_ctx = 64, .n_batch = 8, .n_threads = 2, .backends = &bk, .n_gpu_layers = 1};
+    model::Session s(*m, so);
+    s.prefill(std::span(ids).first(4));
+    // The fault: a layer hook that throws after some layers have advanced their state.
+    s.on_layer = [](int layer, int64_t, int64_t, const float*) {
+        if (layer == 2) throw Error("injected failure in layer 2");
+    };
+    CHECK_THROWS_WITH(s.prefill(std::span(ids).subspan(4, 4)), doctest::Contains("injected failure"));
+    s.on_layer = nullptr;
+    CHECK_THROWS_WITH(s.decode(ids[4]), doctest::Contains("unusable after an earlier error (injected failure"));
+    s.reset();
+    s.prefill(std::span(ids).first(8));
+    model::Session fresh(*m, so);
+    fresh.prefill(std::span(ids).first(8));
+    CHECK(std::memcmp(s.logits().data(), fresh.logits().data(), s.logits().size() * sizeof(float)) == 0);
+}
