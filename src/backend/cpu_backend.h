@@ -70,7 +70,7 @@ protected:
     void need(const void* p, size_t bytes, const char* op, const char* arg) const;
     void need(const Mat& W, const char* op) const;
     void need_f32(const float* p, int64_t n, const char* op, const char* arg) const {
-        need(p, size_t(n) * sizeof(float), op, arg);
+        if (n > 0) need(p, size_t(n) * sizeof(float), op, arg);
     }
 
 private:
