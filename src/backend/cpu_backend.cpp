@@ -104,6 +104,7 @@ void CpuBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const 
     struct Conv {
         int input;
         quant::Type key;
+        quant::Type wtype;   // a weight type of this conversion: what quantize_acts converts for
     };
     std::vector<Conv> convs;
     std::vector<size_t> conv_of(tasks.size());
@@ -119,16 +120,13 @@ void CpuBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const 
         const quant::Type key = vt == quant::Type::F32 ? t.W.type : vt;
         size_t k = 0;
         while (k < convs.size() && !(convs[k].input == t.input && convs[k].key == key)) ++k;
-        if (k == convs.size()) convs.push_back({t.input, key});
+        if (k == convs.size()) convs.push_back({t.input, key, t.W.type});
         conv_of[i] = k;
     }
     if (acts_.size() < convs.size()) acts_.resize(convs.size());
     for (size_t k = 0; k < convs.size(); ++k) {
         const MatInput& in = inputs[size_t(convs[k].input)];
-        // The first task of this conversion names the weight type it is for.
-        size_t first = 0;
-        while (conv_of[first] != k) ++first;
-        cpu::quantize_acts(pool_.get(), tasks[first].W.type, in.x, in.rows, in.cols, in.ld ? in.ld : in.cols, acts_[k]);
+        cpu::quantize_acts(pool_.get(), convs[k].wtype, in.x, in.rows, in.cols, in.ld ? in.ld : in.cols, acts_[k]);
     }
     std::vector<cpu::QuantActs> views(tasks.size());
     std::vector<cpu::MatJob> jobs;

@@ -13,11 +13,15 @@ namespace kinfer::model {
 
 namespace {
 
-// Zero-filled state buffer on a backend.
+// Zeroes a backend buffer through a small host block, so no host copy of a large state is made.
+void zero(backend::Backend& be, const backend::Buffer& b) {
+    static const std::vector<uint8_t> z(size_t(1) << 16, 0);
+    for (size_t at = 0; at < b.bytes; at += z.size()) be.upload(b.ptr + at, z.data(), std::min(z.size(), b.bytes - at));
+}
+
 backend::Buffer zeros(backend::Backend& be, size_t floats, const char* what) {
     backend::Buffer b = be.alloc(floats * sizeof(float), what);
-    const std::vector<float> z(floats, 0.0f);
-    be.upload(b.ptr, z.data(), floats * sizeof(float));
+    zero(be, b);
     return b;
 }
 
@@ -50,7 +54,8 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
             st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
             st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
         } else {
-            st.mla = zeros(*st.be, size_t(opt_.n_ctx * hp.mla_cache_dim()), "MLA latent cache");
+            // Not zeroed: a position's row is written before any query reads it.
+            st.mla = st.be->alloc(size_t(opt_.n_ctx * hp.mla_cache_dim()) * sizeof(float), "MLA latent cache");
         }
     }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
@@ -67,11 +72,8 @@ int Session::n_threads() const { return backends_->cpu().n_threads(); }
 
 void Session::clear_states() {
     for (auto& st : states_)
-        for (backend::Buffer* b : {&st.kda, &st.conv}) {
-            if (!b->valid()) continue;
-            const std::vector<uint8_t> z(b->bytes, 0);
-            st.be->upload(b->ptr, z.data(), b->bytes);
-        }
+        for (const backend::Buffer* b : {&st.kda, &st.conv})
+            if (b->valid()) zero(*st.be, *b);
 }
 
 void Session::reset() {
