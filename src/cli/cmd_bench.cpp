@@ -3,9 +3,12 @@
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
+#include "cli/lib/flag_check.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
+#include "runtime/thread_pool.h"
 
 #include <fmt/format.h>
 
@@ -54,6 +57,13 @@ std::string ftype_name(int64_t ft) {
     }
 }
 
+// llama-bench's size label in the model column: "17M", "48B".
+std::string size_label(double n) {
+    if (n >= 1e9) return fmt::format("{:.0f}B", n / 1e9);
+    if (n >= 1e6) return fmt::format("{:.0f}M", n / 1e6);
+    return fmt::format("{:.0f}K", n / 1e3);
+}
+
 std::string human_params(double n) {
     if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
     return fmt::format("{:.2f} M", n / 1e6);
@@ -74,11 +84,13 @@ double run_once(const model::Model& m, model::Session& s, int np, int ng, std::m
 }
 
 int run_bench(const BenchArgs& a) {
+    check_input_file(a.model, "bench: model");
     auto m = model::Model::load(a.model);
     const auto& f = m->file();
-    std::string name = fmt::format("{} ?B {}", m->hparams().arch_name, ftype_name(f.get_int_or("general.file_type", -1)));
     double bytes = 0, params = 0;
     for (const auto& t : f.tensors()) bytes += double(t.nbytes), params += double(t.nelements());
+    const std::string name = fmt::format("{} {} {}", m->hparams().arch_name, size_label(params),
+                                         ftype_name(f.get_int_or("general.file_type", -1)));
     // Bytes of weights one decoded token reads: every matrix, the routed experts' share
     // n_expert_used / n_expert, one row of the token embedding.
     double touched = 0;
@@ -138,11 +150,11 @@ int run_bench(const BenchArgs& a) {
 KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation speed", [](CLI::App& app) {
     auto a = std::make_shared<BenchArgs>();
     app.add_option("-m,--model", a->model, "GGUF model")->required();
-    app.add_option("-p,--n-prompt", a->n_prompt, "prompt lengths (pp tests)")->delimiter(',');
-    app.add_option("-n,--n-gen", a->n_gen, "generation lengths (tg tests)")->delimiter(',');
-    app.add_option("-r,--repetitions", a->reps, "repetitions per test")->check(CLI::PositiveNumber);
-    app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',');
-    app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+    app.add_option("-p,--n-prompt", a->n_prompt, "prompt lengths (pp tests)")->delimiter(',')->check(int_in(0, kMaxBatch));
+    app.add_option("-n,--n-gen", a->n_gen, "generation lengths (tg tests)")->delimiter(',')->check(int_in(0, kMaxBatch));
+    app.add_option("-r,--repetitions", a->reps, "repetitions per test")->check(int_in(1, 1000));
+    app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',')->check(int_in(1, kMaxThreads));
+    app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     runtime::add_expert_flags(app, a->experts);
     return [a] { return run_bench(*a); };
 });

@@ -3,6 +3,7 @@
 // found it and both stdin and stdout are terminals, otherwise plain line reads.
 #include "cli/command.h"
 #include "cli/lib/chat_repl.h"
+#include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
 
@@ -115,7 +116,9 @@ int run_chat(GenArgs& args, bool dash) {
     if (args.escape) process_escapes(args.system_prompt);
     check_utf8(args.system_prompt, "the system prompt");
     const std::string path = resolve_model_path(args.model);
+    resolve_seed(args);
     auto model = model::Model::load(path);
+    lock_memory_if_asked();
     auto tok = text::Tokenizer::from_gguf(model->file());
 
     ChatConfig cfg;
@@ -130,8 +133,10 @@ int run_chat(GenArgs& args, bool dash) {
     so.n_batch = args.n_batch;
     so.n_threads = args.n_threads;
     model::Session session(*model, so);
-    std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld. /help for commands, Ctrl-D to quit.\n",
-                 model->describe().c_str(), path.c_str(), text::chat_format_name(cfg.format), (long long)args.n_ctx);
+    if (!habits().log_disable)
+        std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld, seed %lld. /help for commands, Ctrl-D to quit.\n",
+                     model->describe().c_str(), path.c_str(), text::chat_format_name(cfg.format), (long long)args.n_ctx,
+                     (long long)args.sampling.seed);
     ChatRepl repl(session, *tok, std::move(cfg));
     // SIGINT stays caught for the whole chat: at the prompt the plain reader polls for it; while
     // a reply is generated it stops the reply.

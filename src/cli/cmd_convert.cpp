@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "cli/lib/quantize_plan.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "convert/converter.h"
 
 namespace {
@@ -74,6 +75,7 @@ std::function<int()> setup(CLI::App& app) {
                  cli::ftype_list());
         }
         if (!a->dry_run && a->out.empty()) fail("convert: -o OUT.gguf is required (or --dry-run)");
+        if (!a->dry_run) check_output_path(a->out, "convert: -o");   // before reading a 600 GB checkpoint
         convert::convert_checkpoint(o);
         return 0;
     };

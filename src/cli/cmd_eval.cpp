@@ -3,7 +3,9 @@
 // layer by layer (--dump-layer / --dump-layers).
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
+#include "cli/lib/flag_check.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "model/layer_stats.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
@@ -19,6 +21,7 @@ namespace kinfer::cli {
 namespace {
 
 std::vector<int32_t> read_ids(const std::string& path) {
+    check_input_file(path, "eval: --tokens");
     std::ifstream f(path);
     if (!f) fail("cannot open token file '{}'", path);
     std::vector<int32_t> ids;
@@ -45,6 +48,8 @@ struct EvalArgs {
 };
 
 int run_eval(const EvalArgs& a) {
+    check_input_file(a.model, "eval: model");
+    if (!a.logits_out.empty()) check_output_path(a.logits_out, "eval: --logits");
     auto model = model::Model::load(a.model);
     const auto& hp = model->hparams();
     auto ids = read_ids(a.tokens);
@@ -86,10 +91,10 @@ int run_eval(const EvalArgs& a) {
                  s.n_threads());
 
     if (!a.logits_out.empty()) {
-        std::ofstream f(a.logits_out, std::ios::binary);
-        if (!f) fail("cannot write '{}'", a.logits_out);
-        f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
-        if (!f) fail("writing '{}' failed", a.logits_out);
+        TempFile f(a.logits_out);
+        if (std::fwrite(logits.data(), sizeof(float), logits.size(), f.file()) != logits.size())
+            fail("writing '{}' failed", f.temp_path());
+        f.commit();
     }
 
     if (a.greedy > 0) {
@@ -116,12 +121,12 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--tokens", a->tokens, "file of whitespace-separated token ids")->required();
     app.add_option("--logits", a->logits_out, "write float32 logits [n_tokens x n_vocab] here");
     app.add_option("--mode", a->mode, "batch (one prefill) or decode (token by token)")->check(CLI::IsMember({"batch", "decode"}));
-    app.add_option("-t,--threads", a->threads, "threads (default: physical cores)");
-    app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
-    app.add_option("-c,--ctx-size", a->ctx, "context size (default: prompt + generation)");
-    app.add_option("--dump-layer", a->dump_layer, "print residual statistics after layer N (n_layer = final)");
+    app.add_option("-t,--threads", a->threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
+    app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
+    app.add_option("-c,--ctx-size", a->ctx, "context size (default: prompt + generation)")->check(int_in(1, kMaxCtx));
+    app.add_option("--dump-layer", a->dump_layer, "print residual statistics after layer N (n_layer = final)")->check(int_in(-1, 1 << 20));
     app.add_flag("--dump-layers", a->dump_layers, "print residual statistics after every layer");
-    app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids");
+    app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids")->check(int_in(0, kMaxCtx));
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     runtime::add_expert_flags(app, a->experts);

@@ -3,6 +3,8 @@
 // decide how large an expert cache pays off. The logic lives in runtime/expert_profile so that
 // `kinfer info --experts PROFILE` can print the same report.
 #include "cli/command.h"
+#include "cli/lib/flag_check.h"
+#include "common/safe_file.h"
 #include "runtime/expert_profile.h"
 
 #include <cstdio>
@@ -17,8 +19,9 @@ KINFER_COMMAND("experts", "Summarise an expert routing profile (--expert-profile
     };
     auto a = std::make_shared<Args>();
     app.add_option("profile", a->path, "profile file written by --expert-profile")->required();
-    app.add_option("--top", a->top, "how many of the hottest experts to list")->check(CLI::NonNegativeNumber);
+    app.add_option("--top", a->top, "how many of the hottest experts to list")->check(int_in(0, 1 << 20));
     return [a] {
+        check_input_file(a->path, "experts");
         const auto p = runtime::ExpertProfile::load(a->path);
         std::fputs(runtime::format_summary(runtime::summarize(p, a->top)).c_str(), stdout);
         return 0;

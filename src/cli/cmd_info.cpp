@@ -1,8 +1,10 @@
 // kinfer info FILE [-c N] [--json] [--no-tensors]: metadata, hyper-parameters, tokenizer, tensor
 // table, totals and the memory one sequence needs. The content lives in cli/lib/info_report.
 #include "cli/command.h"
+#include "cli/lib/flag_check.h"
 #include "cli/lib/info_report.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "gguf/reader.h"
 
 #include <cstdio>
@@ -26,10 +28,11 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
     app.add_option("file", a->file, "GGUF file")->required();
     app.add_option("-c,--ctx-size", a->context, "Context length for the per-sequence state estimate")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+        ->check(kinfer::cli::int_in(0, kinfer::cli::kMaxCtx));
     app.add_flag("--json", a->json, "Print one JSON object instead of text");
     app.add_flag("--no-tensors", a->no_tensors, "Leave out the per-tensor table");
     return std::function<int()>([a] {
+        kinfer::check_input_file(a->file, "info");   // a FIFO or device would block the open
         auto f = kinfer::gguf::File::open(a->file);
         kinfer::cli::InfoOptions opt;
         opt.context = a->context;

@@ -4,10 +4,12 @@
 // --kl-divergence-base the base model's log-probabilities are saved; a second run with
 // --kl-divergence compares another model against them.
 #include "cli/command.h"
+#include "cli/lib/flag_check.h"
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "model/session.h"
 #include "text/tokenizer.h"
 
@@ -53,6 +55,12 @@ const float* eval_window(model::Session& s, const int32_t* toks, int64_t n_ctx, 
 }
 
 int run_perplexity(const PplArgs& a) {
+    // With --json, stdout carries exactly one JSON document; the human-readable lines go to stderr.
+    std::FILE* out = a.json ? stderr : stdout;
+    check_input_file(a.model, "perplexity: model");
+    if (!a.file.empty()) check_input_file(a.file, "perplexity: -f");
+    if (!a.kld && !a.kld_base.empty()) check_output_path(a.kld_base, "perplexity: --kl-divergence-base");
+    else if (!a.kld_base.empty()) check_input_file(a.kld_base, "perplexity: --kl-divergence-base");
     auto model = model::Model::load(a.model);
     auto tok = text::Tokenizer::from_gguf(model->file());
     const int n_vocab = int(model->hparams().n_vocab);
@@ -112,7 +120,7 @@ int run_perplexity(const PplArgs& a) {
     std::fprintf(stderr, "perplexity: %s, %zu tokens, %d chunks of %lld, batch %lld, %d threads\n", a.model.c_str(),
                  tokens.size(), n_chunk, (long long)n_ctx, (long long)a.n_batch, s.n_threads());
     if (kld_mode)
-        std::printf("\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n");
+        std::fprintf(out, "\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n");
 
     ppl::NllAccumulator acc;
     ppl::KldAccumulator kacc;
@@ -135,7 +143,7 @@ int run_perplexity(const PplArgs& a) {
             const auto pd = ppl::mean_and_uncertainty(kacc.sum_p_diff2, kacc.sum_p_diff4, kacc.count);
             const double rms = std::sqrt(pd.mean);
             const double top = double(kacc.n_same_top) / double(kacc.count);
-            std::printf("%4d    %9.4f ± %9.4f    %10.5f ± %10.5f    %10.5f ± %10.5f    %6.3f ± %6.3f %%    %6.3f ± %6.3f %%\n",
+            std::fprintf(out, "%4d    %9.4f ± %9.4f    %10.5f ± %10.5f    %10.5f ± %10.5f    %6.3f ± %6.3f %%    %6.3f ± %6.3f %%\n",
                         c + 1, std::exp(lp.mean), std::exp(lp.mean) * lp.err, lp.mean - lb.mean,
                         std::sqrt(lp.err * lp.err + lb.err * lb.err - 2 * cov), kl.mean, kl.err, 100 * rms,
                         rms > 0 ? 100 * 0.5 / rms * pd.err : 0.0, 100 * top,
@@ -148,13 +156,13 @@ int run_perplexity(const PplArgs& a) {
                                : ppl::token_nll(row, n_vocab, next[i]));
             }
             if (writer) writer->write_records(recs.data(), recs.size());
-            std::printf("[%d]%.4f,", c + 1, acc.ppl());
+            std::fprintf(out, "[%d]%.4f,", c + 1, acc.ppl());
             chunk_ppl.push_back(acc.ppl());
         }
-        std::fflush(stdout);
+        std::fflush(out);
         progress(c + 1, n_chunk, seconds_since(t0));
     }
-    std::printf("\n");
+    std::fprintf(out, "\n");
     const double secs = seconds_since(t0);
     const double tps = double(n_chunk) * double(n_ctx) / secs;
     if (writer) writer->finish();
@@ -186,32 +194,32 @@ int run_perplexity(const PplArgs& a) {
         const auto pd = ppl::mean_and_uncertainty(k.sum_p_diff, k.sum_p_diff2, k.count);
         const double top = double(k.n_same_top) / double(k.count);
         const double ppl_q = std::exp(lp.mean), ppl_b = std::exp(lb.mean);
-        std::printf("====== Perplexity statistics ======\n");
-        std::printf("Mean PPL(Q)                   : %10.6f ± %10.6f\n", ppl_q, ppl_q * lp.err);
-        std::printf("Mean PPL(base)                : %10.6f ± %10.6f\n", ppl_b, ppl_b * lb.err);
-        std::printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100.0 * cov / (lp.err * lb.err));
+        std::fprintf(out, "====== Perplexity statistics ======\n");
+        std::fprintf(out, "Mean PPL(Q)                   : %10.6f ± %10.6f\n", ppl_q, ppl_q * lp.err);
+        std::fprintf(out, "Mean PPL(base)                : %10.6f ± %10.6f\n", ppl_b, ppl_b * lb.err);
+        std::fprintf(out, "Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100.0 * cov / (lp.err * lb.err));
         const double lr = lp.mean - lb.mean, lr_err = std::sqrt(lp.err * lp.err + lb.err * lb.err - 2 * cov);
-        std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", lr, lr_err);
-        std::printf("Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", std::exp(lr), std::exp(lr) * lr_err);
+        std::fprintf(out, "Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", lr, lr_err);
+        std::fprintf(out, "Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", std::exp(lr), std::exp(lr) * lr_err);
         const double ppl_q_err = ppl_q * lp.err, ppl_b_err = ppl_b * lb.err;
-        std::printf("Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f\n\n", ppl_q - ppl_b,
+        std::fprintf(out, "Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f\n\n", ppl_q - ppl_b,
                     std::sqrt(ppl_q_err * ppl_q_err + ppl_b_err * ppl_b_err - 2 * ppl_q * ppl_b * cov));
-        std::printf("====== KL divergence statistics ======\n");
-        std::printf("Mean    KLD: %10.6f ± %10.6f\n", kl.mean, kl.err);
-        std::printf("Maximum KLD: %10.6f\n", k.kld_values.back());
+        std::fprintf(out, "====== KL divergence statistics ======\n");
+        std::fprintf(out, "Mean    KLD: %10.6f ± %10.6f\n", kl.mean, kl.err);
+        std::fprintf(out, "Maximum KLD: %10.6f\n", k.kld_values.back());
         const std::pair<const char*, float> pts[] = {{"99.9%", 0.999f}, {"99.0%", 0.99f}, {"95.0%", 0.95f}, {"90.0%", 0.9f}};
-        for (auto [name, f] : pts) std::printf("%-6s  KLD: %10.6f\n", name, ppl::percentile(k.kld_values, f));
-        std::printf("Median  KLD: %10.6f\n", ppl::median(k.kld_values));
+        for (auto [name, f] : pts) std::fprintf(out, "%-6s  KLD: %10.6f\n", name, ppl::percentile(k.kld_values, f));
+        std::fprintf(out, "Median  KLD: %10.6f\n", ppl::median(k.kld_values));
         const std::pair<const char*, float> lows[] = {{"10.0%", 0.1f}, {" 5.0%", 0.05f}, {" 1.0%", 0.01f}, {" 0.1%", 0.001f}};
-        for (auto [name, f] : lows) std::printf("%-6s  KLD: %10.6f\n", name, ppl::percentile(k.kld_values, f));
-        std::printf("Minimum KLD: %10.6f\n\n", k.kld_values.front());
-        std::printf("====== Token probability statistics ======\n");
-        std::printf("Mean    Δp: %6.3f ± %5.3f %%\n", 100 * pd.mean, 100 * pd.err);
-        std::printf("Maximum Δp: %6.3f%%\n", 100 * k.p_diff_values.back());
-        std::printf("Median  Δp: %6.3f%%\n", 100 * ppl::median(k.p_diff_values));
-        std::printf("Minimum Δp: %6.3f%%\n", 100 * k.p_diff_values.front());
-        std::printf("RMS Δp    : %6.3f ± %5.3f %%\n", 100 * std::sqrt(pdm.mean), pdm.mean > 0 ? 100 * 0.5 / std::sqrt(pdm.mean) * pdm.err : 0.0);
-        std::printf("Same top p: %6.3f ± %5.3f %%\n", 100 * top, 100 * std::sqrt(top * (1 - top) / double(k.count - 1)));
+        for (auto [name, f] : lows) std::fprintf(out, "%-6s  KLD: %10.6f\n", name, ppl::percentile(k.kld_values, f));
+        std::fprintf(out, "Minimum KLD: %10.6f\n\n", k.kld_values.front());
+        std::fprintf(out, "====== Token probability statistics ======\n");
+        std::fprintf(out, "Mean    Δp: %6.3f ± %5.3f %%\n", 100 * pd.mean, 100 * pd.err);
+        std::fprintf(out, "Maximum Δp: %6.3f%%\n", 100 * k.p_diff_values.back());
+        std::fprintf(out, "Median  Δp: %6.3f%%\n", 100 * ppl::median(k.p_diff_values));
+        std::fprintf(out, "Minimum Δp: %6.3f%%\n", 100 * k.p_diff_values.front());
+        std::fprintf(out, "RMS Δp    : %6.3f ± %5.3f %%\n", 100 * std::sqrt(pdm.mean), pdm.mean > 0 ? 100 * 0.5 / std::sqrt(pdm.mean) * pdm.err : 0.0);
+        std::fprintf(out, "Same top p: %6.3f ± %5.3f %%\n", 100 * top, 100 * std::sqrt(top * (1 - top) / double(k.count - 1)));
         std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s (%.1f tokens/s)\n", k.count, secs, tps);
         js["ppl"] = ppl_q;
         js["ppl_base"] = ppl_b;
@@ -234,15 +242,16 @@ KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL dive
     auto a = std::make_shared<PplArgs>();
     app.add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     app.add_option("-f,--file", a->file, "text to evaluate (one trailing newline dropped, escapes processed, as llama-perplexity does)");
-    app.add_option("-c,--ctx-size", a->n_ctx, "window size in tokens; the second half of each window is scored")->capture_default_str();
-    app.add_option("-b,--batch-size", a->n_batch, "prefill chunk in tokens")->capture_default_str();
-    app.add_option("--chunks", a->chunks, "evaluate at most this many windows (default: all)");
-    app.add_option("-t,--threads", a->threads, "threads (default: physical cores)");
+    app.add_option("-c,--ctx-size", a->n_ctx, "window size in tokens; the second half of each window is scored")->capture_default_str()
+        ->check(int_in(4, kMaxCtx));
+    app.add_option("-b,--batch-size", a->n_batch, "prefill chunk in tokens")->capture_default_str()->check(int_in(1, kMaxBatch));
+    app.add_option("--chunks", a->chunks, "evaluate at most this many windows (default: all)")->check(int_in(-1, 1 << 30));
+    app.add_option("-t,--threads", a->threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
     app.add_option("--kl-divergence-base", a->kld_base,
                    "alone: save this model's log-probabilities to FILE; with --kl-divergence: compare against FILE");
     app.add_flag("--kl-divergence", a->kld, "compare this model with the saved base (KLD, delta-p, same top token)");
     app.add_flag("--no-escape", a->no_escape, "take the text's backslashes literally");
-    app.add_flag("--json", a->json, "also print a JSON summary on stdout");
+    app.add_flag("--json", a->json, "print only a JSON summary on stdout (the per-chunk lines go to stderr)");
     return [a] { return run_perplexity(*a); };
 });
 

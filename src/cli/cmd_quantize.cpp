@@ -3,8 +3,10 @@
 // rows to f32 when needed, quantize it with ggml's reference kernels on all threads, and hand
 // it to the GGUF writer, so memory stays at one chunk however large the model is.
 #include "cli/command.h"
+#include "cli/lib/flag_check.h"
 #include "cli/lib/quantize_plan.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "quant/types.h"
@@ -169,20 +171,25 @@ int run_quantize(const Args& a) {
         type_str = p[1];
         if (p.size() == 3) threads_str = p[2];
     } else {
-        if (p.size() < 3 || p.size() > 4) fail("quantize: usage: kinfer quantize IN OUT TYPE [NTHREADS]");
+        if (p.size() < 3 || p.size() > 4) usage_fail("quantize: usage: kinfer quantize IN OUT TYPE [NTHREADS]");
         in_path = p[0];
         out_path = p[1];
         type_str = p[2];
         if (p.size() == 4) threads_str = p[3];
     }
     const auto ftype = ftype_from_name(type_str);
-    if (!ftype) fail("quantize: unknown type '{}'; one of: {}", type_str, ftype_list());
+    if (!ftype) usage_fail("quantize: unknown type '{}'; one of: {}", type_str, ftype_list());
     int threads = a.threads;
     if (!threads_str.empty()) {
-        if (!is_number(threads_str) || threads_str.size() > 6) fail("quantize: invalid thread count '{}'", threads_str);
+        if (!is_number(threads_str) || threads_str.size() > 6 || std::stoi(threads_str) < 1 || std::stoi(threads_str) > kMaxThreads)
+            usage_fail("quantize: NTHREADS '{}' is outside the range 1..{}", threads_str, kMaxThreads);
         threads = std::stoi(threads_str);
     }
     if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    check_input_file(in_path, "quantize: input");
+    // Before any work: a missing or read-only directory, or a directory as OUT, fails now, not
+    // after the first (or the last) tensor.
+    if (!a.dry_run) check_output_path(out_path, "quantize: output");
     if (!a.dry_run) {
         std::error_code ec;
         if (std::filesystem::equivalent(in_path, out_path, ec))
@@ -291,7 +298,7 @@ int run_quantize(const Args& a) {
 std::function<int()> setup_quantize(CLI::App& app) {
     auto a = std::make_shared<Args>();
     app.add_option("args", a->positional, "IN OUT TYPE [NTHREADS]  (TYPE: " + ftype_list() + ")")->required();
-    app.add_option("-t,--threads", a->threads, "Threads (default: all cores; NTHREADS overrides)");
+    app.add_option("-t,--threads", a->threads, "Threads (default: all cores; NTHREADS overrides)")->check(int_in(1, kMaxThreads));
     app.add_flag("--pure", a->pure, "Every quantizable tensor gets the base type (no mixture rules)");
     app.add_flag("--dry-run", a->dry_run, "Print the per-tensor plan and the output size; write nothing");
     app.add_flag("--allow-requantize", a->allow_requantize, "Allow re-quantizing tensors that are already quantized");

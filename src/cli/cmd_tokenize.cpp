@@ -6,6 +6,7 @@
 // are parsed unless --no-parse-special. No BOS is added unless the vocabulary asks for it.
 #include "cli/command.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "gguf/reader.h"
 #include "text/tokenizer.h"
 
@@ -48,9 +49,11 @@ int run(const Options& o) {
     if (!o.tiktoken.empty()) {
         auto pre = text::pretokenizer_from_name(o.pre);
         if (!pre) fail("unknown pre-tokenizer '{}' (kimi-k2, o200k, cl100k)", o.pre);
+        check_input_file(o.tiktoken, "tokenize: --tiktoken");
         tok = text::Tokenizer::from_tiktoken_file(o.tiktoken, *pre);
     } else {
         if (o.model.empty()) fail("tokenize needs a model: -m model.gguf (or --tiktoken FILE)");
+        check_input_file(o.model, "tokenize: model");
         auto file = gguf::File::open(o.model);
         tok = text::Tokenizer::from_gguf(*file);
     }
@@ -59,6 +62,7 @@ int run(const Options& o) {
     if (o.use_stdin) {
         text = read_all(std::cin);
     } else if (!o.file.empty()) {
+        check_input_file(o.file, "tokenize: -f");
         std::ifstream f(o.file, std::ios::binary);
         if (!f) fail("{}: cannot open", o.file);
         text = read_all(f);

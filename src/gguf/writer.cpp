@@ -2,6 +2,7 @@
 #include "gguf/writer.h"
 
 #include "common/error.h"
+#include "common/safe_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -54,15 +55,10 @@ std::vector<uint8_t> scalar(ValueType t, T v) {
 
 }  // namespace
 
-Writer::Writer(std::string path) : path_(std::move(path)) {
-    tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-}
+Writer::Writer(std::string path) : path_(std::move(path)) {}
 
-Writer::~Writer() {
-    if (f_) std::fclose(f_);
-    // Not finished: whatever was written is incomplete, so it must not survive.
-    if (!finished_ && header_written_) std::remove(tmp_path_.c_str());
-}
+// Not finished: the TempFile's destructor removes whatever was written, which is incomplete.
+Writer::~Writer() = default;
 
 void Writer::io_fail(const char* what) const {
     fail("{}: {} failed: {}", tmp_path_, what, std::strerror(errno));
@@ -251,9 +247,10 @@ void Writer::pad_zeros(size_t n) {
 
 void Writer::write_header() {
     const size_t align = align_ = alignment();
-    f_ = std::fopen(tmp_path_.c_str(), "wb");
-    if (!f_) fail("{}: cannot create: {}", tmp_path_, std::strerror(errno));
-    header_written_ = true;   // from here on the destructor removes the temp file
+    tmp_ = std::make_unique<TempFile>(path_);   // from here on the destructor removes it
+    tmp_path_ = tmp_->temp_path();
+    f_ = tmp_->file();
+    header_written_ = true;
     buf_.resize(size_t(4) << 20);
     std::setvbuf(f_, buf_.data(), _IOFBF, buf_.size());
 
@@ -320,13 +317,9 @@ void Writer::finish(bool sync) {
     if (!header_written_) write_header();   // a file with no tensors (or all metadata)
     if (cur_ != tensors_.size())
         fail("{}: tensor '{}' incomplete: {} of {} tensors written", path_, tensors_[cur_].name, cur_, tensors_.size());
-    if (std::fflush(f_) != 0) io_fail("flush");
-    if (sync && ::fsync(::fileno(f_)) != 0) io_fail("fsync");
-    const int rc = std::fclose(f_);
+    (void)sync;   // always synced now: a renamed but unsynced model can be empty after a crash
     f_ = nullptr;
-    if (rc != 0) io_fail("close");
-    if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-        fail("{}: cannot rename {} onto it: {}", path_, tmp_path_, std::strerror(errno));
+    tmp_->commit();
     finished_ = true;
 }
 

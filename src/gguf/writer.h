@@ -4,9 +4,11 @@
 // gguf.cpp and gguf-py produce: header, KV pairs, tensor infos, zero padding to the alignment
 // (`general.alignment`, default 32), then each tensor's data padded to the alignment.
 //
-// The file is written to `<path>.tmp.<pid>` and renamed onto `path` by finish(); if the Writer is
-// destroyed before that (an exception, a failed quantization), the temp file is removed, so a
-// half-written model never appears under the final name. Errors throw kinfer::Error naming the file.
+// The file is written to a uniquely named temporary beside `path` (common/safe_file.h: created
+// with O_EXCL, so a planted symlink cannot redirect it; removed on SIGINT / SIGTERM / SIGHUP) and
+// fsync'd and renamed onto `path` by finish(); if the Writer is destroyed before that (an
+// exception, a failed quantization), the temp file is removed, so a half-written model never
+// appears under the final name. Errors throw kinfer::Error naming the file.
 #pragma once
 #include "gguf/reader.h"
 #include "quant/types.h"
@@ -14,10 +16,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace kinfer {
+class TempFile;
+}
 
 namespace kinfer::gguf {
 
@@ -77,10 +84,11 @@ public:
     // Convenience: the whole of the current tensor in one call (n must equal its size).
     void write_tensor(const void* data, size_t n);
     size_t current_tensor() const { return cur_; }   // index of the tensor being written
-    // Checks every tensor is complete, flushes (fsync when asked), renames onto the final path.
-    void finish(bool sync = false);
+    // Checks every tensor is complete, flushes, fsyncs, renames onto the final path and fsyncs
+    // its directory. `sync` is kept for callers; the file is always synced.
+    void finish(bool sync = true);
     const std::string& path() const { return path_; }
-    const std::string& temp_path() const { return tmp_path_; }
+    const std::string& temp_path() const { return tmp_path_; }   // empty until the first byte
     uint64_t bytes_written() const { return pos_; }
 
 private:
@@ -104,7 +112,8 @@ private:
 
     std::string path_;
     std::string tmp_path_;
-    std::FILE* f_ = nullptr;
+    std::unique_ptr<TempFile> tmp_;
+    std::FILE* f_ = nullptr;   // tmp_'s stream
     bool header_written_ = false;
     bool finished_ = false;
     std::vector<KV> kv_;

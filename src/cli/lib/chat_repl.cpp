@@ -2,6 +2,7 @@
 
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
+#include "common/text_file.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -248,17 +249,37 @@ void ChatRepl::answer() {
         reset_session();
         ++reprefills_;
     }
-    for (text::Token id : fresh) sampler_.accept(id);
+    // A snapshot to go back to if Ctrl-C stops the prefill: the cancelled message is then
+    // dropped and the session is as it was, so nothing is re-read on the next turn. KDA state
+    // cannot be rewound, so this is a copy; skipped for very long conversations (there the next
+    // turn reads the conversation again, with a progress line).
+    std::vector<uint8_t> before;
+    const size_t held_before = in_session_.size();
+    if (!in_session_.empty() && in_session_.size() <= 32768) before = session_.save_state();
 
     Timings t;
+    t.seed = cfg_.args.sampling.seed;
     InterruptScope guard;
     const size_t fed = prefill_chunked(session_, fresh, t);
     in_session_.insert(in_session_.end(), fresh.begin(), fresh.begin() + std::ptrdiff_t(fed));
 
+    if (fed < fresh.size()) {   // Ctrl-C while reading the message: as if it was never sent
+        if (!before.empty()) {
+            session_.load_state(before);
+            in_session_.resize(held_before);
+        } else {
+            reset_session();
+        }
+        msgs_.pop_back();
+        clear_interrupt();
+        notice("[interrupted while reading your message; it was not sent]");
+        return;
+    }
+    for (text::Token id : fresh) sampler_.accept(id);
+
     GenResult r;
-    if (fed < fresh.size()) {
-        r.stop = StopReason::Interrupted;   // Ctrl-C while reading the prompt
-    } else {
+    ThinkingLine thinking_line(!cfg_.args.show_think && isatty(STDOUT_FILENO));
+    {
         GenLimits lim;
         lim.n_predict = cfg_.args.n_predict;
         lim.ignore_eos = cfg_.args.ignore_eos;
@@ -266,10 +287,16 @@ void ChatRepl::answer() {
         lim.stops = text::chat_stop_strings(cfg_.format);
         for (const auto& s : cfg_.args.reverse_prompts) lim.stops.push_back(s);
         lim.special = true;   // channel markers are special tokens; ReplyStream hides them
-        ReplyStream view(cfg_.format, cfg_.opts.thinking, [this](ReplyStream::Channel ch, std::string_view s) { print_reply(ch, s); });
+        set_think_limits(lim, cfg_.args, cfg_.format, cfg_.opts, tok_);
+        ReplyStream view(cfg_.format, cfg_.opts.thinking, [&](ReplyStream::Channel ch, std::string_view s) {
+            if (ch == ReplyStream::Channel::Think && !cfg_.args.show_think) thinking_line.token();
+            else thinking_line.clear();
+            print_reply(ch, s);
+        });
         at_line_start_ = true;
         r = generate(session_, sampler_, tok_, lim, t, [&](std::string_view s) { view.push(s); });
         view.flush();
+        thinking_line.clear();
         in_session_.insert(in_session_.end(), r.ids.begin(), r.ids.begin() + std::ptrdiff_t(r.n_fed));
     }
     if (in_dim_) {
@@ -288,7 +315,14 @@ void ChatRepl::answer() {
     stopped_on_string_ = r.stop == StopReason::StopString;
     ++turns_;
     if (r.stop == StopReason::Interrupted) notice("[interrupted]");
-    else if (r.stop == StopReason::ContextFull) notice("[context full: /clear starts over]");
+    else if (r.stop == StopReason::ContextFull && reply.response.empty() && r.think_tokens > 0 && !cfg_.args.show_think)
+        notice(fmt::format("[the context of {} tokens (-c) filled up while the model was thinking ({} hidden tokens, no answer); "
+                           "--reasoning-budget N closes thinking sooner, --show-think shows it; /clear starts over]",
+                           session_.n_ctx(), r.think_tokens));
+    else if (r.stop == StopReason::ContextFull)
+        notice(fmt::format("[reply stopped: the context of {} tokens (-c) is full; /clear starts over, -c sets a larger one]",
+                           session_.n_ctx()));
+    if (r.think_closed_by_budget) notice(fmt::format("[thinking closed after {} tokens (--reasoning-budget)]", cfg_.args.reasoning_budget));
 }
 
 void ChatRepl::save(const std::string& path) const {
@@ -302,10 +336,8 @@ void ChatRepl::save(const std::string& path) const {
         if (!m.name.empty()) o["name"] = m.name;
         j["messages"].push_back(std::move(o));
     }
-    std::ofstream f(path, std::ios::binary);
-    if (!f) fail("{}: cannot write", path);
-    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!f) fail("{}: write failed", path);
+    check_output_path(path, "/save");
+    write_text_file(path, "/save", [&](std::ostream& f) { f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"; });
 }
 
 void ChatRepl::load(const std::string& path) {

@@ -1,6 +1,8 @@
 #include "cli/lib/generate.h"
 
+#include "cli/lib/flag_check.h"
 #include "common/error.h"
+#include "common/safe_file.h"
 #include "text/unicode.h"
 
 #include <CLI/CLI.hpp>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 #include <unistd.h>
 
@@ -24,22 +27,26 @@ using text::Token;
 
 void add_generation_flags(CLI::App& app, GenArgs& a) {
     app.add_option("-m,--model", a.model, "GGUF model (default: the shipped demo model models/kinfer-demo.gguf)");
-    app.add_option("-n,--n-predict", a.n_predict, "tokens to generate; -1: until end of generation or a full context")
-        ->capture_default_str();
-    app.add_option("-c,--ctx-size", a.n_ctx, "context size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("-b,--batch-size", a.n_batch, "prefill chunk in tokens")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("-t,--threads", a.n_threads, "threads (default: physical cores)");
+    app.add_option("-n,--n-predict", a.n_predict,
+                   "tokens to generate; -1: until end of generation or a full context (chat: the context bounds it)")
+        ->capture_default_str()->check(int_in(-1, kMaxCtx));
+    app.add_option("-c,--ctx-size", a.n_ctx, "context size in tokens")->capture_default_str()->check(int_in(1, kMaxCtx));
+    app.add_option("-b,--batch-size", a.n_batch, "prefill chunk in tokens")->capture_default_str()->check(int_in(1, kMaxBatch));
+    app.add_option("-t,--threads", a.n_threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
     auto& s = a.sampling;
-    app.add_option("--temp", s.temperature, "temperature; 0: greedy")->capture_default_str();
-    app.add_option("--top-k", s.top_k, "keep the k most likely tokens; 0: off")->capture_default_str();
-    app.add_option("--top-p", s.top_p, "nucleus sampling; 1: off")->capture_default_str();
-    app.add_option("--min-p", s.min_p, "drop tokens below min-p times the best one; 0: off")->capture_default_str();
-    app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1: off")->capture_default_str();
+    app.add_option("--temp", s.temperature, "temperature; 0: greedy")->capture_default_str()->check(real_in(0, 100));
+    app.add_option("--top-k", s.top_k, "keep the k most likely tokens; 0: off")->capture_default_str()->check(int_in(0, 1 << 30));
+    app.add_option("--top-p", s.top_p, "nucleus sampling; 1: off")->capture_default_str()->check(real_in(0, 1));
+    app.add_option("--min-p", s.min_p, "drop tokens below min-p times the best one; 0: off")->capture_default_str()->check(real_in(0, 1));
+    app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1: off")->capture_default_str()
+        ->check(real_in(0, 10, /*lo_open=*/true));
     app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over; 0: off, -1: all")
-        ->capture_default_str();
-    app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from every repeated token")->capture_default_str();
-    app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per repetition")->capture_default_str();
-    app.add_option("--seed", s.seed, "random seed; -1: a random one")->capture_default_str();
+        ->capture_default_str()->check(int_in(-1, 1 << 30));
+    app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from every repeated token")->capture_default_str()
+        ->check(real_in(-2, 2));
+    app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per repetition")->capture_default_str()->check(real_in(-2, 2));
+    app.add_option("--seed", s.seed, "random seed; -1: a random one (printed with the timing)")->capture_default_str()
+        ->check(int_in(-1, 0xffffffffLL));
     app.add_option("--logit-bias", a.logit_bias, "TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043-inf bans a token)")
         ->allow_extra_args(false);
     app.add_option("-r,--reverse-prompt", a.reverse_prompts, "stop when the output contains this text (repeatable)")
@@ -51,7 +58,11 @@ void add_generation_flags(CLI::App& app, GenArgs& a) {
     app.add_flag("--no-think", a.no_think, "Kimi K3: answer without the think channel");
     app.add_option("--think-effort", a.think_effort, "Kimi K3 thinking effort: low, high or max")->capture_default_str();
     app.add_flag("--show-think", a.show_think, "show the think channel (dimmed on a terminal)");
-    app.add_option("--debug-token-delay", a.debug_token_delay_ms, "milliseconds to pause after each token")->group("");
+    app.add_option("--reasoning-budget", a.reasoning_budget,
+                   "think tokens allowed before kinfer closes the think block and the answer starts; -1: no limit, 0: no thinking")
+        ->capture_default_str()->check(int_in(-1, kMaxCtx));
+    app.add_option("--debug-token-delay", a.debug_token_delay_ms, "milliseconds to pause after each token")->group("")
+        ->check(int_in(0, 60000));
     app.allow_extras();   // -sys and a lone "-": see take_extras()
 }
 
@@ -60,12 +71,14 @@ bool take_extras(CLI::App& app, GenArgs& a) {
     bool dash = false;
     for (size_t i = 0; i < extra.size(); ++i) {
         if (extra[i] == "-sys") {
-            if (i + 1 >= extra.size()) fail("-sys needs a value (the system prompt)");
+            if (i + 1 >= extra.size()) usage_fail("-sys needs a value (the system prompt)");
             a.system_prompt = extra[++i];
         } else if (extra[i] == "-") {
             dash = true;
+        } else if (!extra[i].empty() && extra[i][0] == '-') {
+            usage_fail("unknown option '{}' (see kinfer {} --help)", extra[i], app.get_name());
         } else {
-            fail("unexpected argument '{}' (see --help)", extra[i]);
+            usage_fail("unexpected argument '{}' (see kinfer {} --help)", extra[i], app.get_name());
         }
     }
     return dash;
@@ -73,18 +86,42 @@ bool take_extras(CLI::App& app, GenArgs& a) {
 
 // ---- inputs ----
 
-std::string resolve_model_path(const std::string& model) {
-    if (!model.empty()) return model;
+std::vector<std::string> default_model_candidates() {
+    std::vector<std::string> c;
+    if (const char* env = std::getenv("KINFER_MODEL"); env && *env) c.emplace_back(env);
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
         const fs::path bin = exe.parent_path();
-        for (const fs::path& cand : {bin / ".." / ".." / "models" / "kinfer-demo.gguf",
-                                     bin / ".." / "share" / "kinfer" / "models" / "kinfer-demo.gguf"}) {
-            if (fs::is_regular_file(cand, ec)) return fs::weakly_canonical(cand, ec).string();
-        }
+        c.push_back((bin / "kinfer-demo.gguf").string());                                                // beside the binary
+        c.push_back((bin.parent_path() / "share" / "kinfer" / "models" / "kinfer-demo.gguf").string());  // a relocated install
     }
-    fail("no model: pass -m FILE (the demo model models/kinfer-demo.gguf is not built yet)");
+#ifdef KINFER_INSTALL_PREFIX
+    c.push_back(std::string(KINFER_INSTALL_PREFIX) + "/share/kinfer/models/kinfer-demo.gguf");
+#endif
+#ifdef KINFER_SOURCE_DIR
+    c.push_back(std::string(KINFER_SOURCE_DIR) + "/models/kinfer-demo.gguf");   // the build tree's checkout
+#endif
+    return c;
+}
+
+std::string resolve_model_path(const std::string& model) {
+    if (!model.empty()) {
+        check_input_file(model, "model");
+        return model;
+    }
+    const std::vector<std::string> cands = default_model_candidates();
+    if (const char* env = std::getenv("KINFER_MODEL"); env && *env) {
+        check_input_file(env, "$KINFER_MODEL");   // set but wrong: say so rather than fall back silently
+        return env;
+    }
+    std::error_code ec;
+    std::string tried;
+    for (const std::string& p : cands) {
+        if (fs::is_regular_file(p, ec)) return fs::weakly_canonical(p, ec).string();
+        tried += (tried.empty() ? "" : ", ") + p;
+    }
+    fail("no model: pass -m FILE or set KINFER_MODEL; the demo model kinfer-demo.gguf is not in any of: {}", tried);
 }
 
 void check_utf8(std::string_view s, std::string_view what) {
@@ -97,6 +134,7 @@ void check_utf8(std::string_view s, std::string_view what) {
 }
 
 std::vector<Token> read_token_ids(const std::string& path, size_t n_vocab) {
+    check_input_file(path, "--prompt-ids");
     std::ifstream f(path);
     if (!f) fail("cannot open token id file '{}'", path);
     std::vector<Token> ids;
@@ -146,6 +184,26 @@ text::ChatOptions chat_options(const GenArgs& a) {
     return o;
 }
 
+void resolve_seed(GenArgs& a) {
+    if (a.sampling.seed >= 0) return;
+    std::random_device rd;
+    a.sampling.seed = int64_t(rd() & 0x7fffffff);
+}
+
+void set_think_limits(GenLimits& lim, const GenArgs& a, text::ChatFormat format, const text::ChatOptions& opts,
+                      const text::Tokenizer& tok) {
+    if (format == text::ChatFormat::KimiK3) {
+        lim.think_open = opts.thinking;
+        lim.think_end = "<|close|>think<|sep|>";
+        lim.close_think = tok.encode("<|close|>think<|sep|><|open|>response<|sep|>", /*parse_special=*/true);
+    } else {
+        lim.think_open = false;   // K2 opens <think> itself when it wants to; nothing to close up front
+        lim.think_end = "</think>";
+        lim.close_think = tok.encode("</think>", /*parse_special=*/true);
+    }
+    lim.think_budget = a.reasoning_budget;
+}
+
 // ---- interrupts ----
 
 namespace {
@@ -188,9 +246,29 @@ const char* stop_reason_name(StopReason r) {
 
 std::string timing_line(const Timings& t, StopReason r) {
     auto tps = [](int64_t n, double s) { return s > 0 ? double(n) / s : 0.0; };
-    return fmt::format("prompt {} tokens, {:.2f} ms ({:.2f} t/s) | generated {} tokens, {:.2f} ms ({:.2f} t/s) | stop: {}",
-                       t.n_prompt, t.prompt_s * 1e3, tps(t.n_prompt, t.prompt_s), t.n_gen, t.gen_s * 1e3,
-                       tps(t.n_gen, t.gen_s), stop_reason_name(r));
+    std::string line = fmt::format("prompt {} tokens, {:.2f} ms ({:.2f} t/s) | generated {} tokens, {:.2f} ms ({:.2f} t/s) | stop: {}",
+                                   t.n_prompt, t.prompt_s * 1e3, tps(t.n_prompt, t.prompt_s), t.n_gen, t.gen_s * 1e3,
+                                   tps(t.n_gen, t.gen_s), stop_reason_name(r));
+    if (t.seed >= 0) line += fmt::format(" | seed {}", t.seed);
+    return line;
+}
+
+ThinkingLine::ThinkingLine(bool enabled) : enabled_(enabled && isatty(STDERR_FILENO)) {}
+
+void ThinkingLine::token() {
+    ++n_;
+    if (!enabled_ || (n_ % 8 != 1 && shown_)) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "\r\x1b[2m[thinking... %lld tokens]\x1b[0m\x1b[K", (long long)n_);
+    std::fflush(stderr);
+    shown_ = true;
+}
+
+void ThinkingLine::clear() {
+    if (!shown_) return;
+    std::fprintf(stderr, "\r\x1b[K");
+    std::fflush(stderr);
+    shown_ = false;
 }
 
 namespace {
@@ -202,11 +280,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings& t) {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t chunk = size_t(std::max<int64_t>(1, s.options().n_batch));
+    const bool tty = isatty(STDERR_FILENO);
+    bool shown = false;
     size_t done = 0;
     while (done < tokens.size() && !interrupted()) {
         const size_t n = std::min(chunk, tokens.size() - done);
         s.prefill(tokens.subspan(done, n));
         done += n;
+        const double el = seconds_since(t0);
+        if (tty && el > 2.0 && done < tokens.size()) {
+            const double left = el / double(done) * double(tokens.size() - done);
+            std::fprintf(stderr, "\r\x1b[2m[reading the prompt: %zu / %zu tokens, about %ds left; Ctrl-C stops]\x1b[0m\x1b[K",
+                         done, tokens.size(), int(left + 0.5));
+            std::fflush(stderr);
+            shown = true;
+        }
+    }
+    if (shown) {
+        std::fprintf(stderr, "\r\x1b[K");
+        std::fflush(stderr);
     }
     t.n_prompt += int64_t(done);
     t.prompt_s += seconds_since(t0);
@@ -224,15 +316,38 @@ GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokeni
         if (on_text) on_text(piece);
     };
     auto limit_reached = [&] { return lim.n_predict >= 0 && int64_t(r.ids.size()) >= lim.n_predict; };
+    // Think-block tracking for --reasoning-budget: the decoded text since the block opened is
+    // searched for its end marker (with special tokens shown, the marker is in the text).
+    bool thinking = lim.think_open && !lim.think_end.empty();
+    std::string think_tail;
+    std::vector<Token> forced;   // the closing tokens still to feed, in order
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
         if (limit_reached()) { r.stop = StopReason::Length; break; }
         if (interrupted()) { r.stop = StopReason::Interrupted; break; }
-        const Token id = sampler.sample(s.logits().data());
+        if (thinking && lim.think_budget >= 0 && r.think_tokens >= lim.think_budget && forced.empty() && !lim.close_think.empty()) {
+            forced.assign(lim.close_think.rbegin(), lim.close_think.rend());
+            r.think_closed_by_budget = true;
+        }
+        Token id;
+        if (!forced.empty()) {
+            id = forced.back();
+            forced.pop_back();
+            if (forced.empty()) thinking = false;
+        } else {
+            id = sampler.sample(s.logits().data());
+        }
         sampler.accept(id);
         if (!lim.ignore_eos && tok.is_eog(id)) { r.stop = StopReason::Eog; break; }
         r.ids.push_back(id);
-        emit(stops.push(dec.push(id)));
+        const std::string piece = dec.push(id);
+        if (thinking) {
+            ++r.think_tokens;
+            think_tail += piece;
+            if (think_tail.find(lim.think_end) != std::string::npos) thinking = false;
+            else if (think_tail.size() > 4 * lim.think_end.size()) think_tail.erase(0, think_tail.size() - 2 * lim.think_end.size());
+        }
+        emit(stops.push(piece));
         if (stops.stopped()) {
             r.stop = StopReason::StopString;
             r.stop_string = stops.matched();

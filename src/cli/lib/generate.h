@@ -39,6 +39,7 @@ struct GenArgs {
     bool no_think = false;              // K3: answer without the think channel
     std::string think_effort = "max";   // K3: low, high, max
     bool show_think = false;            // show the think channel (dimmed on a terminal)
+    int64_t reasoning_budget = -1;      // --reasoning-budget: think tokens before the think block is closed; -1: no limit
     int debug_token_delay_ms = 0;       // hidden test hook: pause after each token (see GenLimits)
 };
 
@@ -50,9 +51,12 @@ void add_generation_flags(CLI::App& app, GenArgs& a);
 // kinfer::Error on anything else it does not know.
 bool take_extras(CLI::App& app, GenArgs& a);
 
-// -m's value, or the demo model next to the executable (<build>/bin/kinfer -> ../../models/,
-// or an installed ../share/kinfer/models/). Throws kinfer::Error when there is none.
+// -m's value (checked to be a regular file), else the demo model kinfer-demo.gguf found in this
+// order: $KINFER_MODEL, beside the executable, <exe>/../share/kinfer/models/, the configured
+// install prefix's share/kinfer/models/, the source tree's models/. Throws kinfer::Error listing
+// every path tried when there is none.
 std::string resolve_model_path(const std::string& model);
+std::vector<std::string> default_model_candidates();
 
 // Throws kinfer::Error naming `what` and the byte offset of the first invalid UTF-8 sequence.
 void check_utf8(std::string_view s, std::string_view what);
@@ -67,6 +71,9 @@ text::SamplerParams sampler_params(const GenArgs& a);
 // model's template or vocabulary shows (throws when neither decides).
 text::ChatFormat pick_chat_format(const GenArgs& a, const text::Tokenizer& tok);
 text::ChatOptions chat_options(const GenArgs& a);
+
+// --seed -1: picks a random seed now and stores it, so the run can print it and be repeated.
+void resolve_seed(GenArgs& a);
 
 // SIGINT while generating: the handler only sets a flag that the loops below poll between
 // tokens (and between prefill chunks), so an interrupted reply ends cleanly.
@@ -88,13 +95,31 @@ struct Timings {
     double prompt_s = 0;
     int64_t n_gen = 0;      // tokens generated
     double gen_s = 0;
+    int64_t seed = -1;      // the sampler's seed (printed when >= 0)
 };
-// "prompt 64 tokens, 12.30 ms (5203.25 t/s) | generated 32 tokens, ... | stop: length".
+// "prompt 64 tokens, 12.30 ms (5203.25 t/s) | generated 32 tokens, ... | stop: length | seed 42".
 std::string timing_line(const Timings& t, StopReason r);
 
 // Prefills tokens in chunks of the session's n_batch, stopping early after a chunk when
-// interrupted() turns true. Returns how many tokens went in; adds the time to t.
+// interrupted() turns true. Returns how many tokens went in; adds the time to t. On a terminal
+// (stderr), a prefill that takes more than about two seconds shows one progress line with an
+// ETA, removed when it ends.
 size_t prefill_chunked(model::Session& s, std::span<const text::Token> tokens, Timings& t);
+
+// "[thinking... 120 tokens]" on stderr while a hidden think channel runs, rewritten in place
+// (terminals only), removed when the response starts.
+class ThinkingLine {
+public:
+    explicit ThinkingLine(bool enabled);
+    ~ThinkingLine() { clear(); }
+    void token();   // one more hidden think token
+    void clear();
+
+private:
+    bool enabled_;
+    bool shown_ = false;
+    int64_t n_ = 0;
+};
 
 struct GenLimits {
     int64_t n_predict = 128;             // -1: no limit but the context
@@ -103,6 +128,12 @@ struct GenLimits {
     bool special = false;                // detokenize special tokens as their text
     int delay_ms = 0;                    // pause after each token: lets terminal tests interrupt a
                                          // reply of a tiny, fast model deterministically
+    // --reasoning-budget: when the reply starts inside a think block (think_open) and it has not
+    // closed after think_budget tokens, the tokens of close_think are fed instead of sampling.
+    bool think_open = false;
+    int64_t think_budget = -1;           // -1: no limit
+    std::string think_end;               // the text that closes the block ("<|close|>think<|sep|>")
+    std::vector<text::Token> close_think;   // what is fed to close it (and open the response)
 };
 
 struct GenResult {
@@ -111,7 +142,14 @@ struct GenResult {
     std::string text;               // what was emitted, stop string excluded
     StopReason stop = StopReason::Length;
     std::string stop_string;
+    int64_t think_tokens = 0;       // tokens generated inside the think block
+    bool think_closed_by_budget = false;
 };
+
+// Fills lim's think fields for a chat reply: the format's closing markers, the budget from the
+// args, and whether the generation prompt opened a think block.
+void set_think_limits(GenLimits& lim, const GenArgs& a, text::ChatFormat format, const text::ChatOptions& opts,
+                      const text::Tokenizer& tok);
 
 // Samples from the session's current logits until a limit; each piece of text that is safe to
 // show (whole UTF-8 characters, not a possible start of a stop string) goes to on_text as it

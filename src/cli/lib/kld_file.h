@@ -6,6 +6,8 @@
 // Layout (little-endian): "KINFKLD1" | u32 n_ctx | u32 n_vocab | u32 n_chunk | u32 reserved |
 // u64 fnv1a64(tokens) | i32 tokens[n_chunk * n_ctx] | per chunk, per scored position: record.
 #pragma once
+#include "common/safe_file.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -17,15 +19,14 @@ uint64_t hash_tokens(const std::vector<int32_t>& tokens);
 
 class KldWriter {
 public:
-    // Writes to a temporary file beside `path`; finish() renames it into place.
+    // Writes to a TempFile beside `path` (common/safe_file.h); finish() renames it into place,
+    // destruction without finish() removes it.
     KldWriter(std::string path, uint32_t n_ctx, uint32_t n_vocab, uint32_t n_chunk, const std::vector<int32_t>& tokens);
-    ~KldWriter();
     void write_records(const uint16_t* recs, size_t n_u16);
     void finish();
 
 private:
-    std::string path_, tmp_;
-    FILE* f_ = nullptr;
+    kinfer::TempFile tmp_;
 };
 
 class KldReader {

@@ -1,6 +1,7 @@
 #include "cli/lib/prompt_text.h"
 
 #include "common/error.h"
+#include "common/safe_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +11,7 @@
 namespace kinfer::cli {
 
 std::string read_text_file(const std::string& path) {
+    check_input_file(path, "input");   // a directory or FIFO is refused, not read as empty or waited on
     std::ifstream f(path, std::ios::binary);
     if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
     std::ostringstream ss;

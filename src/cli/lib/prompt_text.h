@@ -1,12 +1,14 @@
-// Reading prompt text the way llama.cpp's tools do, so kinfer tokenizes the same bytes:
-// `-f FILE` drops one trailing newline, and escape sequences (\n \r \t \' \" \\ \xHH) are
-// processed unless the user turns that off (--no-escape).
+// Reading prompt text. `kinfer run -f FILE` takes the file's bytes as they are (as stdin does);
+// `kinfer perplexity -f` drops one trailing newline as llama-perplexity does, so its numbers
+// match. Escape sequences (\n \r \t \' \" \\ \xHH) are processed unless the user turns that
+// off (--no-escape).
 #pragma once
 #include <string>
 
 namespace kinfer::cli {
 
-// Whole file as bytes; throws kinfer::Error naming the file when it cannot be read.
+// Whole file as bytes; throws kinfer::Error naming the file when it cannot be read or is not a
+// regular file (a directory, a FIFO, a device).
 std::string read_text_file(const std::string& path);
 // One trailing '\n' removed, as llama.cpp's -f handler does.
 std::string read_prompt_file(const std::string& path);

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Chat dialogues for fine-tuning the demo model, made from the shipped corpora and rendered in
+the Kimi K3 chat format exactly as `kinfer chat` renders it (src/text/chat_template.cpp).
+
+Sources (the last 5 % of each source's items are held out, so held-out chat loss is measured on
+questions the model never saw answered):
+  - dict-devil.txt: "What is a cynic?" -> the Devil's Dictionary definition
+  - kjv_bible.txt: "What does John 3:16 say?" -> the verse
+  - fortunes_all.txt: a fortune's "Q:" -> its "A:"
+  - a few fixed small-talk turns (greetings, "what can you do?")
+Each dialogue has one or two user turns, a short think block or an empty one, the thinking-effort
+system message kinfer adds by default (or --no-think's form), and always ends its turn with
+<|close|>message<|sep|><|end_of_msg|>.
+
+Output: OUT/chat.jsonl, one dialogue per line: {"split", "source", "segments": [[text, is_target], ...]}.
+Target segments are the assistant replies (what the loss is computed on); every segment boundary
+sits next to a special token, so tokenizing the segments one by one gives the same ids as
+tokenizing the whole rendering.
+
+  python3 tools/train/chat_data.py --corpora ../shared/corpora --out build-chat/data
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+
+EFFORT_TEXT = ("`thinking_effort` guides on how much to think in your thinking channel (not including the "
+               "response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
+               "Now the system is invoked with `thinking_effort={}`.")
+
+
+def open_tag(tag: str, attrs=()) -> str:
+    return "<|open|>" + tag + "".join(f' {k}="{v}"' for k, v in attrs) + "<|sep|>"
+
+
+def close_tag(tag: str) -> str:
+    return "<|close|>" + tag + "<|sep|>"
+
+
+END_MSG = close_tag("message") + "<|end_of_msg|>"
+
+
+def render(turns, thinking: bool, effort: str):
+    """turns: [(question, think, answer)]. Returns [[text, is_target]] as render_k3 lays it out."""
+    segs = []
+    if thinking and effort:
+        segs.append([open_tag("message", [("role", "system"), ("type", "thinking-effort")]) + EFFORT_TEXT.format(effort)
+                     + END_MSG, False])
+    for q, think, a in turns:
+        segs.append([open_tag("message", [("role", "user")]) + q + END_MSG + open_tag("message", [("role", "assistant")]), False])
+        reply = ""
+        if thinking:
+            reply += open_tag("think") + (think if think.strip() else "") + close_tag("think")
+        reply += open_tag("response") + a + close_tag("response") + END_MSG
+        segs.append([reply, True])
+    return segs
+
+
+def first_sentences(text: str, limit: int) -> str:
+    """Whole sentences up to about `limit` characters (at least one)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = -1
+    for m in re.finditer(r"[.!?](\s|$)", text):
+        if m.end() > limit and cut > 0:
+            break
+        cut = m.end()
+    return text[:cut].strip() if cut > 0 else text[:limit].rsplit(" ", 1)[0] + "."
+
+
+def devil_items(path: str):
+    """(word, part of speech, definition) for each entry 'WORD, n.  Text...' of the dictionary."""
+    lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
+    items, cur = [], None
+    head = re.compile(r"^([A-Z][A-Z' -]*[A-Z]), ([a-z]+\.(?: ?[a-z]+\.)*)\s+(.*)$")
+    for ln in lines:
+        m = head.match(ln)
+        if m:
+            if cur:
+                items.append(cur)
+            cur = [m.group(1), m.group(2), [m.group(3)]]
+        elif cur is not None:
+            if not ln.strip():   # the definition's first paragraph only (verse and quotes follow)
+                items.append(cur)
+                cur = None
+            else:
+                cur[2].append(ln)
+    if cur:
+        items.append(cur)
+    out = []
+    for w, pos, body in items:
+        d = first_sentences(" ".join(body), 320)
+        if len(d) >= 12:
+            out.append((w, pos, d))
+    return out
+
+
+def bible_items(path: str):
+    """(reference, verse text) for every verse."""
+    book, chap, out, cur = None, None, [], None
+    for ln in open(path, encoding="utf-8").read().split("\n"):
+        m = re.match(r"^(\S.*) (\d+)$", ln)
+        if m:
+            book, chap = m.group(1), m.group(2)
+            continue
+        m = re.match(r"^  (\d+) (.*)$", ln)
+        if m and book:
+            if cur:
+                out.append(cur)
+            cur = [f"{book} {chap}:{m.group(1)}", m.group(2)]
+        elif cur and ln.strip():
+            cur[1] += " " + ln.strip()
+    if cur:
+        out.append(cur)
+    return [(r, " ".join(t.split())) for r, t in out]
+
+
+def fortune_items(path: str):
+    """(question, answer) for the fortunes written as 'Q: ...' / 'A: ...'."""
+    lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("Q:"):
+            q = [lines[i][2:].strip()]
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith(("A:", "Q:")):
+                q.append(lines[j].strip())
+                j += 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            if j < len(lines) and lines[j].startswith("A:"):
+                a = [lines[j][2:].strip()]
+                k = j + 1
+                while k < len(lines) and lines[k].strip() and (lines[k][0].isspace() or len(a) < 4) \
+                        and not lines[k].startswith("Q:"):
+                    a.append(lines[k].strip())
+                    k += 1
+                qa = (" ".join(" ".join(q).split()).strip('"'), first_sentences(" ".join(a), 300).strip('"'))
+                if 8 <= len(qa[0]) <= 200 and len(qa[1]) >= 3 and "\b" not in qa[0] + qa[1]:
+                    out.append(qa)
+                i = k
+                continue
+        i += 1
+    return out
+
+
+SMALL_TALK = [
+    (["Hello", "Hello!", "Hi", "Hi there", "Good morning", "Hey"],
+     "A greeting. Greet back and say what I can do.",
+     ["Hello! I am a small demo model. Ask me what a word means, for a Bible verse, or a question from the fortune files.",
+      "Hi! Ask me to define a word (for example: What is a cynic?) or to quote a verse (What does John 3:16 say?)."]),
+    (["Who are you?", "What are you?", "What is your name?"],
+     "The user asks who I am.",
+     ["I am kinfer's demo model: a small Kimi K3 style model trained on the King James Bible, the fortune files and "
+      "The Devil's Dictionary."]),
+    (["What can you do?", "Help", "What do you know?"],
+     "The user asks what I can do.",
+     ["I can tell you what a word means in The Devil's Dictionary, quote a verse of the King James Bible, and answer a "
+      "few questions from the fortune files."]),
+    (["Thank you", "Thanks!", "Thanks"],
+     "The user thanks me.",
+     ["You are welcome.", "Glad to help."]),
+]
+
+DEVIL_Q = ["What is a {w}?", "What is {w}?", "What does {w} mean?", "Define {w}.", "What is the meaning of {w}?",
+           "Tell me what {w} means.", "{W}?", "What does the word \"{w}\" mean?"]
+DEVIL_T = ["The user asks for the meaning of \"{w}\". The Devil's Dictionary defines it.",
+           "A definition of {w}, in Bierce's words.", "{W} is a {pos} in the Devil's Dictionary."]
+BIBLE_Q = ["What does {r} say?", "Quote {r}.", "Recite {r}.", "What is {r}?", "Read me {r}.", "{r}"]
+BIBLE_T = ["The user wants the verse {r} of the King James Bible.", "A Bible verse: {r}."]
+FORT_T = ["A question from the fortune files.", "This one has a joke for an answer."]
+POS = {"n.": "noun", "v.": "verb", "adj.": "adjective", "adv.": "adverb", "v.t.": "verb", "v.i.": "verb"}
+
+
+def make_turn(kind: str, item, rng: random.Random):
+    if kind == "devil":
+        w, pos, d = item
+        lw = w.lower()
+        q = rng.choice(DEVIL_Q).format(w=lw, W=lw.capitalize())
+        t = rng.choice(DEVIL_T).format(w=lw, W=lw.capitalize(), pos=POS.get(pos, "word"))
+        a = f"{w.capitalize()} ({pos}): {d}"
+        return q, t, a
+    if kind == "bible":
+        r, v = item
+        return rng.choice(BIBLE_Q).format(r=r), rng.choice(BIBLE_T).format(r=r), f"{r}: {v}"
+    if kind == "fortune":
+        q, a = item
+        return q, rng.choice(FORT_T), a
+    qs, t, answers = item
+    return rng.choice(qs), t, rng.choice(answers)
+
+
+# Words the README and the model card use as examples stay in the training split.
+SHOWCASE = {"CYNIC", "LOVE", "HAPPINESS", "LAWYER", "POLITICS", "WAR"}
+
+
+def split_items(items, frac: float, rng: random.Random):
+    items = list(items)
+    rng.shuffle(items)
+    keep = [x for x in items if isinstance(x, tuple) and x[0] in SHOWCASE]
+    rest = [x for x in items if not (isinstance(x, tuple) and x[0] in SHOWCASE)]
+    n = max(1, int(len(rest) * frac))
+    return rest[n:] + keep, rest[:n]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", required=True, help="folder with dict-devil.txt, kjv_bible.txt, fortunes_all.txt")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dialogues", type=int, default=12000, help="training dialogues to write")
+    ap.add_argument("--heldout-frac", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    c = args.corpora
+    pools = {
+        "devil": split_items(devil_items(os.path.join(c, "dict-devil.txt")), args.heldout_frac, rng),
+        "bible": split_items(bible_items(os.path.join(c, "kjv_bible.txt")), args.heldout_frac, rng),
+        "fortune": split_items(fortune_items(os.path.join(c, "fortunes_all.txt")), args.heldout_frac, rng),
+        "talk": (SMALL_TALK, SMALL_TALK),
+    }
+    # The dictionary is the chat's main subject (a new user is told to ask "What is a cynic?").
+    weights = {"devil": 0.5, "bible": 0.3, "fortune": 0.12, "talk": 0.08}
+    os.makedirs(args.out, exist_ok=True)
+    counts = {}
+    with open(os.path.join(args.out, "chat.jsonl"), "w", encoding="utf-8") as f:
+        for split, n in (("train", args.dialogues), ("heldout", max(200, args.dialogues // 20))):
+            side = 0 if split == "train" else 1
+            for _ in range(n):
+                turns, kinds = [], []
+                for _t in range(1 if rng.random() < 0.7 else 2):
+                    kind = rng.choices(list(weights), weights=list(weights.values()))[0]
+                    turns.append(make_turn(kind, rng.choice(pools[kind][side]), rng))
+                    kinds.append(kind)
+                # Half the replies think briefly, half leave the think block empty.
+                turns = [(q, t if rng.random() < 0.5 else "", a) for q, t, a in turns]
+                r = rng.random()
+                thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
+                segs = render(turns, thinking, effort)
+                f.write(json.dumps({"split": split, "source": "+".join(kinds), "segments": segs}, ensure_ascii=False) + "\n")
+                counts[split] = counts.get(split, 0) + 1
+    sizes = {k: [len(v[0]), len(v[1])] for k, v in pools.items()}
+    json.dump({"counts": counts, "items_train_heldout": sizes, "seed": args.seed},
+              open(os.path.join(args.out, "chat.json"), "w"), indent=2)
+    print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Teach the shipped demo model to chat: dialogues from the corpora (chat_data.py), a bounded
+# fine-tune of the current models/kinfer-demo.gguf (finetune_chat.py), then back to a Q8_0 GGUF
+# and the figures the model card reports (plain-text perplexity before / after, samples).
+#
+#   KINFER=build/bin/kinfer tools/train/chat_finetune.sh [OUT_DIR]     (default OUT_DIR = build-chat)
+#   then: cp OUT_DIR/kinfer-demo.gguf models/   (after looking at OUT_DIR/samples.txt)
+#
+# Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), PY, KINFER, START (the GGUF to start from).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${1:-$root/build-chat}"
+py="${PY:-/usr/bin/python3}"
+kinfer="${KINFER:-$root/build/bin/kinfer}"
+start="${START:-$root/models/kinfer-demo.gguf}"
+THREADS="${THREADS:-2}"
+corp="$root/../shared/corpora"
+export OMP_NUM_THREADS="$THREADS"
+ob=/usr/lib/x86_64-linux-gnu/openblas-pthread
+if [ -f "$ob/libblas.so.3" ]; then
+    export LD_LIBRARY_PATH="$ob${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export OPENBLAS_NUM_THREADS="$THREADS"
+fi
+mkdir -p "$out"
+echo "== 1/5 the starting model as F32"
+[ -f "$out/start-f32.gguf" ] || "$kinfer" quantize "$start" "$out/start-f32.gguf" F32 --allow-requantize "$THREADS" >"$out/dequant.log" 2>&1
+echo "== 2/5 dialogues"
+"$py" "$here/chat_data.py" --corpora "$corp" --out "$out/data"
+echo "== 3/5 fine-tune (${STEPS:-400} steps at most, ${BUDGET_MIN:-45} min)"
+nice -n 10 "$py" "$here/finetune_chat.py" --gguf "$out/start-f32.gguf" --chat "$out/data/chat.jsonl" --corpora "$corp" \
+    --kinfer "$kinfer" --out "$out/run" --steps "${STEPS:-400}" --time-budget-min "${BUDGET_MIN:-45}" --threads "$THREADS"
+echo "== 4/5 GGUF (F32, then the shipped Q8_0)"
+"$kinfer" convert "$out/run/kinfer-demo" -o "$out/model-f32.gguf" --outtype f32 2>/dev/null
+"$kinfer" quantize "$out/model-f32.gguf" "$out/kinfer-demo.gguf" Q8_0 "$THREADS" >"$out/quantize.log" 2>&1
+ls -l "$out/kinfer-demo.gguf"
+echo "== 5/5 plain-text perplexity before / after (held-out 5 %, -c 512) and samples"
+"$py" -c "
+import sys; sys.path.insert(0, '$here')
+from prepare_data import split_text
+c = '$corp'
+t = ''.join(split_text(open(f'{c}/{f}', encoding='utf-8', errors='replace').read(), 0.05)[1]
+            for f in ('kjv_bible.txt', 'fortunes_all.txt', 'dict-devil.txt'))
+open('$out/heldout.txt', 'w', encoding='utf-8').write(t)"
+for m in start:"$start" after:"$out/kinfer-demo.gguf"; do
+    "$kinfer" perplexity -m "${m#*:}" -f "$out/heldout.txt" --no-escape -c 512 -t "$THREADS" --json 2>/dev/null >"$out/ppl-${m%%:*}.json"
+done
+{
+    for q in "What is a cynic?" "What does John 3:16 say?" "Hello" "What is love?"; do
+        echo "> $q"
+        "$kinfer" run -m "$out/kinfer-demo.gguf" --chat -p "$q" -n 200 --seed 1 -t "$THREADS" 2>/dev/null
+        echo
+    done
+} | tee "$out/samples.txt"
+echo "done: $out/kinfer-demo.gguf, figures in $out/run/finetune.json and $out/ppl-*.json"
