@@ -1,21 +1,65 @@
-// Helpers shared by the test suites: where the data lives, and a uniform "skipped" notice for
-// tests that need ../shared/golden (absent on a bare clone).
+// Helpers shared by the test suites: where the data lives, and how a case that cannot run says so.
+//
+// A case whose input is missing calls skip_case() (or have_golden(), which does it for
+// ../shared/golden): the case is then reported as *skipped*, not passed. The shared main
+// (test_main.cpp) prints "skipped: N of M test cases" at the end, writes one line per case to
+// $KINFER_TEST_REPORT_DIR/<executable>.tsv (ctest sets it; scripts/test.sh sums those files), and
+// exits 77 (ctest's SKIP_RETURN_CODE) when every case that ran was skipped.
+//
+// In CI (CI=true, or KINFER_REQUIRE_GOLDEN=1) ../shared and the packages of scripts/setup.sh
+// are there by definition, so a skip for a missing golden file or a missing required tool is a
+// failure instead. Skips for a missing CPU feature stay skips everywhere.
 #pragma once
 #include <doctest/doctest.h>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace kinfer::test {
 
-inline std::string golden(const std::string& rel) { return std::string(KINFER_GOLDEN_DIR) + "/" + rel; }
+// ../shared/golden as configured; KINFER_GOLDEN_DIR in the environment overrides it (point it at
+// an empty directory to see what a clone without ../shared runs and skips).
+inline std::string golden_dir() {
+    const char* e = std::getenv("KINFER_GOLDEN_DIR");
+    return e && *e ? e : KINFER_GOLDEN_DIR;
+}
+inline std::string golden(const std::string& rel) { return golden_dir() + "/" + rel; }
 inline std::string data(const std::string& rel) { return std::string(KINFER_TEST_DATA_DIR) + "/" + rel; }
 inline std::string kinfer_bin() { return KINFER_BIN; }
 
-// True when the golden file exists; otherwise prints one line saying what is skipped.
+// Why a case skipped: its golden input is missing, a tool scripts/setup.sh installs is missing,
+// or the machine lacks something (a CPU feature, a libm behaviour) no setup can provide.
+enum class SkipKind { golden, tool, machine };
+
+// Skips noted by the running test case; test_main.cpp's listener reads and clears it.
+struct SkipLog {
+    std::vector<std::pair<SkipKind, std::string>> current;
+};
+inline SkipLog& skip_log() {
+    static SkipLog log;
+    return log;
+}
+
+inline bool ci_requires_inputs() {
+    const char* ci = std::getenv("CI");
+    const char* req = std::getenv("KINFER_REQUIRE_GOLDEN");
+    return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
+}
+
+// Marks the running case skipped (in part or whole) and says why. In CI a golden or tool skip
+// fails the case.
+inline void skip_case(SkipKind kind, const std::string& why) {
+    skip_log().current.emplace_back(kind, why);
+    std::printf("SKIP: %s\n", why.c_str());
+    if (kind != SkipKind::machine && ci_requires_inputs()) FAIL_CHECK("CI must not skip: " << why);
+}
+
+// True when the golden file exists; otherwise marks the case skipped.
 inline bool have_golden(const std::string& rel) {
     if (std::filesystem::exists(golden(rel))) return true;
-    std::printf("SKIP: %s not found (needs ../shared/golden)\n", golden(rel).c_str());
+    skip_case(SkipKind::golden, golden(rel) + " not found (needs ../shared/golden)");
     return false;
 }
 

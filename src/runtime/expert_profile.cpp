@@ -24,9 +24,9 @@ void ExpertProfile::save(const std::string& path) const {
     write_text_file(path, "expert profile", [&](std::ostream& f) {
         f << "kinfer-expert-profile 1\nlayers " << n_layer << " experts " << n_expert << "\n";
         for (int l = 0; l < n_layer; ++l) {
-            uint64_t sum = 0;
-            for (int e = 0; e < n_expert; ++e) sum += get(l, e);
-            if (sum == 0) continue;
+            bool any = false;   // not a sum: counts may add up past 2^64
+            for (int e = 0; e < n_expert; ++e) any = any || get(l, e) != 0;
+            if (!any) continue;
             f << l;
             for (int e = 0; e < n_expert; ++e) f << ' ' << get(l, e);
             f << '\n';
@@ -49,8 +49,13 @@ ExpertProfile ExpertProfile::load(const std::string& path) {
         if (!(is >> w1 >> L >> w2 >> E) || w1 != "layers" || w2 != "experts" || L <= 0 || E <= 0 || L > 100000 ||
             E > 1000000)
             fail("expert profile '{}' line 2: expected 'layers L experts E', got '{}'", path, line);
+        // The counts are a dense L x E table sized from this line alone: bound it (2^24 units,
+        // 128 MiB; the largest Kimi models have under 10^5), not 8 * 10^11 bytes.
+        if (int64_t(L) * E > (int64_t(1) << 24))
+            fail("expert profile '{}' line 2: {} layers x {} experts is more than 2^24 counts", path, L, E);
     }
     ExpertProfile p(L, E);
+    uint64_t total = 0;
     while (next()) {
         if (line.empty()) continue;
         std::istringstream is(line);
@@ -59,6 +64,8 @@ ExpertProfile ExpertProfile::load(const std::string& path) {
         for (int e = 0; e < E; ++e) {
             uint64_t c = 0;
             if (!(is >> c)) fail("expert profile '{}' line {}: expected {} counts", path, lineno, E);
+            if (c > UINT64_MAX - total) fail("expert profile '{}' line {}: the counts add up past 2^64", path, lineno);
+            total += c;
             p.add(l, e, c);
         }
         std::string extra;

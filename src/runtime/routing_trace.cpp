@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/text_file.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -65,7 +66,9 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
             d != "tokens" || tr.n_layer_ <= 0 || tr.n_expert_ <= 0 || tr.k_ <= 0 || tr.k_ > tr.n_expert_ || T < 0 || T > (int64_t(1) << 32))
             fail("routing trace '{}': line 2: expected 'layers L experts E used K tokens T' with 0 < K <= E", path);
     }
-    tr.sel_.assign(size_t(T) * size_t(tr.n_layer_) * size_t(tr.k_), -1);
+    // Grown line by line: the header alone must not size the allocation (a three-line file saying
+    // "tokens 88888896" would take gigabytes before the first missing line is noticed).
+    tr.sel_.reserve(std::min<size_t>(size_t(T) * size_t(tr.n_layer_) * size_t(tr.k_), size_t(1) << 20));
     for (int64_t t = 0; t < T; ++t)
         for (int l = 0; l < tr.n_layer_; ++l) {
             if (!next()) fail("routing trace '{}': ends after line {}, expected token {} layer {}", path, lineno - 1, t, l);
@@ -77,7 +80,7 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
                 int64_t e = -1;
                 if (!(s >> e) || e < 0 || e >= tr.n_expert_)
                     fail("routing trace '{}': line {}: expected {} expert ids in 0..{}", path, lineno, tr.k_, tr.n_expert_ - 1);
-                tr.sel_[(size_t(t) * size_t(tr.n_layer_) + size_t(l)) * size_t(tr.k_) + size_t(i)] = int32_t(e);
+                tr.sel_.push_back(int32_t(e));   // in [token][layer][k] order
             }
         }
     return tr;

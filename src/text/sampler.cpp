@@ -10,7 +10,8 @@ namespace kinfer::text {
 
 Token argmax(const float* logits, size_t n) {
     size_t best = 0;
-    for (size_t i = 1; i < n; ++i)
+    while (best + 1 < n && std::isnan(logits[best])) ++best;   // a NaN is never the largest
+    for (size_t i = best + 1; i < n; ++i)
         if (logits[i] > logits[best]) best = i;
     return static_cast<Token>(best);
 }
@@ -119,7 +120,10 @@ Token Sampler::sample(const float* logits) {
             return argmax(logits, n_vocab_);
         std::vector<float> l(logits, logits + n_vocab_);
         apply_bias_and_penalties(l);
-        return argmax(l.data(), n_vocab_);
+        const Token t = argmax(l.data(), n_vocab_);
+        // Everything banned: the same fallback as the sampling path (filtered()).
+        if (std::isnan(l[size_t(t)]) || l[size_t(t)] == -INFINITY) return argmax(logits, n_vocab_);
+        return t;
     }
     const std::vector<Candidate> c = candidates(logits);
     // A uniform draw in [0, 1) from 24 raw bits of the generator, then the inverse CDF.

@@ -69,7 +69,7 @@ private:
 
 bool have_tmux() {
     if (run_command("command -v tmux").rc == 0) return true;
-    std::printf("SKIP: tmux not found; the terminal test of kinfer chat is skipped\n");
+    skip_case(SkipKind::tool, "tmux not found; the terminal test of kinfer chat is skipped");
     return false;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <unistd.h>
 
 using namespace kinfer::test;
@@ -33,12 +34,12 @@ json run_json(const std::string& model, const std::string& args) {
     return json::parse(r.out);
 }
 
-// Exactly one line, "kinfer: error: ...", and exit status 1.
-void expect_one_error(const std::string& cmd, const std::string& needle) {
+// Exactly one line, "kinfer: error: ...", and exit status rc (1: runtime error, 2: usage).
+void expect_one_error(const std::string& cmd, const std::string& needle, int rc = 1) {
     auto r = run_command(cmd);
     INFO(cmd);
     INFO(r.out);
-    CHECK(r.rc == 1);
+    CHECK(r.rc == rc);
     const auto lines = lines_of(r.out);
     REQUIRE(lines.size() == 1);
     CHECK(lines[0].rfind("kinfer: error: ", 0) == 0);
@@ -65,12 +66,30 @@ TEST_CASE("run: greedy ids equal llama.cpp's on the golden models") {
 }
 
 TEST_CASE("run: the same seed and settings give the same text") {
-    const std::string args = "-p 'Once upon a time' -n 12 --temp 0.9 --top-k 50 --top-p 0.9 --seed 1234 --repeat-penalty 1.1";
+    const std::string args = "-p 'Once upon a time' -n 12 --temp 0.9 --top-k 50 --top-p 0.9 --seed 1234 --repeat-penalty 1.1 --ignore-eos";
     const json a = run_json(kModels[0], args);
     const json b = run_json(kModels[0], args);
     CHECK(a.at("generated_ids") == b.at("generated_ids"));
     CHECK(a.at("text") == b.at("text"));
-    CHECK(a.at("generated_ids").size() + (a.at("stop_reason") == "eog" ? 1 : 0) >= 1);
+    CHECK(a.at("generated_ids").size() == 12);
+    CHECK(a.at("generated_tokens") == 12);
+}
+
+TEST_CASE("run: --seed and --temp change the picks (a CLI ignoring either fails here)") {
+    // All filters off, so the temperature alone shapes the distribution. On these random models
+    // the greedy picks have margins of 0.05 and more (p64.json): at --temp 0.01 sampling gives
+    // the greedy ids; at --temp 5 the distribution is nearly flat over 4352 tokens, so 24 draws
+    // are mostly distinct, differ from greedy, and differ between seeds.
+    const std::string base = "--prompt-ids " + quote(data("prompt64.ids.txt")) + " --ignore-eos -n 24 --top-k 0 --top-p 1 --min-p 0";
+    const auto ids = [&](const std::string& extra) { return run_json(kModels[1], base + " " + extra).at("generated_ids").get<std::vector<int>>(); };
+    const auto greedy = ids("--temp 0");
+    REQUIRE(greedy.size() == 24);
+    CHECK(ids("--temp 0.01 --seed 5") == greedy);
+    const auto hot5 = ids("--temp 5 --seed 5"), hot6 = ids("--temp 5 --seed 6");
+    CHECK(hot5 != greedy);
+    CHECK(hot5 != hot6);
+    CHECK(std::set<int>(hot5.begin(), hot5.end()).size() >= 16);
+    CHECK(ids("--temp 5 --seed 5") == hot5);
 }
 
 TEST_CASE("run: --json holds text, counts, timings and the stop reason") {
@@ -154,7 +173,7 @@ TEST_CASE("run: bad input gives one error line and exit status 1") {
     expect_one_error(bin + " run -m " + m + " -p hi -f /etc/hostname", "one way");
     expect_one_error(bin + " run -m " + m + " --prompt-ids /nonexistent/ids.txt", "/nonexistent/ids.txt");
     expect_one_error(bin + " run -m " + m + " -p hi --chat --think-effort extreme", "think-effort");
-    expect_one_error(bin + " run -m " + m + " -p hi stray", "stray");
+    expect_one_error(bin + " run -m " + m + " -p hi stray", "stray", 2);
     expect_one_error(bin + " run -m " + m + " -p ''", "empty");
     // No -m: the demo model when it is built, else a pointer to -m.
     if (!std::filesystem::exists(std::string(KINFER_SOURCE_DIR) + "/models/kinfer-demo.gguf"))

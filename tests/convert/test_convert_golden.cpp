@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -200,4 +201,24 @@ TEST_CASE("convert: --outtype Q4_K_M types tensors as llama-quantize would, expe
         if (ref->tensors()[p.src].type == quant::Type::MXFP4) CHECK(t.type == quant::Type::MXFP4);
         else CHECK(t.type == p.to);
     }
+    // Bytes, held to llama.cpp at one remove: the MXFP4 experts are llama.cpp's own conversion's
+    // (hf/gguf/hf-k3-tiny-bf16.gguf), every other tensor is what `kinfer quantize ... Q4_K_M`
+    // makes from the F32 conversion (the quantize tests hold that to llama-quantize's bytes).
+    if (!test::have_golden("hf/gguf/hf-k3-tiny-bf16.gguf")) return;
+    auto llama = gguf::File::open(test::golden("hf/gguf/hf-k3-tiny-bf16.gguf"));
+    const std::string requant = tmp.path + "/requant.gguf";
+    REQUIRE(std::system((test::kinfer_bin() + " quantize " + f32 + " " + requant + " Q4_K_M 2 --allow-requantize >/dev/null 2>&1").c_str()) == 0);
+    auto rq = gguf::File::open(requant);
+    int mxfp4 = 0, other = 0;
+    for (const auto& t : q->tensors()) {
+        CAPTURE(t.name);
+        const gguf::TensorInfo* w = t.type == quant::Type::MXFP4 ? llama->find_tensor(t.name) : rq->find_tensor(t.name);
+        REQUIRE(w != nullptr);
+        CHECK(w->type == t.type);
+        REQUIRE(w->nbytes == t.nbytes);
+        CHECK(std::memcmp(w->data, t.data, t.nbytes) == 0);
+        ++(t.type == quant::Type::MXFP4 ? mxfp4 : other);
+    }
+    CHECK(mxfp4 > 0);
+    CHECK(other > 0);
 }

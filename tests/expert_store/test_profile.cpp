@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdint>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 using namespace kinfer::runtime;
 
@@ -40,6 +43,28 @@ TEST_CASE("profile: malformed files name the file and line") {
     write("kinfer-expert-profile 1\nlayers 2 experts 3\n5 1 2 3\n");
     CHECK_THROWS_WITH(ExpertProfile::load(path), doctest::Contains("bad layer"));
     CHECK_THROWS_WITH(ExpertProfile::load(path + ".none"), doctest::Contains("cannot open"));
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("profile: counts past 2^64 and tables past 2^24 counts are refused; a layer is saved whatever its sum") {
+    // Found by fuzz_expert_profile: a layer whose counts wrapped to a zero sum was dropped by
+    // save() (the round trip lost it) and skipped by summarize().
+    const auto path = (std::filesystem::temp_directory_path() / "kinfer_es_overflow.txt").string();
+    std::ofstream(path) << "kinfer-expert-profile 1\nlayers 1 experts 2\n0 18446744073709551615 1\n";
+    CHECK_THROWS_WITH(ExpertProfile::load(path), doctest::Contains("line 3: the counts add up past 2^64"));
+    std::ofstream(path) << "kinfer-expert-profile 1\nlayers 2 experts 2\n0 18446744073709551615 0\n1 0 1\n";
+    CHECK_THROWS_WITH(ExpertProfile::load(path), doctest::Contains("line 4"));
+    // Also found by it: the header alone sized the count table (80123 x 3249 x 8 bytes = 2 GB
+    // from a 250-byte file; the limits allowed 800 GB).
+    std::ofstream(path) << "kinfer-expert-profile 1\nlayers 80123 experts 3249\n0 1\n";
+    CHECK_THROWS_WITH(ExpertProfile::load(path), doctest::Contains("more than 2^24 counts"));
+    ExpertProfile p(2, 2);
+    p.add(1, 0, UINT64_MAX);
+    p.add(1, 1, 1);   // wraps in memory (merging counts in a long run): still saved and read back
+    p.save(path);
+    std::ifstream f(path);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CHECK(text.find("\n1 18446744073709551615 1\n") != std::string::npos);
     std::filesystem::remove(path);
 }
 

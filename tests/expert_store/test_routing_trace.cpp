@@ -87,6 +87,9 @@ TEST_CASE("routing trace: malformed files name the file and line") {
     expect("kinfer-routing-trace 1\nlayers 1 experts 4 used 2 tokens 2\n0 0 1 2\n", "ends after line 3");
     expect("kinfer-routing-trace 1\nlayers 1 experts 4 used 2 tokens 1\n0 0 1 9\n", "line 3");
     expect("kinfer-routing-trace 1\nlayers 2 experts 4 used 2 tokens 1\n0 1 1 2\n", "line 3: expected token 0 layer 0");
+    // Found by fuzz_routing_trace: the header alone sized the selection array, so three lines
+    // claiming 2^32 tokens of 1000 layers asked for 137 TB (std::bad_alloc, not this message).
+    expect("kinfer-routing-trace 1\nlayers 1000 experts 8 used 8 tokens 4294967296\n0 0 0 1 2 3 4 5 6 7\n", "ends after line 3");
     CHECK_THROWS_WITH_AS(RoutingTrace::load(path + ".missing"), doctest::Contains("cannot open"), kinfer::Error);
     std::remove(path.c_str());
 }

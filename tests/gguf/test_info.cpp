@@ -142,7 +142,8 @@ TEST_CASE("info: the binary on every golden and shipped GGUF (--json)") {
 TEST_CASE("info: a missing or broken file gives one error line and exit code 1") {
     RunResult m = run_kinfer("info /nonexistent/model.gguf");
     CHECK(m.code == 1);
-    CHECK(m.err.rfind("kinfer: error: /nonexistent/model.gguf", 0) == 0);
+    CHECK(m.err.rfind("kinfer: error: ", 0) == 0);
+    CHECK(m.err.find("'/nonexistent/model.gguf': cannot open") != std::string::npos);
     CHECK(std::count(m.err.begin(), m.err.end(), '\n') == 1);
     CHECK(m.out.empty());
 

@@ -6,10 +6,14 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "quant/types.h"
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 using namespace kinfer::backend::cpu;
@@ -28,6 +32,7 @@ float float_of(uint32_t b) {
 }  // namespace
 
 TEST_CASE("tanh: bit-identical to the C library's tanhf") {
+    std::printf("tanh checked at ISA level %s\n", kinfer::quant::isa_name(kinfer::quant::active_isa()));
     // Every 331st bit pattern (13 M floats: all exponents, both signs, NaN / inf / denormals),
     // plus a dense run around each boundary of the vector path.
     std::vector<float> x;
@@ -58,6 +63,29 @@ TEST_CASE("tanh: bit-identical to the C library's tanhf") {
         CAPTURE(i);
         CHECK((bits_of(z[i]) == bits_of(want[i]) || (std::isnan(z[i]) && std::isnan(want[i]))));
     }
+}
+
+TEST_CASE("tanh: the check above passes at every ISA level this CPU has (KINFER_ISA, child processes)") {
+    // The level is chosen once per process, so each level runs the case above in a child with
+    // KINFER_ISA set; the child says which level it checked.
+    if (std::getenv("KINFER_TEST_CHILD")) return;
+    using kinfer::quant::Isa;
+    int levels = 0;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        if (!kinfer::quant::cpu_supports(isa)) {
+            kinfer::test::skip_case(kinfer::test::SkipKind::machine, std::string("CPU lacks ") + kinfer::quant::isa_name(isa));
+            continue;
+        }
+        const std::string name = kinfer::quant::isa_name(isa);
+        const auto r = kinfer::test::run_command("env -u KINFER_TEST_REPORT_DIR KINFER_TEST_CHILD=1 KINFER_ISA=" + name +
+                                                 " '" + std::filesystem::read_symlink("/proc/self/exe").string() +
+                                                 "' --force-colors=0 -tc='tanh: bit-identical*'");
+        INFO(r.out);
+        CHECK(r.rc == 0);
+        CHECK(r.out.find("tanh checked at ISA level " + name) != std::string::npos);
+        ++levels;
+    }
+    CHECK(levels >= 1);
 }
 
 namespace kinfer::backend::cpu {

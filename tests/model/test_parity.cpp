@@ -34,18 +34,31 @@ struct Bound {
 
 // Bit-level agreement needs the kernels of the golden build's level: llama.cpp ran with AVX-512,
 // and its AVX2 and AVX-512 builds compute SiLU's exp differently, so kinfer matches those logits
-// bit for bit only at its own AVX-512 level. At AVX2 (a CPU without AVX-512, or KINFER_ISA=avx2:
-// k3 Q8_0 max 0.374, p50 0.064, first event at 12; kl 0.064 / 0.036 / 3) and with the scalar
-// reference kernels the comparison is statistical from the first positions on: looser bounds.
-bool exact_kernels() { return kinfer::quant::active_isa() == kinfer::quant::Isa::avx512; }
-
+// bit for bit only at its own AVX-512 level. At AVX2 (a CPU without AVX-512, or KINFER_ISA=avx2,
+// which scripts/test.sh runs) and with the scalar reference kernels (KINFER_ISA=scalar) the
+// comparison is statistical from the first rounding event on, with bounds per model and type at
+// about 1.5x what each level measured (batch / decode, max |d|, p50, first event, argmax of 64):
+//   AVX2:   k3 Q8_0 0.374 / 0.064 / 12 / 62, Q4_K_M 0.175 / 0 / 45 / 63, MXFP4_MOE 0.305 / 0.076 / 12 / 63;
+//           kl Q8_0 0.064 / 0.036 / 3 / 64, Q4_K_M 0.088 / 0.060 / 12 / 64, MXFP4_MOE 0 (bit-identical).
+//   scalar: k3 Q8_0 0.569 / 0.073 / 3 / 62, Q4_K_M 0.175 / 2e-6 / 45 / 63, MXFP4_MOE as AVX2;
+//           kl Q8_0 0.086 / 0.058 / 19 / 63, Q4_K_M 0.100 / 0.059 / 22 / 64, MXFP4_MOE 0.207 / 0.056 / 19 / 64.
 Bound bound_for(const std::string& model, const std::string& quant) {
     const bool k3 = model.rfind("k3", 0) == 0;
     if (quant == "F32") return {1e-4, 1e-4, 64, 64, 0.01};
-    if (!exact_kernels()) return k3 ? Bound{0.6, 0.12, 2, 58, 0.1} : Bound{0.3, 0.1, 2, 60, 0.1};
-    if (quant == "Q8_0") return k3 ? Bound{0.1, 1e-4, 50, 63, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};
-    if (quant == "Q4_K_M") return k3 ? Bound{0.3, 1e-4, 40, 62, 0.05} : Bound{0.15, 0.1, 10, 63, 0.05};
-    return k3 ? Bound{0.05, 1e-4, 60, 64, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};   // MXFP4_MOE
+    const auto isa = kinfer::quant::active_isa();
+    if (isa == kinfer::quant::Isa::avx512) {
+        if (quant == "Q8_0") return k3 ? Bound{0.1, 1e-4, 50, 63, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};
+        if (quant == "Q4_K_M") return k3 ? Bound{0.3, 1e-4, 40, 62, 0.05} : Bound{0.15, 0.1, 10, 63, 0.05};
+        return k3 ? Bound{0.05, 1e-4, 60, 64, 0.05} : Bound{0.05, 1e-4, 60, 64, 0.05};   // MXFP4_MOE
+    }
+    const bool avx2 = isa == kinfer::quant::Isa::avx2;
+    if (quant == "Q8_0") {
+        if (k3) return avx2 ? Bound{0.56, 0.1, 10, 61, 0.1} : Bound{0.85, 0.11, 2, 61, 0.1};
+        return avx2 ? Bound{0.1, 0.055, 2, 63, 0.1} : Bound{0.13, 0.09, 15, 62, 0.1};
+    }
+    if (quant == "Q4_K_M") return k3 ? Bound{0.27, 1e-4, 40, 62, 0.1} : Bound{0.15, 0.09, 10, 63, 0.1};
+    if (k3) return Bound{0.46, 0.12, 10, 62, 0.1};   // MXFP4_MOE
+    return avx2 ? Bound{0.05, 1e-4, 60, 64, 0.05} : Bound{0.31, 0.085, 15, 63, 0.1};
 }
 
 void check_greedy(const std::vector<int32_t>& mine, const nlohmann::json& j, double soft_margin, const std::string& tag) {
@@ -143,13 +156,19 @@ TEST_CASE("parity: shipped Q4_K_M models (tests/data)") {
     for (const char* model : {"k3-tiny-a", "kl-tiny-a"}) {
         const std::string name = std::string(model) + "-Q4_K_M";
         auto m = model::Model::load(data("models/" + name + ".gguf"));
-        auto ref = read_f32(data("logits/" + name + "/p64.batch.f32"));
-        auto mine = eval_logits(*m, ids, true);
-        Diff d = compare(mine.data(), ref.data(), 64, V);
-        print_diff(name + " p64 batch (tests/data)", d);
         const Bound b = bound_for(model, "Q4_K_M");
-        CHECK(d.max_abs <= b.max_abs);
-        CHECK((d.first_over < 0 || d.first_over >= b.min_exact));
+        for (const char* mode : {"batch", "decode"}) {
+            auto ref = read_f32(data("logits/" + name + "/p64." + mode + ".f32"));
+            auto mine = eval_logits(*m, ids, std::string(mode) == "batch");
+            REQUIRE(mine.size() == ref.size());
+            Diff d = compare(mine.data(), ref.data(), 64, V);
+            print_diff(name + " p64 " + mode + " (tests/data)", d);
+            INFO(name << " " << mode);
+            CHECK(d.max_abs <= b.max_abs);
+            CHECK(d.p50_pos <= b.p50_pos);
+            CHECK((d.first_over < 0 || d.first_over >= b.min_exact));
+            CHECK(d.argmax_agree >= b.min_argmax);
+        }
         model::Session s(*m, {.n_ctx = 128, .n_threads = 2});
         check_greedy(greedy(s, ids, 32), read_json(data("logits/" + name + "/p64.json")), b.soft_margin, name);
     }

@@ -77,7 +77,7 @@ TEST_CASE("vec_dot: AVX2 and AVX-512 kernels equal the scalar reference within 1
     int compared = 0;
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
         if (!cpu_supports(isa)) {
-            MESSAGE("SKIP: CPU lacks ", std::string(isa_name(isa)));
+            kinfer::test::skip_case(kinfer::test::SkipKind::machine, "CPU lacks " + std::string(isa_name(isa)));
             continue;
         }
         for (Type w : kWeightTypes) {

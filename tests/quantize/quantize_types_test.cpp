@@ -1,12 +1,15 @@
-// Every file type `kinfer quantize` offers, on both tiny models: the output reads back, each
-// tensor has the planned type and shape, the metadata says the right file type, and every
-// converted tensor dequantizes close to the F32 original (a wiring check for all kernels; the
-// kernels' byte-exactness is tested in tests/quant).
+// Every file type `kinfer quantize` offers, on both tiny models: the output reads back, the
+// metadata says the right file type, and for each of llama-quantize's 19 file types every tensor
+// has the name, type, shape and bytes (sha256 prefix) llama-quantize gave it
+// (../shared/golden/quant/mixtures); the --pure runs and kinfer's two extra names are held to the
+// plan and every converted tensor dequantizes close to the F32 original.
 #include "cli/lib/quantize_plan.h"
+#include "convert/sha256.h"
 #include "quantize_util.h"
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 namespace fs = std::filesystem;
 using namespace kinfer;
@@ -44,7 +47,81 @@ std::vector<float> to_f32(const gguf::TensorInfo& t) {
     return v;
 }
 
+// One line of a mixture listing: name, ggml type id, shape (ne0 first, x-joined), sha256[0:16].
+struct GoldenTensor {
+    std::string name, shape, sha16;
+    uint32_t type = 0;
+};
+
+// llama-quantize's listing for <model>-<ftype>, empty when the type is not one of its 19.
+std::vector<GoldenTensor> golden_mixture(const std::string& model, const std::string& ftype) {
+    std::vector<GoldenTensor> r;
+    std::ifstream f(test::golden("quant/mixtures/" + model + "-" + ftype + ".tensors.tsv"));
+    std::string line;
+    while (std::getline(f, line)) {
+        std::istringstream ls(line);
+        GoldenTensor g;
+        std::string type;
+        if (std::getline(ls, g.name, '\t') && std::getline(ls, type, '\t') && std::getline(ls, g.shape, '\t') && std::getline(ls, g.sha16)) {
+            g.type = uint32_t(std::stoul(type));
+            r.push_back(g);
+        }
+    }
+    return r;
+}
+
+std::string shape_of(const gguf::TensorInfo& t) {
+    std::string s;
+    for (uint32_t d = 0; d < t.n_dims; ++d) s += (d ? "x" : "") + std::to_string(t.ne[d]);
+    return s;
+}
+
+constexpr const char* kLlamaQuantizeTypes[] = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                               "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M",
+                                               "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE"};
+
+bool is_llama_quantize_type(const std::string& t) {
+    for (const char* x : kLlamaQuantizeTypes)
+        if (t == x) return true;
+    return false;
+}
+
 }  // namespace
+
+TEST_CASE("quantize: the 19 mixtures are llama-quantize's, tensor by tensor (types and bytes)") {
+    int files = 0;
+    for (const char* m : {"k3-tiny-a", "kl-tiny-a"}) {
+        const std::string rel = std::string("llama.cpp/models/") + m + "-F32.gguf";
+        if (!test::have_golden(rel) || !test::have_golden(std::string("quant/mixtures/") + m + "-Q4_K_M.tensors.tsv")) return;
+        for (const char* tname : kLlamaQuantizeTypes) {
+            INFO(m << " " << tname);
+            const auto want = golden_mixture(m, tname);
+            REQUIRE(want.size() > 100);
+            const std::string out = tmp_dir() + "/mixture.gguf";
+            REQUIRE(run_quantize(test::golden(rel) + " " + out + " " + tname + " 2", "mixture") == 0);
+            auto f = gguf::File::open(out);
+            CHECK(f->get_int("general.file_type") == int64_t(*cli::ftype_from_name(tname)));
+            CHECK(f->get_int("general.quantization_version") == 2);
+            REQUIRE(f->tensors().size() == want.size());
+            int wrong = 0;
+            for (size_t i = 0; i < want.size(); ++i) {
+                const auto& t = f->tensors()[i];
+                const auto& w = want[i];
+                const std::string sha = test::sha256_hex(t.data, t.nbytes).substr(0, 16);
+                if (t.name != w.name || uint32_t(t.type) != w.type || shape_of(t) != w.shape || sha != w.sha16) {
+                    if (++wrong <= 5)
+                        CHECK_MESSAGE(false, "tensor " << i << ": " << t.name << " type " << uint32_t(t.type) << " " << shape_of(t) << " " << sha
+                                                       << " | llama-quantize: " << w.name << " type " << w.type << " " << w.shape << " " << w.sha16);
+                }
+            }
+            CHECK_MESSAGE(wrong == 0, wrong << " of " << want.size() << " tensors differ from llama-quantize's");
+            ++files;
+            f.reset();
+            fs::remove(out);
+        }
+    }
+    CHECK(files == 38);
+}
 
 TEST_CASE("quantize: every file type on both tiny models") {
     const char* const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S",
@@ -57,6 +134,7 @@ TEST_CASE("quantize: every file type on both tiny models") {
         for (const char* tname : types) {
             for (bool pure : {false, true}) {
                 if (pure && std::string(m) != "k3-tiny-a") continue;   // --pure once is enough; keeps the suite quick
+                if (!pure && is_llama_quantize_type(tname)) continue;  // held to llama-quantize's bytes above
                 INFO(m << " " << tname << (pure ? " --pure" : ""));
                 const auto ft = cli::ftype_from_name(tname);
                 REQUIRE(ft);

@@ -3,7 +3,7 @@
 # (k3-tiny-a, kl-tiny-a; prompts p64 and p700; tolerance 1e-3 max abs), plus chunked KDA ==
 # recurrent KDA and absorbed MLA == MHA MLA; then tools/train/selftest.py (tokenizer ids vs
 # llama.cpp, HF export round trip, Quantile-Balancing bias update). Prints one 'SKIP: ...' line and exits 0 when
-# Debian's python3-torch or ../shared/golden is missing.
+# Debian's python3-torch or ../shared/golden is missing (test_reference.cpp reports that as a skip, a failure in CI).
 #   tests/reference/run.sh [--quick]
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

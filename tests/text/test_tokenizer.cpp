@@ -165,8 +165,9 @@ TEST_CASE("GPT-2 byte mapping round-trips every byte") {
     CHECK(bytes_to_gpt2("a!") == "a!");
 }
 
-TEST_CASE("decode(encode(x)) == x on the corpora, and the encoder is fast") {
+TEST_CASE("decode(encode(x)) == x on the corpora (throughput printed)") {
     auto tok = gguf_tokenizer("k3");
+    double bytes = 0, secs = 0;
     for (const char* name : {"gpl-3.txt", "dict-devil.txt", "fortunes_all.txt", "kjv_bible.txt", "python311_docs_rst.txt"}) {
         const std::string rel = std::string("../corpora/") + name;
         if (!have_golden(rel)) continue;
@@ -175,9 +176,14 @@ TEST_CASE("decode(encode(x)) == x on the corpora, and the encoder is fast") {
         const auto ids = tok->encode(text, true);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("  %-24s %9zu bytes -> %8zu tokens, %.1f MB/s\n", name, text.size(), ids.size(), text.size() / 1e6 / s);
+        bytes += double(text.size());
+        secs += s;
         INFO(name);
         CHECK(tok->decode(ids) == text);
     }
+    // Throughput is printed for the log only: speed is measured by tools/bench, never by tests
+    // (README, Testing); a pathological slowdown still fails here through ctest's timeout.
+    if (secs > 0) std::printf("  encoder: %.1f MB/s over %.1f MB\n", bytes / 1e6 / secs, bytes / 1e6);
     // Invalid UTF-8 survives byte-level BPE.
     const std::string junk = "a\xff\xfe b\xc3 \xe4\xbd caf\xc3\xa9 \xf0\x9f\x98";
     CHECK(tok->decode(tok->encode(junk)) == junk);
