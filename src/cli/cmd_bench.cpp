@@ -109,7 +109,8 @@ int run_bench(const BenchArgs& a) {
     std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
     std::vector<int> threads = a.threads.empty() ? std::vector<int>{runtime::ThreadPool::default_threads()} : a.threads;
     std::mt19937 rng(1234);
-    model::SessionOptions so{.n_batch = a.batch};
+    model::SessionOptions so;
+    so.n_batch = a.batch;
     auto ex = cli::attach_experts(*m, a.experts, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;

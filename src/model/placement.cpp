@@ -2,6 +2,9 @@
 
 #include "common/error.h"
 #include "model/tensor_list.h"
+#include "runtime/expert_placement.h"
+
+#include <regex>
 
 namespace kinfer::model {
 
@@ -19,14 +22,19 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     output_ = o.n_gpu_layers >= L && dev ? dev : &bk.cpu();
     layer_.assign(size_t(L), &bk.cpu());
     experts_with_layer_.assign(size_t(L), true);
-    for (int il = L - ngl; il < L; ++il) {
-        layer_[size_t(il)] = dev;
+    for (int il = L - ngl; il < L; ++il) layer_[size_t(il)] = dev;
+    const gguf::File& f = m.file();
+    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+    apply_overrides(m, bk, o.overrides);
+    n_device_layers_ = 0;
+    for (int il = 0; il < L; ++il) {
+        const bool on_dev = layer_[size_t(il)] != &bk.cpu();
+        n_device_layers_ += on_dev;
         const bool experts_on_cpu = o.cpu_moe || il < o.n_cpu_moe;
-        experts_with_layer_[size_t(il)] = !o.expert_store && !experts_on_cpu;
+        // The store's tiers decide, whatever the layer's backend.
+        experts_with_layer_[size_t(il)] = !o.expert_store && !(on_dev && experts_on_cpu);
     }
-    if (o.expert_store)   // the store's tiers decide, whatever the layer's backend
-        for (int il = 0; il < L; ++il) experts_with_layer_[size_t(il)] = false;
-    if (ngl == 0) return;
+    if (n_device_layers_ == 0 && output_ == &bk.cpu()) return;
 
     // Copies bytes to dev and returns where they went.
     auto to_device = [&](const void* src, size_t bytes, const std::string& what) {
@@ -36,11 +44,11 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
         device_bytes_ += bytes;
         return b.ptr;
     };
-    const gguf::File& f = m.file();
-    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
     for_each_tensor(hp, has, [&](const TensorSpec& s) {
-        const bool on_dev = s.layer >= 0 ? layer_[size_t(s.layer)] == dev : output_ == dev && s.global_mat != &Weights::token_embd;
-        if (!on_dev) return;
+        backend::Backend* where = s.layer >= 0 ? layer_[size_t(s.layer)]
+                                  : s.global_mat == &Weights::token_embd ? &bk.cpu() : output_;
+        if (where == &bk.cpu()) return;
+        dev = where;
         const gguf::TensorInfo* t = f.find_tensor(s.name);
         if (!t) return;   // optional and absent: the weights say so already (nullptr)
         const bool expert_tensor = s.name.find("_exps.") != std::string::npos;
@@ -58,6 +66,60 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
             else w_.*(s.global_mat) = &c;
         }
     });
+}
+
+void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs) {
+    if (specs.empty()) return;
+    runtime::PlacementRules rules;
+    for (const std::string& s : specs) rules.add_override(s);   // checks the form and each regex
+    std::vector<std::pair<std::regex, backend::Backend*>> res;
+    for (const auto& [re, name] : rules.overrides) {
+        backend::Backend* b = bk.find(name);
+        if (!b) fail("-ot {}={}: no backend called '{}' (--list-devices shows them)", re, name, name);
+        res.emplace_back(std::regex(re), b);
+    }
+    const gguf::File& f = m.file();
+    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+    // Per layer (and for the output head): the backend the matched tensors name, and one
+    // matched and one unmatched tensor name for the error when a layer would be split.
+    struct Seen {
+        backend::Backend* to = nullptr;
+        std::string matched, unmatched;
+    };
+    std::vector<Seen> seen(layer_.size() + 1);   // the last one: the output head
+    for_each_tensor(m.hparams(), has, [&](const TensorSpec& s) {
+        if (!f.find_tensor(s.name) || s.name.find("_exps.") != std::string::npos) return;
+        backend::Backend* to = nullptr;
+        for (const auto& [re, b] : res)
+            if (std::regex_search(s.name, re)) {
+                to = b;
+                break;
+            }
+        if (s.layer < 0 && s.global_mat == &Weights::token_embd) {
+            if (to && to != &bk.cpu())
+                fail("-ot: {} stays on the CPU (the embedding gather reads it from the mapping)", s.name);
+            return;
+        }
+        Seen& e = seen[s.layer >= 0 ? size_t(s.layer) : layer_.size()];
+        if (!to) {
+            if (e.unmatched.empty()) e.unmatched = s.name;
+        } else {
+            if (e.to && e.to != to)
+                fail("-ot: {} and {} name different backends; kinfer runs a layer on one backend", e.matched, s.name);
+            e.to = to;
+            if (e.matched.empty()) e.matched = s.name;
+        }
+    });
+    for (size_t i = 0; i < seen.size(); ++i) {
+        const Seen& e = seen[i];
+        if (!e.to) continue;
+        if (!e.unmatched.empty())
+            fail("-ot: {} matches but {} does not; kinfer runs a layer on one backend, so match all of its "
+                 "non-expert tensors (e.g. 'blk\\.{}\\.={}') or none", e.matched, e.unmatched,
+                 i < layer_.size() ? std::to_string(i) : std::string("output"), e.to->name());
+        if (i < layer_.size()) layer_[i] = e.to;
+        else output_ = e.to;
+    }
 }
 
 Placement::~Placement() {

@@ -4,6 +4,11 @@
 //                 copied to the device and their ops run there; token_embd stays on the CPU;
 //   --cpu-moe     routed experts of every device layer stay in the mapping and run on the CPU;
 //   --n-cpu-moe N those of the first N layers do;
+//   -ot RE=DEV    a layer whose non-expert tensors match RE runs on DEV (CPU or a device name),
+//                 whatever -ngl says; output / output_norm likewise. A layer runs on one backend,
+//                 so RE must match all of a layer's dense tensors or none (else: an error that
+//                 says so). Routed-expert tensors matched by -ot are the expert store's business;
+//                 token_embd always stays on the CPU (the embedding gather reads the mapping).
 //   expert store  when one is used, it owns every routed expert's bytes (its tiers decide where
 //                 each expert runs), so no ffn_*_exps tensor is copied here.
 // The weights handed to the forward pass are a copy of the model's views whose device-layer
@@ -13,6 +18,7 @@
 #include "model/model.h"
 
 #include <deque>
+#include <string>
 #include <vector>
 
 namespace kinfer::model {
@@ -22,6 +28,7 @@ struct PlacementOptions {
     bool cpu_moe = false;
     int n_cpu_moe = 0;
     bool expert_store = false;     // routed experts come through the expert store
+    std::vector<std::string> overrides;   // -ot values: "REGEX=DEV[,REGEX=DEV...]", first match wins
 };
 
 class Placement {
@@ -42,6 +49,9 @@ public:
     int n_device_layers() const { return n_device_layers_; }
 
 private:
+    // -ot for the dense tensors: moves whole layers (and the output head) to the named backend.
+    void apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs);
+
     Weights w_;
     std::vector<backend::Backend*> layer_;
     std::vector<bool> experts_with_layer_;

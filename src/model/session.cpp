@@ -41,6 +41,7 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
     po.n_gpu_layers = opt_.n_gpu_layers;
     po.cpu_moe = opt_.cpu_moe;
     po.n_cpu_moe = opt_.n_cpu_moe;
+    po.overrides = opt_.overrides;
     po.expert_store = opt_.experts != nullptr;
     placement_ = std::make_unique<Placement>(model, *backends_, po);
     ws_.push_back(std::make_unique<backend::Workspace>(backends_->cpu()));

@@ -57,6 +57,7 @@ struct SessionOptions {
     int n_gpu_layers = 0;         // -ngl: the last N layers (and the output when N >= n_layer) on device 0
     bool cpu_moe = false;         // --cpu-moe: routed experts of device layers run on the CPU
     int n_cpu_moe = 0;            // --n-cpu-moe N: those of the first N layers do
+    std::vector<std::string> overrides{};   // -ot REGEX=DEV: whole layers to a backend (model/placement.h)
 };
 
 // Called after every layer with the residual stream of the chunk's n tokens ([n x n_embd], host

@@ -65,7 +65,8 @@ void add_expert_flags(App& app, ExpertFlags& f) {
     app.add_option("--expert-seed-fraction", f.seed_fraction, "share of each cache the profile seed may take")->group(g);
     app.add_flag("--cpu-moe", f.cpu_moe, "keep all routed experts on the CPU")->group(g);
     app.add_option("--n-cpu-moe", f.n_cpu_moe, "keep the routed experts of the first N layers on the CPU")->group(g);
-    app.add_option("--ot,--override-tensor", f.overrides, "REGEX=DEVICE placement of expert tensors (CPU or the device); llama.cpp's -ot")->group(g);
+    app.add_option("--ot,--override-tensor", f.overrides, "REGEX=DEVICE (CPU or a device name): expert tensors go to that tier; a layer whose other tensors match runs there "
+                   "(all of them or none); llama.cpp's -ot")->group(g);
     app.add_flag("--prefetch-next", f.prefetch_next, "speculatively fetch the next layer's experts one layer early")->group(g);
     app.add_flag("--verbose-experts", f.verbose, "print expert hit rates, traffic, stalls and the hottest experts")->group(g);
     app.add_option("--expert-cpu-gbps", f.cpu_gbps, "cost model: CPU GEMV bandwidth (0: always copy misses to the device)")->group(g);

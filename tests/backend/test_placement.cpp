@@ -5,6 +5,7 @@
 
 #include "backend/registry.h"
 #include "backend/sim_backend.h"
+#include "model/placement.h"
 #include "model/session.h"
 #include "runtime/expert_layout.h"
 #include "runtime/expert_store.h"
@@ -165,4 +166,40 @@ TEST_CASE("an error mid-forward leaves a session that refuses until reset, then 
     model::Session fresh(*m, so);
     fresh.prefill(std::span(ids).first(8));
     CHECK(std::memcmp(s.logits().data(), fresh.logits().data(), s.logits().size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("-ot moves whole layers between the CPU and the device; a split layer or an unknown backend is refused") {
+    auto m = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
+    const int L = m->hparams().n_layer;
+    REQUIRE(L >= 2);
+    const auto base = run(*m, {});
+    backend::Backends bk(2);
+    bk.add_device("sim:256MiB");
+    // -ngl all, then layer 1 back on the CPU: logits unchanged, one layer fewer on the device.
+    model::SessionOptions so;
+    so.backends = &bk, so.n_gpu_layers = L, so.overrides = {"blk\\.1\\.=CPU"};
+    CHECK(same(run(*m, so), base));
+    {
+        model::Session s(*m, so);
+        CHECK(s.placement().n_device_layers() == L - 1);
+        CHECK(&s.placement().layer(1) == &bk.cpu());
+        CHECK(&s.placement().layer(0) == bk.device(0));
+    }
+    // No -ngl: layer 0 and the output head to the device by name.
+    so.n_gpu_layers = 0, so.overrides = {"blk\\.0\\.=sim0,^output=sim0"};
+    CHECK(same(run(*m, so), base));
+    {
+        model::Session s(*m, so);
+        CHECK(s.placement().n_device_layers() == 1);
+        CHECK(&s.placement().output() == bk.device(0));
+    }
+    // Only the attention norm of layer 0: the layer would be split.
+    so.overrides = {"blk\\.0\\.attn_norm=sim0"};
+    CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("runs a layer on one backend"), Error);
+    so.overrides = {"blk\\.0\\.=cuda7"};
+    CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("no backend called 'cuda7'"), Error);
+    so.overrides = {"token_embd=sim0"};
+    CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("stays on the CPU"), Error);
+    so.overrides = {"blk\\.0\\.("};
+    CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("expected REGEX=DEVICE"), Error);
 }

@@ -38,6 +38,7 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     so.n_gpu_layers = ngl;
     so.cpu_moe = flags.cpu_moe;
     so.n_cpu_moe = flags.n_cpu_moe;
+    so.overrides = flags.overrides;
     return rd;
 }
 
