@@ -3,6 +3,7 @@
 // found it and both stdin and stdout are terminals, otherwise plain line reads.
 #include "cli/command.h"
 #include "cli/lib/chat_repl.h"
+#include "cli/lib/expert_session.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
@@ -132,6 +133,7 @@ int run_chat(GenArgs& args, bool dash) {
     so.n_ctx = args.n_ctx;
     so.n_batch = args.n_batch;
     so.n_threads = args.n_threads;
+    auto devices = attach_experts(*model, args.experts, so);
     model::Session session(*model, so);
     if (!habits().log_disable)
         std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld, seed %lld. /help for commands, Ctrl-D to quit.\n",
@@ -142,7 +144,9 @@ int run_chat(GenArgs& args, bool dash) {
     // a reply is generated it stops the reply.
     InterruptScope guard;
     auto reader = make_reader(interactive);
-    return repl.run(*reader);
+    const int rc = repl.run(*reader);
+    if (devices->experts) devices->experts->finish();   // --verbose-experts report, profile counts
+    return rc;
 }
 
 std::function<int()> setup_chat(CLI::App& app) {

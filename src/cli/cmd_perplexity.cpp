@@ -4,6 +4,7 @@
 // --kl-divergence-base the base model's log-probabilities are saved; a second run with
 // --kl-divergence compares another model against them.
 #include "cli/command.h"
+#include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
@@ -29,6 +30,7 @@ struct PplArgs {
     std::string model, file, kld_base;
     bool kld = false, json = false, no_escape = false;
     int64_t n_ctx = 512, n_batch = 512;
+    runtime::ExpertFlags experts;   // --device, -ngl, --cpu-moe, the expert store
     int chunks = -1, threads = 0;
 };
 
@@ -109,6 +111,7 @@ int run_perplexity(const PplArgs& a) {
     so.n_ctx = n_ctx;
     so.n_batch = a.n_batch;
     so.n_threads = a.threads;
+    auto devices = attach_experts(*model, a.experts, so);
     model::Session s(*model, so);
 
     std::unique_ptr<ppl::KldWriter> writer;
@@ -166,6 +169,7 @@ int run_perplexity(const PplArgs& a) {
     const double secs = seconds_since(t0);
     const double tps = double(n_chunk) * double(n_ctx) / secs;
     if (writer) writer->finish();
+    if (devices->experts) devices->experts->finish();
 
     nlohmann::json js;
     js["model"] = a.model;
@@ -241,6 +245,7 @@ int run_perplexity(const PplArgs& a) {
 KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL divergence", [](CLI::App& app) {
     auto a = std::make_shared<PplArgs>();
     app.add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    runtime::add_expert_flags(app, a->experts);
     app.add_option("-f,--file", a->file, "text to evaluate (one trailing newline dropped, escapes processed, as llama-perplexity does)");
     app.add_option("-c,--ctx-size", a->n_ctx, "window size in tokens; the second half of each window is scored")->capture_default_str()
         ->check(int_in(4, kMaxCtx));

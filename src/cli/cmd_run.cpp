@@ -2,6 +2,7 @@
 // optionally wrapped in the model's chat format (--chat); tokens stream to stdout as they come
 // and one timing line goes to stderr (or everything as one JSON object with --json).
 #include "cli/command.h"
+#include "cli/lib/expert_session.h"
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
@@ -91,6 +92,7 @@ int run(RunArgs& a, bool dash) {
     so.n_ctx = a.gen.n_ctx;
     so.n_batch = a.gen.n_batch;
     so.n_threads = a.gen.n_threads;
+    auto devices = attach_experts(*model, a.gen.experts, so);
     model::Session session(*model, so);
     text::Sampler sampler(sampler_params(a.gen), n_vocab);
     for (text::Token id : ids) sampler.accept(id);   // the penalties see the prompt too (llama.cpp does)
@@ -134,6 +136,7 @@ int run(RunArgs& a, bool dash) {
     });
     if (format) channels.flush();
     thinking_line.clear();
+    if (devices->experts) devices->experts->finish();
 
     if (a.json) {
         nlohmann::json j;

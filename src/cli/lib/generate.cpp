@@ -26,6 +26,7 @@ using text::Token;
 // ---- flags ----
 
 void add_generation_flags(CLI::App& app, GenArgs& a) {
+    runtime::add_expert_flags(app, a.experts);
     app.add_option("-m,--model", a.model, "GGUF model (default: the shipped demo model models/kinfer-demo.gguf)");
     app.add_option("-n,--n-predict", a.n_predict,
                    "tokens to generate; -1: until end of generation or a full context (chat: the context bounds it)")

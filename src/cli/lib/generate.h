@@ -4,6 +4,7 @@
 // Session::prefill -> logits -> Sampler -> StreamDecoder -> StopMatcher -> the caller's sink.
 #pragma once
 #include "model/session.h"
+#include "runtime/expert_flags.h"
 #include "text/chat_template.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
@@ -41,6 +42,7 @@ struct GenArgs {
     bool show_think = false;            // show the think channel (dimmed on a terminal)
     int64_t reasoning_budget = -1;      // --reasoning-budget: think tokens before the think block is closed; -1: no limit
     int debug_token_delay_ms = 0;       // hidden test hook: pause after each token (see GenLimits)
+    runtime::ExpertFlags experts;       // --device, -ngl, --cpu-moe, the expert store (cli/lib/expert_session.h)
 };
 
 // Declares the shared flags on a subcommand. `-sys TEXT` is llama.cpp's spelling, which CLI11
