@@ -37,6 +37,7 @@ struct Args {
     int threads = 0;
     bool pure = false, dry_run = false, allow_requantize = false, leave_output = false;
     std::string output_tensor_type, token_embedding_type;
+    int debug_tensor_delay_ms = 0;   // hidden test hook: pause after each tensor (the signal tests)
 };
 
 // ---- progress on a terminal ----
@@ -239,6 +240,7 @@ int run_quantize(const Args& a) {
     for (size_t i = 0; i < n; ++i) {
         const PlannedTensor& t = plan.tensors[i];
         const gguf::TensorInfo& src = src_tensors[t.src];
+        if (a.debug_tensor_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_tensor_delay_ms));
         progress.clear();
         std::printf("[%4zu/%4zu] %-36s - [%s], type = %6s, ", i + 1, n, t.name.c_str(), shape4(src.ne).c_str(),
                     quant::traits(t.from).name);
@@ -299,6 +301,8 @@ std::function<int()> setup_quantize(CLI::App& app) {
     auto a = std::make_shared<Args>();
     app.add_option("args", a->positional, "IN OUT TYPE [NTHREADS]  (TYPE: " + ftype_list() + ")")->required();
     app.add_option("-t,--threads", a->threads, "Threads (default: all cores; NTHREADS overrides)")->check(int_in(1, kMaxThreads));
+    app.add_option("--debug-tensor-delay", a->debug_tensor_delay_ms, "milliseconds to pause before each tensor")
+        ->group("")->check(int_in(0, 60000));
     app.add_flag("--pure", a->pure, "Every quantizable tensor gets the base type (no mixture rules)");
     app.add_flag("--dry-run", a->dry_run, "Print the per-tensor plan and the output size; write nothing");
     app.add_flag("--allow-requantize", a->allow_requantize, "Allow re-quantizing tensors that are already quantized");
