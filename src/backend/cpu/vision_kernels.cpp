@@ -77,26 +77,32 @@ void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, co
 void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, const float* v, float* o, int64_t n,
                  int64_t H, int64_t D, float scale) {
     const int64_t ld = H * D;
-    // As ggml without flash attention: per head, S = K Q^T and O = V^T S through the f32 matmul
-    // (f32 dot products), with a softmax over each query's row between them. Queries go in
-    // blocks so the score rows stay small for large images.
+    // As ggml without flash attention: per head, scores in f32, a softmax over each query's row
+    // (ggml's: max subtracted, sum in double), then O = V^T P through the f32 matmul. The scores
+    // are built key-parallel (s += q_i K^T[i], one AVX2 multiply-add row per dimension), which
+    // is what makes short heads (d = 24..72) fast. Queries go in blocks so the score rows stay
+    // small for large images.
     constexpr int64_t kBlock = 256;
-    std::vector<float> kh(static_cast<size_t>(n * D)), vt(static_cast<size_t>(D * n));
+    std::vector<float> kt(static_cast<size_t>(D * n)), vt(static_cast<size_t>(D * n));
     std::vector<float> sc(static_cast<size_t>(std::min(n, kBlock) * n));
     for (int64_t h = 0; h < H; ++h) {
         for (int64_t j = 0; j < n; ++j)
             for (int64_t i = 0; i < D; ++i) {
-                kh[size_t(j * D + i)] = k[j * ld + h * D + i];
+                kt[size_t(i * n + j)] = k[j * ld + h * D + i];
                 vt[size_t(i * n + j)] = v[j * ld + h * D + i];
             }
-        Mat Km{quant::Type::F32, D, n, reinterpret_cast<const uint8_t*>(kh.data()), size_t(D) * sizeof(float), 0, "K"};
         Mat Vt{quant::Type::F32, n, D, reinterpret_cast<const uint8_t*>(vt.data()), size_t(n) * sizeof(float), 0, "V"};
         for (int64_t q0 = 0; q0 < n; q0 += kBlock) {
             const int64_t b = std::min(kBlock, n - q0);
-            matmul(pool, Km, q + q0 * ld + h * D, b, sc.data(), ld, n);
             pool.parallel_for(b, [&](int64_t r0, int64_t r1, int) {
-                for (int64_t r = r0; r < r1; ++r) ops::softmax(sc.data() + r * n, n, scale);
-            }, 8);
+                for (int64_t r = r0; r < r1; ++r) {
+                    float* s = sc.data() + r * n;
+                    const float* qr = q + (q0 + r) * ld + h * D;
+                    std::fill_n(s, n, 0.0f);
+                    for (int64_t i = 0; i < D; ++i) mad_f32(s, kt.data() + i * n, qr[i], n);
+                    ops::softmax(s, n, scale);
+                }
+            }, 4);
             matmul(pool, Vt, sc.data(), b, o + q0 * ld + h * D, n, ld);
         }
     }
