@@ -37,7 +37,7 @@ void Backend::matmul_many(std::span<const std::pair<Mat, float*>> outs, const fl
     matmul_tasks({&in, 1}, tasks);
 }
 
-void Backend::gelu(float*, int64_t) { fail("backend {}: op gelu is not implemented", name()); }
+void Backend::gelu(float*, int64_t, bool) { fail("backend {}: op gelu is not implemented", name()); }
 void Backend::rope_2d(float*, int64_t, int64_t, int64_t, const int32_t*, const int32_t*, float, int64_t) {
     fail("backend {}: op rope_2d is not implemented", name());
 }

@@ -193,8 +193,9 @@ public:
     // ---- ops: the vision tower (src/vision) ----------------------------------------------------
     // Not pure: a backend that has not implemented them yet refuses with the op's name.
     // x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) the way ggml's CPU evaluates it: through
-    // a table of the f16 rounding of x for -10 < x < 10, x above, 0 below.
-    virtual void gelu(float* x, int64_t n);
+    // a table of the f16 rounding of x for -10 < x < 10, x above, 0 below. erf: the exact form
+    // 0.5 x (1 + erf(x / sqrt 2)) in float instead (PyTorch's nn.GELU(), the Moonshot rules).
+    virtual void gelu(float* x, int64_t n, bool erf = false);
     // 2-D rotary embedding of n rows of H heads of dim D (rows ld floats apart, 0: H*D): in each
     // head, dims [0, D/2) rotate by pos_x[t] and [D/2, D) by pos_y[t], adjacent pairs (2i, 2i+1)
     // with angle pos * theta^(-2i / (D/2)). pos_x, pos_y: host arrays of n.

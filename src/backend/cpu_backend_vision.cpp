@@ -4,9 +4,12 @@
 
 namespace kinfer::backend {
 
-void CpuBackend::gelu(float* x, int64_t n) {
+void CpuBackend::gelu(float* x, int64_t n, bool erf) {
     need_f32(x, n, "gelu", "x");
-    pool_->parallel_for(n, [&](int64_t b, int64_t e, int) { cpu::gelu(x + b, e - b); }, 4096);
+    pool_->parallel_for(n, [&](int64_t b, int64_t e, int) {
+        if (erf) cpu::gelu_erf(x + b, e - b);
+        else cpu::gelu(x + b, e - b);
+    }, 4096);
 }
 
 void CpuBackend::rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y,

@@ -46,6 +46,7 @@ struct EvalArgs {
     std::string model, tokens, logits_out, mode = "batch", kda = "recurrent", mla = "absorbed";
     std::string prompt_file, image_embd_out;   // -f: prompt text with <__media__> markers; --image-embd
     vision::ImagePromptArgs vision;
+    std::string image_rules = "llama.cpp";
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int dump_layer = -1;
@@ -68,7 +69,9 @@ int run_eval(const EvalArgs& a) {
     if (a.tokens.empty()) {
         auto tok = text::Tokenizer::from_gguf(model->file());
         backend::CpuBackend vision_be(a.threads);
-        media = vision::prepare_image_prompt(a.vision, prompt, *tok, hp.n_embd, vision_be);
+        vision::ImagePromptArgs va = a.vision;
+        va.tower.moonshot_rules = a.image_rules == "moonshot";
+        media = vision::prepare_image_prompt(va, prompt, *tok, hp.n_embd, vision_be);
         ids.assign(size_t(media->n_positions), 0);   // sizes the context; the chunks are what runs
     } else {
         ids = read_ids(a.tokens);
@@ -166,6 +169,10 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("-f,--file", a->prompt_file, "prompt text file, special tokens parsed; <__media__> marks where an --image goes");
     app.add_option("--mmproj", a->vision.mmproj, "vision projector GGUF (llama.cpp's mmproj) for --image");
     app.add_option("--image", a->vision.images, "image file for the next <__media__> marker of -f (repeatable, in order)");
+    app.add_option("--image-rules", a->image_rules,
+                   "llama.cpp (default: mtmd's kimik3 preprocessing and numerics) or moonshot (Moonshot's own: no upscaling, "
+                   "bicubic, right/bottom padding, alpha on a chessboard, tower eps 2^-7, erf GELU, image wrapper tokens; docs/vision.md)")
+        ->check(CLI::IsMember({"llama.cpp", "moonshot"}));
     app.add_option("--image-embd", a->image_embd_out, "write the images' embeddings here, float32 [tokens x n_embd], images in order");
     app.add_option("--logits", a->logits_out, "write float32 logits [n_tokens x n_vocab] here");
     app.add_option("--mode", a->mode, "batch (one prefill) or decode (token by token)")->check(CLI::IsMember({"batch", "decode"}));

@@ -25,6 +25,7 @@ struct RunArgs {
     std::string prompt, prompt_file, prompt_ids;
     bool prompt_given = false, chat = false, json = false, print_ids = false;
     vision::ImagePromptArgs vision;   // --mmproj, --image
+    std::string image_rules = "llama.cpp";
 };
 
 std::string read_stdin() {
@@ -93,6 +94,7 @@ int run(RunArgs& a, bool dash) {
         if (!a.prompt_ids.empty()) usage_fail("--image needs a text prompt (-p, -f or stdin), not --prompt-ids");
         backend::CpuBackend vision_be(a.gen.n_threads);
         a.vision.verbose = !habits().log_disable;
+        a.vision.tower.moonshot_rules = a.image_rules == "moonshot";
         media = vision::prepare_image_prompt(a.vision, prompt, *tok, model->hparams().n_embd, vision_be);
         ids = media->text_tokens();
     }
@@ -203,6 +205,10 @@ std::function<int()> setup_run(CLI::App& app) {
     app.add_option("--mmproj", a->vision.mmproj, "vision projector GGUF (llama.cpp's mmproj) for --image");
     app.add_option("--image", a->vision.images,
                    "image file for the next <__media__> marker of the prompt (repeatable, in order; no marker: before the prompt)");
+    app.add_option("--image-rules", a->image_rules,
+                   "llama.cpp (default: mtmd's kimik3 preprocessing and numerics) or moonshot (Moonshot's own: no upscaling, "
+                   "bicubic, right/bottom padding, alpha on a chessboard, tower eps 2^-7, erf GELU, image wrapper tokens; docs/vision.md)")
+        ->check(CLI::IsMember({"llama.cpp", "moonshot"}));
     app.add_flag("--json", a->json, "print one JSON object (text, token counts, timings, stop reason) instead of the text");
     app.add_flag("--print-ids", a->print_ids, "print the generated token ids instead of the text");
     // Debug: feed token ids directly (parity tests against llama.cpp's greedy runs).

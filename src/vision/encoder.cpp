@@ -1,6 +1,7 @@
 #include "vision/encoder.h"
 
 #include "common/error.h"
+#include "vision/moonshot_rules.h"
 #include "vision/projector.h"
 
 #include <chrono>
@@ -8,12 +9,17 @@
 namespace kinfer::vision {
 
 ImageEncoder::ImageEncoder(const Mmproj& mm, TowerOptions opt)
-    : mm_(mm), opt_(opt), ws_(std::make_unique<backend::Workspace>(mm.backend())) {}
+    : mm_(mm), opt_(opt), ws_(std::make_unique<backend::Workspace>(mm.backend())) {
+    if (opt_.moonshot_rules) {
+        opt_.tower_eps = kMoonshotTowerEps;
+        opt_.erf_gelu_projector = true;
+    }
+}
 
 ImageEncoder::~ImageEncoder() = default;
 
 EncodedImage ImageEncoder::encode_file(const std::string& path, const StageHook& hook) {
-    const Image img = load_image_file(path);
+    const Image img = load_image_file(path, /*keep_alpha=*/opt_.moonshot_rules);
     return encode(img, path, hook);
 }
 
@@ -23,7 +29,7 @@ EncodedImage ImageEncoder::encode(const Image& rgb, const std::string& name, con
     EncodedImage out;
     out.name = name;
     out.src_w = rgb.w, out.src_h = rgb.h;
-    out.canvas = make_canvas(rgb, hp.pre, name);
+    out.canvas = opt_.moonshot_rules ? make_canvas_moonshot(rgb, hp.pre, name) : make_canvas(rgb, hp.pre, name);
     const Image& cv = out.canvas.img;
     out.gw = cv.w / hp.pre.patch, out.gh = cv.h / hp.pre.patch;
     if (int64_t(out.gw) * out.gh < kMinPatches)

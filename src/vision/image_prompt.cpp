@@ -21,7 +21,7 @@ std::vector<int32_t> ImagePrompt::text_tokens() const {
 ImagePrompt prepare_image_prompt(const ImagePromptArgs& a, std::string_view prompt, const text::Tokenizer& tok,
                                  int64_t text_n_embd, backend::Backend& be) {
     ImagePrompt p;
-    p.chunks = layout_media_prompt(tok, prompt, a.images.size());
+    p.chunks = layout_media_prompt(tok, prompt, a.images.size(), a.tower.moonshot_rules);
     if (!a.images.empty()) {
         if (a.mmproj.empty()) fail("--image needs the vision projector: pass --mmproj FILE");
         auto mm = Mmproj::load(a.mmproj, be);

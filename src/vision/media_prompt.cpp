@@ -4,7 +4,8 @@
 
 namespace kinfer::vision {
 
-std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images) {
+std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images,
+                                             bool moonshot_wrapper) {
     std::string with_markers;
     size_t markers = 0;
     for (size_t at = prompt.find(kMediaMarker); at != std::string_view::npos; at = prompt.find(kMediaMarker, at + kMediaMarker.size()))
@@ -21,6 +22,14 @@ std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::st
     const text::Token end = n_images ? tok.find("<|media_end|>") : text::kNoToken;
     if (n_images && (begin == text::kNoToken || end == text::kNoToken))
         fail("the model's vocabulary has no <|media_begin|> / <|media_end|> tokens: it cannot take images");
+    std::vector<text::Token> opening{begin};
+    if (moonshot_wrapper && n_images) {
+        const text::Token content = tok.find("<|media_content|>");
+        if (content == text::kNoToken) fail("the model's vocabulary has no <|media_content|> token (--image-rules moonshot)");
+        const auto word = tok.encode("image", /*parse_special=*/false);
+        opening.insert(opening.end(), word.begin(), word.end());
+        opening.push_back(content);
+    }
 
     std::vector<PromptChunk> chunks;
     size_t pos = 0;
@@ -33,7 +42,7 @@ std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::st
         if (after_image) t.tokens.push_back(end);
         auto ids = tok.encode(piece, /*parse_special=*/true);
         t.tokens.insert(t.tokens.end(), ids.begin(), ids.end());
-        if (at != std::string_view::npos) t.tokens.push_back(begin);
+        if (at != std::string_view::npos) t.tokens.insert(t.tokens.end(), opening.begin(), opening.end());
         if (!t.tokens.empty()) chunks.push_back(std::move(t));
         if (at == std::string_view::npos) break;
         PromptChunk im;

@@ -26,7 +26,10 @@ struct PromptChunk {
 
 // Splits and tokenizes; throws kinfer::Error when the markers and n_images disagree or the
 // vocabulary lacks the media tokens.
-std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images);
+// moonshot_wrapper: Moonshot's serving form, <|media_begin|> image <|media_content|> [rows]
+// <|media_end|>, instead of mtmd's bare <|media_begin|> [rows] <|media_end|>.
+std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images,
+                                             bool moonshot_wrapper = false);
 
 // Evaluates the chunks in order, one prefill per chunk (text tokens, or the image's rows through
 // Session::prefill_embd); images[k] is [rows x n_embd]. all_logits (optional) gets every

@@ -28,8 +28,7 @@ float* project_tokens(const Mmproj& mm, backend::Workspace& ws, const float* vit
     emit_stage(hook, be, "pixel_shuffle", m, n_tok, M);
     float* a = ws.get(size_t(n_tok * M));
     be.matmul(mm.mm1(), m, n_tok, a);
-    if (opt.erf_gelu_projector) fail("vision: the erf GELU of the Moonshot rules is not available on this build");
-    be.gelu(a, n_tok * M);
+    be.gelu(a, n_tok * M, opt.erf_gelu_projector);
     float* y = ws.get(size_t(n_tok * D));
     be.matmul(mm.mm2(), a, n_tok, y);
     emit_stage(hook, be, "proj_mlp_out", y, n_tok, D);

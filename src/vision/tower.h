@@ -22,6 +22,8 @@ using StageHook = std::function<void(const std::string& stage, const float* x, i
 struct TowerOptions {
     float tower_eps = 0;          // 0: the file's layer_norm_epsilon
     bool erf_gelu_projector = false;
+    // Every Moonshot rule of moonshot_rules.h (the encoder then sets the two above itself).
+    bool moonshot_rules = false;
 };
 
 // The learned grid [in_h][in_w][C] resampled to [out_h][out_w][C]: bilinear with half-pixel

@@ -47,6 +47,11 @@ void gelu(float* x, int64_t n) {
     }
 }
 
+void gelu_erf(float* x, int64_t n) {
+    constexpr float kInvSqrt2 = 0.70710678118654752440f;
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
 void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y, float theta,
              int64_t ld) {
     const int64_t half = D / 2;
