@@ -3,12 +3,15 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "quant/fp16.h"
+#include "quant/types.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace kinfer::backend::cpu {
+
+void softmax_row_avx2(float* x, int64_t n, float scale);   // vision_softmax_avx2.cpp
 
 namespace {
 
@@ -83,11 +86,12 @@ void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, cons
                  int64_t H, int64_t D, float scale) {
     const int64_t ld = H * D;
     // As ggml without flash attention: per head, scores in f32, a softmax over each query's row
-    // (ggml's: max subtracted, sum in double), then O = V^T P through the f32 matmul. The scores
+    // (ggml's: max subtracted, its vector exp on AVX2 machines, sum in double), then O = V^T P through the f32 matmul. The scores
     // are built key-parallel (s += q_i K^T[i], one AVX2 multiply-add row per dimension), which
     // is what makes short heads (d = 24..72) fast. Queries go in blocks so the score rows stay
     // small for large images.
     constexpr int64_t kBlock = 256;
+    static const bool simd = quant::active_isa() != quant::Isa::scalar;   // AVX2 or better
     std::vector<float> kt(static_cast<size_t>(D * n)), vt(static_cast<size_t>(D * n));
     std::vector<float> sc(static_cast<size_t>(std::min(n, kBlock) * n));
     for (int64_t h = 0; h < H; ++h) {
@@ -105,7 +109,8 @@ void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, cons
                     const float* qr = q + (q0 + r) * ld + h * D;
                     std::fill_n(s, n, 0.0f);
                     for (int64_t i = 0; i < D; ++i) mad_f32(s, kt.data() + i * n, qr[i], n);
-                    ops::softmax(s, n, scale);
+                    if (simd) softmax_row_avx2(s, n, scale);
+                    else ops::softmax(s, n, scale);
                 }
             }, 4);
             matmul(pool, Vt, sc.data(), b, o + q0 * ld + h * D, n, ld);
