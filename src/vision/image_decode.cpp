@@ -24,6 +24,40 @@ struct StbFree {
     void operator()(unsigned char* p) const { stbi_image_free(p); }
 };
 
+// The size a PNG, GIF, BMP or JPEG header claims, read without stb: stb's probe refuses an
+// absurd size without saying so (later format probes overwrite its reason), and the message
+// should name the size.
+bool header_size(std::span<const uint8_t> b, int64_t& w, int64_t& h) {
+    auto be32 = [&](size_t i) { return int64_t(b[i]) << 24 | int64_t(b[i + 1]) << 16 | int64_t(b[i + 2]) << 8 | b[i + 3]; };
+    auto le32 = [&](size_t i) { return int64_t(int32_t(uint32_t(b[i]) | uint32_t(b[i + 1]) << 8 | uint32_t(b[i + 2]) << 16 | uint32_t(b[i + 3]) << 24)); };
+    if (b.size() >= 24 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0 && std::memcmp(b.data() + 12, "IHDR", 4) == 0) {
+        w = be32(16), h = be32(20);
+        return true;
+    }
+    if (b.size() >= 10 && std::memcmp(b.data(), "GIF8", 4) == 0) {
+        w = b[6] | b[7] << 8, h = b[8] | b[9] << 8;
+        return true;
+    }
+    if (b.size() >= 26 && b[0] == 'B' && b[1] == 'M') {
+        w = le32(18), h = le32(22);
+        if (h < 0) h = -h;   // top-down rows
+        return true;
+    }
+    if (b.size() >= 4 && b[0] == 0xFF && b[1] == 0xD8) {   // JPEG: walk the segments to a SOFn
+        size_t i = 2;
+        while (i + 9 < b.size() && b[i] == 0xFF) {
+            const uint8_t m = b[i + 1];
+            const size_t len = size_t(b[i + 2]) << 8 | b[i + 3];
+            if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+                h = int64_t(b[i + 5]) << 8 | b[i + 6], w = int64_t(b[i + 7]) << 8 | b[i + 8];
+                return true;
+            }
+            i += 2 + len;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 
 Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool keep_alpha, int64_t max_pixels) {
@@ -33,8 +67,15 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool
     const int len = int(bytes.size());
     // Read the header first: the size is checked before stb allocates the pixels.
     int w = 0, h = 0, comp = 0;
-    if (!stbi_info_from_memory(data, len, &w, &h, &comp))
+    if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
+        int64_t hw = 0, hh = 0;
+        if (header_size(bytes, hw, hh)) {
+            if (hw <= 0 || hh <= 0) fail("{}: the header says the image is {} x {} pixels", name, hw, hh);
+            if (hw * hh > max_pixels)
+                fail("{}: {} x {} pixels is larger than the {} pixels kinfer accepts", name, hw, hh, max_pixels);
+        }
         fail("{}: not an image kinfer can read (PNG, JPEG, BMP, GIF, ...): {}", name, stbi_failure_reason());
+    }
     if (w <= 0 || h <= 0) fail("{}: the image is {} x {} pixels", name, w, h);
     if (int64_t(w) * int64_t(h) > max_pixels)
         fail("{}: {} x {} pixels is larger than the {} pixels kinfer accepts", name, w, h, max_pixels);

@@ -19,8 +19,8 @@ struct Image {
     uint8_t at(int x, int y, int c) const { return px[(size_t(y) * size_t(w) + size_t(x)) * size_t(channels) + size_t(c)]; }
 };
 
-// The largest image accepted: 2^26 pixels (8192 x 8192), so a forged header (100000 x 100000)
-// is refused before anything is allocated for it.
+// The largest image accepted: 2^26 pixels (8192 x 8192 or any other shape of that area), so a
+// forged header (100000 x 100000) is refused before anything is allocated for it.
 constexpr int64_t kMaxImagePixels = int64_t(1) << 26;
 
 // Decodes an image held in memory; `name` is used in error messages. keep_alpha: return RGBA

@@ -4,8 +4,8 @@
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_NO_STDIO
 #define STBI_FAILURE_USERMSG
-// stb rejects any side above this before allocating; image_decode.cpp also caps the pixel count.
-#define STBI_MAX_DIMENSIONS (1 << 16)
+// stb's own side limit (2^24) stays: stbi_info then reports a forged 100000 x 100000 header as
+// such, and image_decode.cpp refuses it by its pixel count before anything is allocated.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wall"
 #pragma GCC diagnostic ignored "-Wextra"

@@ -91,6 +91,8 @@ TEST_CASE("vision: bad images are refused with one line naming the file") {
         CHECK(msg.find(path) != std::string::npos);
         CHECK(msg.find('\n') == std::string::npos);
     }
+    CHECK(error_of([&] { vision::load_image_file(t.dir.string() + "/huge.png"); }).find("100000 x 100000 pixels is larger") !=
+          std::string::npos);
     CHECK(error_of([&] { vision::load_image_file(t.dir.string()); }).find("not a regular file") != std::string::npos);
     CHECK(error_of([&] { vision::load_image_file((t.dir / "missing.png").string()); }).find("missing.png") != std::string::npos);
     // The good one passes, and a 2 x 2 image is upscaled like any other.
