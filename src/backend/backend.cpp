@@ -37,6 +37,14 @@ void Backend::matmul_many(std::span<const std::pair<Mat, float*>> outs, const fl
     matmul_tasks({&in, 1}, tasks);
 }
 
+void Backend::gelu(float*, int64_t, bool) { fail("backend {}: op gelu is not implemented", name()); }
+void Backend::rope_2d(float*, int64_t, int64_t, int64_t, const int32_t*, const int32_t*, float, int64_t) {
+    fail("backend {}: op rope_2d is not implemented", name());
+}
+void Backend::attend_full(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t, float) {
+    fail("backend {}: op attend_full is not implemented", name());
+}
+
 void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, size_t bytes) {
     if (&dst_be == &src_be) return dst_be.copy(dst, src, bytes);
     if (src_be.host_memory() && !dst_be.host_memory()) return dst_be.upload(dst, src, bytes);

@@ -189,6 +189,22 @@ public:
     // their RMS-normalised rows against w. stack: a host array of m backend pointers [n x d].
     virtual void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,
                               int64_t n, int64_t d, float eps) = 0;
+
+    // ---- ops: the vision tower (src/vision) ----------------------------------------------------
+    // Not pure: a backend that has not implemented them yet refuses with the op's name.
+    // x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) the way ggml's CPU evaluates it: through
+    // a table of the f16 rounding of x for -10 < x < 10, x above, 0 below. erf: the exact form
+    // 0.5 x (1 + erf(x / sqrt 2)) in float instead (PyTorch's nn.GELU(), the Moonshot rules).
+    virtual void gelu(float* x, int64_t n, bool erf = false);
+    // 2-D rotary embedding of n rows of H heads of dim D (rows ld floats apart, 0: H*D): in each
+    // head, dims [0, D/2) rotate by pos_x[t] and [D/2, D) by pos_y[t], adjacent pairs (2i, 2i+1)
+    // with angle pos * theta^(-2i / (D/2)). pos_x, pos_y: host arrays of n.
+    virtual void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y,
+                         float theta, int64_t ld = 0);
+    // Full (non-causal) attention over n rows: o[t][h] = sum_j softmax_j(scale q[t][h].k[j][h]) v[j][h];
+    // q, k, v, o are [n][H*D].
+    virtual void attend_full(const float* q, const float* k, const float* v, float* o, int64_t n, int64_t H, int64_t D,
+                             float scale);
 };
 
 // Copies bytes between two backends' memory (staging through the host when neither is host).

@@ -63,6 +63,11 @@ public:
     void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) override;
     void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out, int64_t n,
                       int64_t d, float eps) override;
+    void gelu(float* x, int64_t n, bool erf) override;
+    void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y, float theta,
+                 int64_t ld) override;
+    void attend_full(const float* q, const float* k, const float* v, float* o, int64_t n, int64_t H, int64_t D,
+                     float scale) override;
 
 protected:
     // Throws kinfer::Error naming this backend, the op and the argument when [p, p + bytes) is

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "convert/converter.h"
+#include "convert/mmproj_convert.h"
 
 namespace {
 
@@ -41,7 +42,7 @@ void apply_quantize_plan(convert::Plan& plan, const std::string& arch, int n_lay
 
 std::function<int()> setup(CLI::App& app) {
     struct Args {
-        std::string dir, out, outtype = "f16";
+        std::string dir, out, outtype = "f16", mmproj;
         bool dry_run = false, no_progress = false;
     };
     auto a = std::make_shared<Args>();
@@ -52,6 +53,9 @@ std::function<int()> setup(CLI::App& app) {
                    "f32, f16, bf16, q8_0 or auto (exactly as llama.cpp's converter), or a llama-quantize type "
                    "(Q4_K_M, Q6_K, ...); MXFP4 experts stay MXFP4")
         ->capture_default_str();
+    app.add_option("--mmproj", a->mmproj,
+                   "also write the vision tower + projector as llama.cpp's mmproj GGUF here (K3 with a vision tower; "
+                   "f32, f16 or bf16); without -o only this file is written");
     app.add_flag("--dry-run", a->dry_run, "Print the metadata and tensor plan with sizes; write nothing");
     app.add_flag("--no-progress", a->no_progress, "No progress bar");
     return [a] {
@@ -74,9 +78,19 @@ std::function<int()> setup(CLI::App& app) {
             fail("convert: unknown --outtype '{}' (expected f32, f16, bf16, q8_0, auto or one of {})", a->outtype,
                  cli::ftype_list());
         }
-        if (!a->dry_run && a->out.empty()) fail("convert: -o OUT.gguf is required (or --dry-run)");
-        if (!a->dry_run) check_output_path(a->out, "convert: -o");   // before reading a 600 GB checkpoint
-        convert::convert_checkpoint(o);
+        if (!a->dry_run && a->out.empty() && a->mmproj.empty()) fail("convert: -o OUT.gguf is required (or --dry-run)");
+        if (!a->dry_run && !a->out.empty()) check_output_path(a->out, "convert: -o");   // before reading a 600 GB checkpoint
+        if (!a->mmproj.empty()) {
+            check_output_path(a->mmproj, "convert: --mmproj");
+            if (a->mmproj == a->out) fail("convert: --mmproj and -o name the same file");
+            if (a->dry_run) fail("convert: --mmproj has no --dry-run");
+        }
+        if (a->dry_run || !a->out.empty()) convert::convert_checkpoint(o);
+        if (!a->mmproj.empty() && !a->dry_run) {
+            // The projector keeps f32 for quantized text outtypes (llama.cpp quantizes mmproj files apart).
+            const bool plain = !o.retype && (o.outtype == convert::OutType::F16 || o.outtype == convert::OutType::BF16);
+            convert::convert_mmproj(a->dir, a->mmproj, plain ? o.outtype : convert::OutType::F32);
+        }
         return 0;
     };
 }

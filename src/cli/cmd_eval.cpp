@@ -1,20 +1,25 @@
 // kinfer eval: evaluate token ids and write raw float32 logits, for parity checks against
 // llama.cpp (tests/model, ../shared/golden/llama.cpp/logits) and for bisecting a divergence
 // layer by layer (--dump-layer / --dump-layers).
+#include "backend/cpu_backend.h"
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/prompt_text.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/layer_stats.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
+#include "text/tokenizer.h"
+#include "vision/image_prompt.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 namespace kinfer::cli {
 
@@ -39,6 +44,9 @@ int32_t argmax(const std::vector<float>& x) {
 
 struct EvalArgs {
     std::string model, tokens, logits_out, mode = "batch", kda = "recurrent", mla = "absorbed";
+    std::string prompt_file, image_embd_out;   // -f: prompt text with <__media__> markers; --image-embd
+    vision::ImagePromptArgs vision;
+    std::string image_rules = "llama.cpp";
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int dump_layer = -1;
@@ -50,9 +58,24 @@ struct EvalArgs {
 int run_eval(const EvalArgs& a) {
     check_input_file(a.model, "eval: model");
     if (!a.logits_out.empty()) check_output_path(a.logits_out, "eval: --logits");
+    if (!a.image_embd_out.empty()) check_output_path(a.image_embd_out, "eval: --image-embd");
+    if (a.tokens.empty() == a.prompt_file.empty()) usage_fail("eval: give the input one way: --tokens FILE or -f PROMPT.txt");
+    if (!a.vision.images.empty() && a.prompt_file.empty()) usage_fail("eval: --image needs -f PROMPT.txt");
+    const std::string prompt = a.prompt_file.empty() ? std::string() : read_text_file(a.prompt_file);
     auto model = model::Model::load(a.model);
     const auto& hp = model->hparams();
-    auto ids = read_ids(a.tokens);
+    std::vector<int32_t> ids;
+    std::optional<vision::ImagePrompt> media;   // -f: text chunks and encoded images
+    if (a.tokens.empty()) {
+        auto tok = text::Tokenizer::from_gguf(model->file());
+        backend::CpuBackend vision_be(a.threads);
+        vision::ImagePromptArgs va = a.vision;
+        va.tower.moonshot_rules = a.image_rules == "moonshot";
+        media = vision::prepare_image_prompt(va, prompt, *tok, hp.n_embd, vision_be);
+        ids.assign(size_t(media->n_positions), 0);   // sizes the context; the chunks are what runs
+    } else {
+        ids = read_ids(a.tokens);
+    }
     model::SessionOptions so;
     so.n_threads = a.threads;
     so.n_batch = a.batch;
@@ -75,7 +98,23 @@ int run_eval(const EvalArgs& a) {
 
     auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits;
-    if (a.mode == "batch") {
+    if (media) {
+        const auto rows = media->rows();
+        if (a.mode == "batch") {
+            vision::prefill_chunks(s, media->chunks, rows, &logits);
+        } else {
+            // One position at a time: a token, or one embedding row.
+            logits.reserve(ids.size() * size_t(hp.n_vocab));
+            for (const auto& c : media->chunks) {
+                const int64_t n = c.is_image() ? media->images[size_t(c.image)].n_tokens : int64_t(c.tokens.size());
+                for (int64_t i = 0; i < n; ++i) {
+                    if (c.is_image()) s.prefill_embd(rows[size_t(c.image)].subspan(size_t(i * hp.n_embd), size_t(hp.n_embd)));
+                    else s.decode(c.tokens[size_t(i)]);
+                    logits.insert(logits.end(), s.logits().begin(), s.logits().end());
+                }
+            }
+        }
+    } else if (a.mode == "batch") {
         s.prefill(ids, &logits);
     } else if (a.mode == "decode") {
         logits.reserve(ids.size() * size_t(hp.n_vocab));
@@ -94,6 +133,14 @@ int run_eval(const EvalArgs& a) {
         TempFile f(a.logits_out);
         if (std::fwrite(logits.data(), sizeof(float), logits.size(), f.file()) != logits.size())
             fail("writing '{}' failed", f.temp_path());
+        f.commit();
+    }
+
+    if (!a.image_embd_out.empty()) {
+        TempFile f(a.image_embd_out);
+        for (const auto& im : media ? media->images : std::vector<vision::EncodedImage>{})
+            if (std::fwrite(im.embd.data(), sizeof(float), im.embd.size(), f.file()) != im.embd.size())
+                fail("writing '{}' failed", f.temp_path());
         f.commit();
     }
 
@@ -118,7 +165,15 @@ int run_eval(const EvalArgs& a) {
 KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI::App& app) {
     auto a = std::make_shared<EvalArgs>();
     app.add_option("-m,--model", a->model, "GGUF model")->required();
-    app.add_option("--tokens", a->tokens, "file of whitespace-separated token ids")->required();
+    app.add_option("--tokens", a->tokens, "file of whitespace-separated token ids (or -f)");
+    app.add_option("-f,--file", a->prompt_file, "prompt text file, special tokens parsed; <__media__> marks where an --image goes");
+    app.add_option("--mmproj", a->vision.mmproj, "vision projector GGUF (llama.cpp's mmproj) for --image");
+    app.add_option("--image", a->vision.images, "image file for the next <__media__> marker of -f (repeatable, in order)");
+    app.add_option("--image-rules", a->image_rules,
+                   "llama.cpp (default: mtmd's kimik3 preprocessing and numerics) or moonshot (Moonshot's own: no upscaling, "
+                   "bicubic, right/bottom padding, alpha on a chessboard, tower eps 2^-7, erf GELU, image wrapper tokens; docs/vision.md)")
+        ->check(CLI::IsMember({"llama.cpp", "moonshot"}));
+    app.add_option("--image-embd", a->image_embd_out, "write the images' embeddings here, float32 [tokens x n_embd], images in order");
     app.add_option("--logits", a->logits_out, "write float32 logits [n_tokens x n_vocab] here");
     app.add_option("--mode", a->mode, "batch (one prefill) or decode (token by token)")->check(CLI::IsMember({"batch", "decode"}));
     app.add_option("-t,--threads", a->threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));

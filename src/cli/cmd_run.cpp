@@ -1,13 +1,16 @@
 // kinfer run: one-shot generation. The prompt comes from -p, -f, or stdin (`-` or a pipe),
 // optionally wrapped in the model's chat format (--chat); tokens stream to stdout as they come
 // and one timing line goes to stderr (or everything as one JSON object with --json).
+#include "backend/cpu_backend.h"
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
+#include "vision/image_prompt.h"
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -22,6 +25,8 @@ struct RunArgs {
     GenArgs gen;
     std::string prompt, prompt_file, prompt_ids;
     bool prompt_given = false, chat = false, json = false, print_ids = false;
+    vision::ImagePromptArgs vision;   // --mmproj, --image
+    std::string image_rules = "llama.cpp";
 };
 
 std::string read_stdin() {
@@ -84,9 +89,20 @@ int run(RunArgs& a, bool dash) {
         }
         ids = tok->encode(prompt, /*parse_special=*/true);
     }
-    if (ids.empty()) fail("the prompt is empty");
-    if (int64_t(ids.size()) >= a.gen.n_ctx)
-        fail("the prompt is {} tokens, which leaves no room in the context of {} tokens (-c)", ids.size(), a.gen.n_ctx);
+    // Images: encoded now, placed at the prompt's <__media__> markers (vision/media_prompt.h).
+    std::optional<vision::ImagePrompt> media;
+    if (!a.vision.images.empty()) {
+        if (!a.prompt_ids.empty()) usage_fail("--image needs a text prompt (-p, -f or stdin), not --prompt-ids");
+        backend::CpuBackend vision_be(a.gen.n_threads);
+        a.vision.verbose = !habits().log_disable;
+        a.vision.tower.moonshot_rules = a.image_rules == "moonshot";
+        media = vision::prepare_image_prompt(a.vision, prompt, *tok, model->hparams().n_embd, vision_be);
+        ids = media->text_tokens();
+    }
+    const int64_t n_prompt = media ? media->n_positions : int64_t(ids.size());
+    if (n_prompt == 0) fail("the prompt is empty");
+    if (n_prompt >= a.gen.n_ctx)
+        fail("the prompt is {} tokens, which leaves no room in the context of {} tokens (-c)", n_prompt, a.gen.n_ctx);
 
     model::SessionOptions so;
     so.n_ctx = a.gen.n_ctx;
@@ -129,7 +145,14 @@ int run(RunArgs& a, bool dash) {
 
     Timings t;
     t.seed = a.gen.sampling.seed;
-    prefill_chunked(session, ids, t);
+    if (media) {
+        const auto t0 = std::chrono::steady_clock::now();
+        vision::prefill_chunks(session, media->chunks, media->rows());
+        t.prompt_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        t.n_prompt += n_prompt;
+    } else {
+        prefill_chunked(session, ids, t);
+    }
     const GenResult r = generate(session, sampler, *tok, lim, t, [&](std::string_view s) {
         if (format) channels.push(s);
         else if (stream) write_out(s);
@@ -182,6 +205,13 @@ std::function<int()> setup_run(CLI::App& app) {
     app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
     app.add_option("-f,--file", a->prompt_file, "read the prompt from a file (its bytes as they are, like stdin)");
     app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat format");
+    app.add_option("--mmproj", a->vision.mmproj, "vision projector GGUF (llama.cpp's mmproj) for --image");
+    app.add_option("--image", a->vision.images,
+                   "image file for the next <__media__> marker of the prompt (repeatable, in order; no marker: before the prompt)");
+    app.add_option("--image-rules", a->image_rules,
+                   "llama.cpp (default: mtmd's kimik3 preprocessing and numerics) or moonshot (Moonshot's own: no upscaling, "
+                   "bicubic, right/bottom padding, alpha on a chessboard, tower eps 2^-7, erf GELU, image wrapper tokens; docs/vision.md)")
+        ->check(CLI::IsMember({"llama.cpp", "moonshot"}));
     app.add_flag("--json", a->json, "print one JSON object (text, token counts, timings, stop reason) instead of the text");
     app.add_flag("--print-ids", a->print_ids, "print the generated token ids instead of the text");
     // Debug: feed token ids directly (parity tests against llama.cpp's greedy runs).

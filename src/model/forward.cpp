@@ -138,6 +138,15 @@ Residual embed(const FwdEnv& env, const int32_t* tokens) {
     return r;
 }
 
+Residual embed_rows(const FwdEnv& env, const float* host_rows) {
+    backend::Backend& be = env.pl.embed();
+    Residual r;
+    r.be = &be, r.n = env.n, r.d = env.hp.n_embd;
+    r.p = env.ws_of(be).get(size_t(r.n * r.d));
+    be.upload(r.p, host_rows, size_t(r.n * r.d) * sizeof(float));
+    return r;
+}
+
 void forward_layers(const FwdEnv& env, int first, int last, Residual& r, const LayerHook& hook) {
     const int bs = env.hp.attn_res_block_size;
     for (int il = first; il < last; ++il) {

@@ -28,6 +28,8 @@ struct Residual {
 
 // The embedding of n tokens as a fresh residual on the placement's embedding backend.
 Residual embed(const FwdEnv& env, const int32_t* tokens);
+// The same from embedding rows [n x d] in host memory (an image's rows), copied to that backend.
+Residual embed_rows(const FwdEnv& env, const float* host_rows);
 // Layers [first, last) on r, each on its placed backend (r moves as needed); hook after each.
 void forward_layers(const FwdEnv& env, int first, int last, Residual& r, const LayerHook& hook);
 // The final stream h [n x d] (before output_norm) on the output backend: K3 mixes it out of

@@ -90,7 +90,7 @@ size_t Session::state_bytes() const {
     return b;
 }
 
-void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all) {
+void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all, const float* embd) {
     const HParams& hp = model_.hparams();
     if (!failure_.empty())
         fail("this session is unusable after an earlier error ({}); reset it or load a saved state", failure_);
@@ -99,7 +99,7 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     for (auto& w : ws_) w->reset();
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
     try {
-        Residual r = embed(env, tokens);
+        Residual r = embd ? embed_rows(env, embd) : embed(env, tokens);
         forward_layers(env, 0, hp.n_layer, r, on_layer);
         float* h = final_stream(env, r, on_layer);
 
@@ -120,7 +120,8 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
         throw;
     }
     n_past_ += n;
-    tokens_.insert(tokens_.end(), tokens, tokens + n);
+    if (embd) tokens_.insert(tokens_.end(), size_t(n), -1);
+    else tokens_.insert(tokens_.end(), tokens, tokens + n);
 }
 
 void Session::prefill(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
@@ -137,5 +138,21 @@ void Session::prefill(std::span<const int32_t> tokens, std::vector<float>* all_l
 }
 
 void Session::decode(int32_t token) { forward(&token, 1, false, nullptr); }
+
+void Session::prefill_embd(std::span<const float> rows, std::vector<float>* all_logits) {
+    const int64_t V = model_.hparams().n_vocab, d = model_.hparams().n_embd;
+    if (rows.size() % size_t(d)) fail("embedding rows: {} floats is not a whole number of {}-wide rows", rows.size(), d);
+    const int64_t n_rows = int64_t(rows.size()) / d;
+    size_t base = 0;
+    if (all_logits) {
+        base = all_logits->size();
+        all_logits->resize(base + size_t(n_rows * V));
+    }
+    for (int64_t i = 0; i < n_rows; i += opt_.n_batch) {
+        const int64_t n = std::min<int64_t>(opt_.n_batch, n_rows - i);
+        forward(nullptr, n, all_logits != nullptr, all_logits ? all_logits->data() + base + size_t(i * V) : nullptr,
+                rows.data() + i * d);
+    }
+}
 
 }  // namespace kinfer::model

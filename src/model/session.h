@@ -76,6 +76,10 @@ public:
     void prefill(std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
     // One token through the decode path (matvecs, KDA recurrence, absorbed MLA).
     void decode(int32_t token);
+    // Evaluates rows of input embeddings instead of token ids (an image's rows from the vision
+    // encoder; [n x n_embd], host memory) after the current position, in chunks of n_batch, like
+    // prefill. They are recorded in tokens() as id -1.
+    void prefill_embd(std::span<const float> rows, std::vector<float>* all_logits = nullptr);
 
     const std::vector<float>& logits() const { return logits_; }   // last evaluated position
     int64_t n_past() const { return n_past_; }
@@ -115,9 +119,9 @@ public:
     std::vector<LayerState>& layer_states() { return states_; }
 
 private:
-    // Runs n tokens at positions n_past_.. through the model; writes the logits of every row
-    // (want_all) or of the last one.
-    void forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all);
+    // Runs n tokens (or n embedding rows, when embd is given) at positions n_past_.. through the
+    // model; writes the logits of every row (want_all) or of the last one.
+    void forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all, const float* embd = nullptr);
     void clear_states();
 
     const Model& model_;

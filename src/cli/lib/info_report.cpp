@@ -1,4 +1,5 @@
 #include "cli/lib/info_report.h"
+#include "vision/mmproj_info.h"
 
 #include <fmt/format.h>
 
@@ -245,6 +246,7 @@ json info_report(const gguf::File& f, const InfoOptions& opt) {
             "(the HF reference uses 1e-6 there) and kinfer does the same for parity",
             f.find(arch + ".attention.layer_norm_rms_epsilon")->as_float()));
     r["notes"] = notes;
+    if (arch == "clip") r["vision"] = vision::describe_mmproj(f);   // a vision projector (mmproj)
 
     // Tokenizer.
     {
@@ -405,6 +407,11 @@ std::string info_text(const json& r) {
         line(fmt::format("  {:<36} {} ({} KDA, {} MLA)", "layer kinds", ks, n_kda, kinds.size() - n_kda));
     }
     for (const auto& n : r["notes"]) line("  note: " + n.get<std::string>());
+    if (r.contains("vision")) {
+        line("");
+        line("vision projector (mmproj):");
+        o += vision::describe_mmproj_text(r["vision"]);
+    }
 
     line("");
     const auto& t = r["tokenizer"];

@@ -1,0 +1,121 @@
+#include "backend/cpu/vision_kernels.h"
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "quant/fp16.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kinfer::backend::cpu {
+
+void softmax_row_avx2(float* x, int64_t n, float scale);   // vision_softmax_avx2.cpp
+
+namespace {
+
+// GELU, tanh form, in float as the ggml build that made the table computes it: saturated
+// outside (-10, 10), and 1 + a x^2 as one fused multiply-add (the compiler contracts it there;
+// with a separate multiply and add one entry, x = -1.999, rounds the other way).
+float gelu_tanh_f32(float x) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    constexpr float kCoefA = 0.044715f;
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f)));
+}
+
+std::vector<uint16_t> build_gelu_table() {
+    std::vector<uint16_t> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i)
+        t[i] = quant::fp32_to_fp16(gelu_tanh_f32(quant::fp16_to_fp32(quant::fp16_t(i))));
+    return t;
+}
+
+}  // namespace
+
+const uint16_t* gelu_f16_table() {
+    static const std::vector<uint16_t> table = build_gelu_table();
+    return table.data();
+}
+
+void gelu(float* x, int64_t n) {
+    const uint16_t* t = gelu_f16_table();
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        if (v <= -10.0f) x[i] = 0.0f;
+        else if (v >= 10.0f) x[i] = v;
+        else x[i] = quant::fp16_to_fp32(t[quant::fp32_to_fp16(v)]);
+    }
+}
+
+void gelu_erf(float* x, int64_t n) {
+    constexpr float kInvSqrt2 = 0.70710678118654752440f;
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
+void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y, float theta,
+             int64_t ld) {
+    const int64_t half = D / 2;
+    // ggml's rope cache: the angle starts at pos and is multiplied by theta^(-2 / n_dims) per pair.
+    const float step = std::pow(theta, -2.0f / float(half));
+    std::vector<float> cs(static_cast<size_t>(half));   // cos, sin per pair of one half
+    for (int64_t t = 0; t < n; ++t) {
+        for (int part = 0; part < 2; ++part) {
+            float a = float(part == 0 ? pos_x[t] : pos_y[t]);
+            for (int64_t i = 0; i < half / 2; ++i) {
+                cs[size_t(2 * i)] = std::cos(a);
+                cs[size_t(2 * i + 1)] = std::sin(a);
+                a *= step;
+            }
+            for (int64_t h = 0; h < H; ++h) {
+                float* v = x + t * ld + h * D + part * half;
+                for (int64_t i = 0; i < half / 2; ++i) {
+                    const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
+                    const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                    v[2 * i] = x0 * c - x1 * s;
+                    v[2 * i + 1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, const float* v, float* o, int64_t n,
+                 int64_t H, int64_t D, float scale) {
+    const int64_t ld = H * D;
+    // As ggml without flash attention: per head, scores in f32, a softmax over each query's row
+    // (ggml's: max subtracted, its vector exp on AVX2 machines, sum in double), then O = V^T P through the f32 matmul. The scores
+    // are built key-parallel (s += q_i K^T[i], one AVX2 multiply-add row per dimension), which
+    // is what makes short heads (d = 24..72) fast. Queries go in blocks so the score rows stay
+    // small for large images.
+    constexpr int64_t kBlock = 256;
+    static const bool simd = quant::active_isa() != quant::Isa::scalar;   // AVX2 or better
+    std::vector<float> kt(static_cast<size_t>(D * n)), vt(static_cast<size_t>(D * n));
+    std::vector<float> sc(static_cast<size_t>(std::min(n, kBlock) * n));
+    for (int64_t h = 0; h < H; ++h) {
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t i = 0; i < D; ++i) {
+                kt[size_t(i * n + j)] = k[j * ld + h * D + i];
+                vt[size_t(i * n + j)] = v[j * ld + h * D + i];
+            }
+        Mat Vt{quant::Type::F32, n, D, reinterpret_cast<const uint8_t*>(vt.data()), size_t(n) * sizeof(float), 0, "V"};
+        for (int64_t q0 = 0; q0 < n; q0 += kBlock) {
+            const int64_t b = std::min(kBlock, n - q0);
+            pool.parallel_for(b, [&](int64_t r0, int64_t r1, int) {
+                for (int64_t r = r0; r < r1; ++r) {
+                    float* s = sc.data() + r * n;
+                    const float* qr = q + (q0 + r) * ld + h * D;
+                    std::fill_n(s, n, 0.0f);
+                    for (int64_t i = 0; i < D; ++i) mad_f32(s, kt.data() + i * n, qr[i], n);
+                    if (simd) softmax_row_avx2(s, n, scale);
+                    else ops::softmax(s, n, scale);
+                }
+            }, 4);
+            matmul(pool, Vt, sc.data(), b, o + q0 * ld + h * D, n, ld);
+        }
+    }
+}
+
+}  // namespace kinfer::backend::cpu
