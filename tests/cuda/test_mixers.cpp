@@ -1,0 +1,97 @@
+// The mixer kernels (kda.cu, mla.cu) in CPU mode against the CPU backend's ops.
+//  - KDA recurrent: same operations in the same order per state row; only the dot products'
+//    summation order differs (lanes and a butterfly vs the CPU's), so state and outputs agree
+//    to 2e-5 of max(1, |value|) after several tokens.
+//  - MLA absorbed: the kernel sums exp * c unnormalised per piece of positions and rescales
+//    when it combines the pieces; the CPU normalises first. 1e-5 relative + 1e-6 absolute.
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+
+#include <cmath>
+
+using namespace kinfer;
+using kinfer::cuda::testing::check_close;
+using kinfer::cuda::testing::cpu;
+using kinfer::cuda::testing::randn;
+
+namespace {
+
+void l2_rows(std::vector<float>& x, int64_t D) {
+    for (size_t r = 0; r < x.size() / size_t(D); ++r) {
+        double s = 0;
+        for (int64_t i = 0; i < D; ++i) s += double(x[r * size_t(D) + size_t(i)]) * x[r * size_t(D) + size_t(i)];
+        for (int64_t i = 0; i < D; ++i) x[r * size_t(D) + size_t(i)] /= float(std::sqrt(s));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cuda kda_recurrent (cpu mode): outputs and state after several tokens match the CPU recurrence") {
+    struct Shape {
+        int64_t n, H, D;
+    };
+    for (const Shape s : {Shape{4, 3, 64}, Shape{1, 2, 128}, Shape{3, 1, 32}}) {
+        INFO("n ", s.n, " H ", s.H, " D ", s.D);
+        const int64_t di = s.H * s.D;
+        std::vector<float> q = randn(size_t(s.n * di), 10), k = randn(size_t(s.n * di), 11);
+        l2_rows(q, s.D);
+        l2_rows(k, s.D);
+        const std::vector<float> v = randn(size_t(s.n * di), 12);
+        std::vector<float> g = randn(size_t(s.n * di), 13, 0.5f), beta = randn(size_t(s.n * s.H), 14);
+        for (float& x : g) x = -std::fabs(x) * 0.3f;                      // log-decay <= 0
+        for (float& b : beta) b = 1.0f / (1.0f + std::exp(-b));           // (0, 1)
+        const std::vector<float> state0 = randn(size_t(s.H * s.D * s.D), 15, 0.2f);
+        std::vector<float> state = state0, want_state = state0;
+        std::vector<float> o(size_t(s.n * di), -1.0f), want_o(o.size(), -2.0f);
+        cuda::emu::kda_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(), o.data(), s.n, s.H,
+                                 s.D, nullptr);
+        backend::KdaScan scan;
+        scan.q = q.data();
+        scan.k = k.data();
+        scan.v = v.data();
+        scan.g = g.data();
+        scan.beta = beta.data();
+        scan.state = want_state.data();
+        scan.o = want_o.data();
+        scan.n = s.n;
+        scan.H = s.H;
+        scan.D = s.D;
+        cpu().kda_scan(scan);
+        check_close(o, want_o, 2e-5, 2e-5, "kda outputs");
+        check_close(state, want_state, 2e-5, 2e-5, "kda state");
+    }
+    CHECK_THROWS_AS(cuda::emu::kda_recurrent(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 48, nullptr),
+                    std::invalid_argument);
+}
+
+TEST_CASE("cuda mla_attend_absorbed (cpu mode): split over positions and combined, against the CPU op") {
+    struct Shape {
+        int64_t n, pos0, H, r, dr, split;
+    };
+    for (const Shape s : {Shape{2, 40, 3, 64, 16, 16}, Shape{1, 100, 2, 32, 8, 256}, Shape{3, 0, 2, 32, 8, 2}}) {
+        INFO("n ", s.n, " pos0 ", s.pos0, " split ", s.split);
+        const int64_t R = s.r + s.dr;
+        const std::vector<float> cache = randn(size_t((s.pos0 + s.n) * R), 20), Q = randn(size_t(s.n * s.H * R), 21);
+        const float scale = 1.0f / std::sqrt(float(R));
+        cuda::emu::MlaArgs a;
+        a.n = s.n;
+        a.pos0 = s.pos0;
+        a.H = s.H;
+        a.r = s.r;
+        a.dr = s.dr;
+        a.scale = scale;
+        a.split = s.split;
+        std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(size_t(s.n * s.H * s.r), -1.0f);
+        cuda::emu::mla_attend_absorbed(cache.data(), Q.data(), lat.data(), a, scratch.data(), nullptr);
+        std::vector<float> want(lat.size(), -2.0f);
+        backend::MlaShape ms;
+        ms.n = s.n;
+        ms.pos0 = s.pos0;
+        ms.H = s.H;
+        ms.r = s.r;
+        ms.dr = s.dr;
+        ms.scale = scale;
+        cpu().mla_attend_absorbed(cache.data(), Q.data(), want.data(), ms);
+        check_close(lat, want, 1e-5, 1e-6, "mla latent output");
+    }
+}
