@@ -95,3 +95,31 @@ TEST_CASE("cuda mla_attend_absorbed (cpu mode): split over positions and combine
         check_close(lat, want, 1e-5, 1e-6, "mla latent output");
     }
 }
+
+TEST_CASE("cuda kda_decay (cpu mode): the K3 and the Kimi Linear gate, within 1e-6 relative") {
+    const int64_t n = 3, H = 4, D = 32, di = H * D;
+    const std::vector<float> g0 = randn(size_t(n * di), 40, 4.0f), dt = randn(size_t(di), 41);
+    std::vector<float> a = randn(size_t(H), 42);
+    for (float& v : a) v = -std::exp(v);                 // -exp(A_log)
+    for (const backend::KdaGate gate : {backend::KdaGate{true, -5.0f}, backend::KdaGate{false, 0}}) {
+        INFO("lower_bound ", gate.lower_bound);
+        std::vector<float> g = g0, want = g0;
+        cuda::emu::kda_decay(g.data(), dt.data(), a.data(), n, H, D, gate.lower_bound, gate.lb, nullptr);
+        cpu().kda_decay(want.data(), dt.data(), a.data(), n, H, D, gate);
+        check_close(g, want, 1e-6, 1e-7, "kda_decay");
+    }
+}
+
+TEST_CASE("cuda conv_silu (cpu mode): outputs and the carried state match the CPU op over two calls") {
+    const int64_t channels = 300, W = 4;
+    const std::vector<float> taps = randn(size_t(channels * W), 43), state0 = randn(size_t(channels * (W - 1)), 44);
+    std::vector<float> state = state0, want_state = state0;
+    for (int64_t n : {5, 1, 2}) {                         // a prefill, then decode steps on the carried state
+        INFO("n ", n);
+        std::vector<float> x = randn(size_t(n * channels), 45 + uint32_t(n)), want = x;
+        cuda::emu::conv_silu(x.data(), n, channels, W, taps.data(), state.data(), nullptr);
+        cpu().conv_silu(want.data(), n, channels, W, taps.data(), want_state.data());
+        check_close(x, want, 1e-5, 1e-6, "conv_silu outputs");
+        check_close(state, want_state, 0, 0, "conv_silu state (exact: copied inputs)");
+    }
+}

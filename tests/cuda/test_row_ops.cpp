@@ -76,3 +76,35 @@ TEST_CASE("cuda route (cpu mode): the same experts as the CPU op, weights and sc
         check_close(probs, want_probs, 1e-6, 0, "sigmoid scores");
     }
 }
+
+TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots (cpu mode): against the CPU ops") {
+    const int64_t rows = 3, d = 300;
+    std::vector<float> x = randn(size_t(rows * d), 30), want = x;
+    cuda::emu::l2_norm(x.data(), rows, d, 1e-6f, nullptr);
+    cpu().l2_norm(want.data(), rows, d, 1e-6f);
+    check_close(x, want, 1e-5, 1e-8, "l2_norm");
+
+    const int64_t n = 1234;
+    const std::vector<float> a = randn(size_t(n), 31), g = randn(size_t(n), 32, 3.0f), y0 = randn(size_t(n), 33);
+    std::vector<float> y = y0, wy = y0;
+    cuda::emu::add(y.data(), a.data(), n, nullptr);
+    cpu().add(wy.data(), a.data(), n);
+    check_close(y, wy, 0, 0, "add (exact)");
+    y = y0;
+    wy = y0;
+    cuda::emu::mul_sigmoid(y.data(), g.data(), n, nullptr);
+    cpu().mul_sigmoid(wy.data(), g.data(), n);
+    check_close(y, wy, 1e-6, 0, "mul_sigmoid");
+    y = g;
+    wy = g;
+    cuda::emu::sigmoid(y.data(), n, nullptr);
+    cpu().sigmoid(wy.data(), n);
+    check_close(y, wy, 1e-6, 0, "sigmoid");
+
+    const int64_t t = 3, K = 5, cols = 70;
+    const std::vector<float> ys = randn(size_t(t * K * cols), 34);
+    std::vector<float> out(size_t(t * cols)), wout(out.size());
+    cuda::emu::sum_slots(ys.data(), t, K, cols, out.data(), nullptr);
+    cpu().sum_slots(ys.data(), t, K, cols, wout.data());
+    check_close(out, wout, 0, 0, "sum_slots (exact: same order)");
+}

@@ -343,24 +343,58 @@ void CudaBackend::route(float* probs, const float* bias, int64_t n, const RouteP
     }
 }
 
+void CudaBackend::l2_norm(float* x, int64_t rows, int64_t d, float eps) {
+    select();
+    gpu::l2_norm(x, rows, d, eps, compute_);
+    check(cudaGetLastError(), "l2_norm");
+}
+
+void CudaBackend::add(float* y, const float* a, int64_t n) {
+    select();
+    gpu::add(y, a, n, compute_);
+    check(cudaGetLastError(), "add");
+}
+
+void CudaBackend::mul_sigmoid(float* y, const float* g, int64_t n) {
+    select();
+    gpu::mul_sigmoid(y, g, n, compute_);
+    check(cudaGetLastError(), "mul_sigmoid");
+}
+
+void CudaBackend::sigmoid(float* x, int64_t n) {
+    select();
+    gpu::sigmoid(x, n, compute_);
+    check(cudaGetLastError(), "sigmoid");
+}
+
+void CudaBackend::sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) {
+    select();
+    gpu::sum_slots(ys, n, K, cols, out, compute_);
+    check(cudaGetLastError(), "sum_slots");
+}
+
+void CudaBackend::conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state) {
+    select();
+    gpu::conv_silu(x, n, channels, W, taps, state, compute_);
+    check(cudaGetLastError(), "conv_silu");
+}
+
+void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D,
+                            const KdaGate& gate) {
+    select();
+    gpu::kda_decay(g, dt_bias, a, n, H, D, gate.lower_bound, gate.lb, compute_);
+    check(cudaGetLastError(), "kda_decay");
+}
+
 // ---- ops without kernels yet ----
 
 void CudaBackend::embed(const Mat&, const int32_t*, int64_t, float*) { not_implemented("embed"); }
-void CudaBackend::l2_norm(float*, int64_t, int64_t, float) { not_implemented("l2_norm"); }
-void CudaBackend::add(float*, const float*, int64_t) { not_implemented("add"); }
-void CudaBackend::mul_sigmoid(float*, const float*, int64_t) { not_implemented("mul_sigmoid"); }
-void CudaBackend::sigmoid(float*, int64_t) { not_implemented("sigmoid"); }
-void CudaBackend::conv_silu(float*, int64_t, int64_t, int64_t, const float*, float*) { not_implemented("conv_silu"); }
-void CudaBackend::kda_decay(float*, const float*, const float*, int64_t, int64_t, int64_t, const KdaGate&) {
-    not_implemented("kda_decay");
-}
 void CudaBackend::mla_attend_decompressed(const Mat&, const Mat&, const float*, const float*, float*, const MlaShape&) {
     not_implemented("mla_attend_decompressed");
 }
 void CudaBackend::scatter_weighted(const float*, int64_t, std::span<const int64_t>, const float*, float*) {
     not_implemented("scatter_weighted");
 }
-void CudaBackend::sum_slots(const float*, int64_t, int64_t, int64_t, float*) { not_implemented("sum_slots"); }
 void CudaBackend::attn_res_mix(std::span<const float* const>, const float*, const float*, float*, int64_t, int64_t,
                                float) {
     not_implemented("attn_res_mix");

@@ -31,6 +31,14 @@ void softmax_rows(float* x, int64_t rows, int64_t n, float scale, void* stream);
 // g = silu(g) * u (situ false) or SiTU-GLU (DESIGN.md 3.4) over n elements.
 void glu(float* g, const float* u, int64_t n, bool situ, float beta, float linear_beta, void* stream);
 
+// x = x / max(|x|, eps) per row of d, in place.
+void l2_norm(float* x, int64_t rows, int64_t d, float eps, void* stream);
+void add(float* y, const float* a, int64_t n, void* stream);              // y += a
+void mul_sigmoid(float* y, const float* g, int64_t n, void* stream);      // y *= sigmoid(g)
+void sigmoid(float* x, int64_t n, void* stream);
+// out[t] = sum over k < K of ys[t][k] (slot order), rows of cols.
+void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out, void* stream);
+
 // ---- MoE routing ------------------------------------------------------------------------------
 // probs [n][E] logits -> sigmoid scores in place; sel [n][K] the top-K of score + bias (ties to
 // the lower id), w [n][K] their scores, divided by their sum (at least 2^-14) when norm, times
@@ -44,6 +52,14 @@ void route(float* probs, const float* bias, int64_t n, int64_t E, int64_t K, boo
 // D a multiple of 32, at most 256. Each warp keeps one state row in registers for all n tokens.
 void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                    float* o, int64_t n, int64_t H, int64_t D, void* stream);
+
+// The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear
+// softplus(f) a, with f = g + dt_bias and a [H] = -exp(A_log).
+void kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D, bool lower_bound,
+               float lb, void* stream);
+// Causal depthwise conv (taps [channels][W], W <= 8) + SiLU in place on x [n][channels]; state
+// [channels][W-1] holds the last W-1 inputs, oldest first, and is updated.
+void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state, void* stream);
 
 // ---- MLA ----------------------------------------------------------------------------------------
 // Absorbed MLA over the latent cache (flash-decoding): Q [n][H][r + dr] at positions pos0 + t,
