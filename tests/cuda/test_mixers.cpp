@@ -123,3 +123,36 @@ TEST_CASE("cuda conv_silu (cpu mode): outputs and the carried state match the CP
         check_close(state, want_state, 0, 0, "conv_silu state (exact: copied inputs)");
     }
 }
+
+TEST_CASE("cuda scatter_weighted (cpu mode): rows land at their index, weighted, exactly as on the CPU") {
+    const int64_t cols = 50, n_dst = 9;
+    const std::vector<int64_t> idx = {4, 0, 7, 2, 8};
+    const std::vector<float> src = randn(idx.size() * size_t(cols), 50), w = randn(size_t(n_dst), 51);
+    std::vector<float> wj(idx.size());
+    for (size_t j = 0; j < idx.size(); ++j) wj[j] = w[size_t(idx[j])];
+    std::vector<float> dst(size_t(n_dst * cols), 0.0f), want = dst;
+    cuda::emu::scatter_weighted(src.data(), cols, idx.data(), wj.data(), int64_t(idx.size()), dst.data(), nullptr);
+    cpu().scatter_weighted(src.data(), cols, idx, w.data(), want.data());
+    check_close(dst, want, 0, 0, "scatter_weighted (exact)");
+}
+
+TEST_CASE("cuda attn_res_mix (cpu mode): no banked block and three of them, within 1e-5 of the CPU op") {
+    const int64_t n = 3, d = 700;
+    const std::vector<float> p = randn(size_t(n * d), 52), w = randn(size_t(d), 53, 0.1f);
+    std::vector<std::vector<float>> blocks;
+    for (uint32_t b = 0; b < 3; ++b) blocks.push_back(randn(size_t(n * d), 54 + b, 1.0f + float(b)));
+    for (int m : {0, 3}) {
+        INFO("banked blocks ", m);
+        cuda::emu::AttnResStack st;
+        std::vector<const float*> ptrs;
+        for (int j = 0; j < m; ++j) {
+            st.blocks[j] = blocks[size_t(j)].data();
+            ptrs.push_back(blocks[size_t(j)].data());
+        }
+        st.m = m;
+        std::vector<float> out(size_t(n * d), -1.0f), want(out.size(), -2.0f);
+        cuda::emu::attn_res_mix(st, p.data(), w.data(), out.data(), n, d, 1e-6f, nullptr);
+        cpu().attn_res_mix(ptrs, p.data(), w.data(), want.data(), n, d, 1e-6f);
+        check_close(out, want, 1e-5, 1e-6, "attn_res_mix");
+    }
+}

@@ -11,10 +11,10 @@
 #     per quant type against the 4.8 TB/s HBM peak, KDA recurrent tokens/s on a 96 x 128 layer,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions;
 #  5. `kinfer --list-devices` (each GPU with its free memory).
-# Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with every op
-# on the GPU (embed, scatter_weighted, attn_res_mix and decompressed MLA have no kernels yet, so
-# a full forward pass on cuda0 stops at the first of them with a clear error), end-to-end
-# tokens/s, KDA chunked tokens/s, and the device expert cache at 10 / 25 / 50 / 100 %.
+# Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
+# on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU, and
+# decompressed MLA, the prefill form, has none: use --mla absorbed), end-to-end tokens/s, KDA
+# chunked tokens/s, and the device expert cache at 10 / 25 / 50 / 100 %.
 # Exits non-zero on any mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

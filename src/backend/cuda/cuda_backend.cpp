@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace kinfer::backend::cuda {
 
@@ -386,18 +387,43 @@ void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int6
     check(cudaGetLastError(), "kda_decay");
 }
 
+void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
+                                   float* dst) {
+    if (idx.empty()) return;
+    // The host lists go up as (index, weight of that index) pairs in one scratch upload.
+    const size_t rows = idx.size();
+    std::vector<uint8_t> lists(rows * (sizeof(int64_t) + sizeof(float)));
+    std::memcpy(lists.data(), idx.data(), rows * sizeof(int64_t));
+    auto* wj = reinterpret_cast<float*>(lists.data() + rows * sizeof(int64_t));
+    for (size_t j = 0; j < rows; ++j) wj[j] = w[size_t(idx[j])];
+    auto* d_lists = static_cast<uint8_t*>(scratch(lists.size()));
+    select();
+    check(cudaMemcpyAsync(d_lists, lists.data(), lists.size(), cudaMemcpyHostToDevice, stream_of(compute_)),
+          "scatter_weighted");
+    gpu::scatter_weighted(src, cols, reinterpret_cast<const int64_t*>(d_lists),
+                          reinterpret_cast<const float*>(d_lists + rows * sizeof(int64_t)), int64_t(rows), dst, compute_);
+    check(cudaGetLastError(), "scatter_weighted");
+    // The staging vector dies on return: make sure the copy has left it.
+    check(cudaStreamSynchronize(stream_of(compute_)), "scatter_weighted");
+}
+
+void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,
+                               int64_t n, int64_t d, float eps) {
+    gpu::AttnResStack st;
+    if (stack.size() > size_t(gpu::kAttnResMaxBlocks))
+        fail("{}: attn_res_mix: {} banked blocks, at most {}", name_, stack.size(), gpu::kAttnResMaxBlocks);
+    for (size_t j = 0; j < stack.size(); ++j) st.blocks[j] = stack[j];
+    st.m = int(stack.size());
+    select();
+    gpu::attn_res_mix(st, p, w, out, n, d, eps, compute_);
+    check(cudaGetLastError(), "attn_res_mix");
+}
+
 // ---- ops without kernels yet ----
 
 void CudaBackend::embed(const Mat&, const int32_t*, int64_t, float*) { not_implemented("embed"); }
 void CudaBackend::mla_attend_decompressed(const Mat&, const Mat&, const float*, const float*, float*, const MlaShape&) {
     not_implemented("mla_attend_decompressed");
-}
-void CudaBackend::scatter_weighted(const float*, int64_t, std::span<const int64_t>, const float*, float*) {
-    not_implemented("scatter_weighted");
-}
-void CudaBackend::attn_res_mix(std::span<const float* const>, const float*, const float*, float*, int64_t, int64_t,
-                               float) {
-    not_implemented("attn_res_mix");
 }
 
 }  // namespace kinfer::backend::cuda

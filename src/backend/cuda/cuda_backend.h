@@ -1,10 +1,10 @@
 // The CUDA backend (issue 16): device buffers (cudaMalloc), a compute and a copy stream with
 // events, pinned host memory (cudaHostAlloc), and the ops that have CUDA kernels (kernels.h):
 // matmul / matmul_tasks (decode matvec for every type of matvec_supported), rms_norm, l2_norm,
-// softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, conv_silu, kda_decay, kda_scan
-// (the recurrence; the chunked form runs as the recurrence), mla_attend_absorbed, copy_rows and
-// gather_rows (device copies). The others (embed, scatter_weighted, attn_res_mix,
-// mla_attend_decompressed) throw
+// softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
+// conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
+// mla_attend_absorbed, copy_rows and gather_rows (device copies). The other two (embed: the
+// embedding table stays on the CPU by placement; mla_attend_decompressed, a prefill form) throw
 // "op X is not implemented on cuda" naming the device.
 //
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against

@@ -46,6 +46,22 @@ void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out, 
 void route(float* probs, const float* bias, int64_t n, int64_t E, int64_t K, bool norm, float scale, int32_t* sel,
            float* w, void* stream);
 
+// dst row idx[j] = src row j * wj[j] for j < rows (rows of cols; idx, wj: device arrays).
+void scatter_weighted(const float* src, int64_t cols, const int64_t* idx, const float* wj, int64_t rows, float* dst,
+                      void* stream);
+
+// ---- AttnRes ------------------------------------------------------------------------------------
+// The banked block sums, passed by value to the kernel (device pointers [n x d] each).
+inline constexpr int kAttnResMaxBlocks = 32;
+struct AttnResStack {
+    const float* blocks[kAttnResMaxBlocks] = {};
+    int m = 0;
+};
+// out = softmax-weighted mix of the banked blocks and p, scored on their RMS-normalised rows
+// against w (the CPU op's order of sums).
+void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, float* out, int64_t n, int64_t d,
+                  float eps, void* stream);
+
 // ---- KDA ----------------------------------------------------------------------------------------
 // The delta-rule recurrence, token by token (decode, and short prefills): q, k, v, g [n][H*D]
 // (g the log-decay), beta [n][H], state [H][D][D] (state[h][j] = column j of S), o [n][H*D].

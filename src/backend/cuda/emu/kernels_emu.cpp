@@ -4,6 +4,7 @@
 #include "backend/cuda/elementwise.cu"
 #include "backend/cuda/kda.cu"
 #include "backend/cuda/matvec.cu"
+#include "backend/cuda/mix.cu"
 #include "backend/cuda/mla.cu"
 #include "backend/cuda/route.cu"
 #include "backend/cuda/rows.cu"
