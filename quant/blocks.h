@@ -69,13 +69,22 @@ static_assert(sizeof(block_mxfp4) == 17);
 #define KINFER_MXFP4_LEVELS 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 inline constexpr int8_t kvalues_iq4nl[16] = {KINFER_IQ4NL_LEVELS};
 inline constexpr int8_t kvalues_mxfp4[16] = {KINFER_MXFP4_LEVELS};
+// The 16 levels packed into two 64-bit constants at compile time, so a lookup is a shift in
+// registers (a local array would be a memory access per element on the GPU).
+KINFER_HD constexpr uint64_t pack_levels8(const int8_t* v) {
+    uint64_t r = 0;
+    for (int i = 7; i >= 0; --i) r = r << 8 | uint8_t(v[i]);
+    return r;
+}
 KINFER_HD inline int iq4nl_level(int q) {
     constexpr int8_t v[16] = {KINFER_IQ4NL_LEVELS};
-    return v[q & 15];
+    constexpr uint64_t lo = pack_levels8(v), hi = pack_levels8(v + 8);
+    return int8_t(((q & 8) ? hi : lo) >> (8 * (q & 7)));
 }
 KINFER_HD inline int mxfp4_level(int q) {
     constexpr int8_t v[16] = {KINFER_MXFP4_LEVELS};
-    return v[q & 15];
+    constexpr uint64_t lo = pack_levels8(v), hi = pack_levels8(v + 8);
+    return int8_t(((q & 8) ? hi : lo) >> (8 * (q & 7)));
 }
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block: j < 4 in the low

@@ -45,7 +45,7 @@ std::vector<double> act_rounding(quant::Type t, const float* x, int64_t cols) {
 
 void check_type(const Case& c) {
     const quant::Traits& tr = quant::traits(c.type);
-    const int64_t rows = 37, cols = c.cols, n = 2;   // 37 rows: the last block of 4 warps is partial
+    const int64_t rows = 37, cols = c.cols, n = 2;   // 37 rows: the last block (16 rows) and warp (4) are partial
     INFO("type ", tr.name, " cols ", cols);
     const std::vector<float> wf = randn(size_t(rows * cols), 1000 + uint32_t(c.type));
     const size_t rb = quant::row_size(tr, cols);

@@ -10,6 +10,18 @@
 
 #include <ucontext.h>
 
+// AddressSanitizer (the CI's ASan suite runs test_cuda) must be told about every stack switch.
+#if defined(__SANITIZE_ADDRESS__)
+#define KINFER_ASAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KINFER_ASAN_FIBERS 1
+#endif
+#endif
+#if defined(KINFER_ASAN_FIBERS)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -40,6 +52,7 @@ struct Fiber {
     Barrier* waiting = nullptr;                  // the barrier it waits on, or nullptr
     uint64_t wait_generation = 0;
     bool done = false;
+    void* asan_fake_stack = nullptr;
 };
 
 struct Launch {
@@ -52,12 +65,38 @@ struct Launch {
     std::vector<Barrier> warp_bar;
     std::vector<uint64_t> slots;                 // one per thread: shuffles and votes
     ucontext_t scheduler{};
+    const void* scheduler_stack = nullptr;       // for ASan's fiber annotations
+    size_t scheduler_stack_size = 0;
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
 };
 
 thread_local Launch* active = nullptr;
+
+// Switches between the scheduler and a fiber, with ASan's annotations where it is on.
+void to_scheduler(Launch& L, Fiber& f, bool finished) {
+#if defined(KINFER_ASAN_FIBERS)
+    __sanitizer_start_switch_fiber(finished ? nullptr : &f.asan_fake_stack, L.scheduler_stack, L.scheduler_stack_size);
+#else
+    (void)finished;
+#endif
+    swapcontext(&f.ctx, &L.scheduler);
+#if defined(KINFER_ASAN_FIBERS)
+    __sanitizer_finish_switch_fiber(f.asan_fake_stack, &L.scheduler_stack, &L.scheduler_stack_size);
+#endif
+}
+
+void to_fiber(Launch& L, Fiber& f) {
+#if defined(KINFER_ASAN_FIBERS)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+#endif
+    swapcontext(&L.scheduler, &f.ctx);
+#if defined(KINFER_ASAN_FIBERS)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
 
 Launch& current() {
     if (!active) throw std::logic_error("cuda cpu mode: a device function was called outside a kernel launch");
@@ -72,7 +111,7 @@ void wait_on(Launch& L, Barrier& b) {
     Fiber& f = L.fibers[L.current];
     f.waiting = &b;
     f.wait_generation = b.generation;
-    swapcontext(&f.ctx, &L.scheduler);
+    to_scheduler(L, f, false);
 }
 
 // A returned thread leaves its barriers; if the others were only waiting for it, they go on.
@@ -84,6 +123,9 @@ void leave(Barrier& b) {
 void fiber_main() {
     Launch& L = *active;
     Fiber& f = L.fibers[L.current];
+#if defined(KINFER_ASAN_FIBERS)
+    __sanitizer_finish_switch_fiber(nullptr, &L.scheduler_stack, &L.scheduler_stack_size);
+#endif
     try {
         L.body();
     } catch (...) {
@@ -92,7 +134,7 @@ void fiber_main() {
     f.done = true;
     leave(L.block_bar);
     leave(L.warp_bar[L.current / 32]);
-    swapcontext(&f.ctx, &L.scheduler);           // never resumed
+    to_scheduler(L, f, true);                    // never resumed
 }
 
 std::mutex& launch_mutex() {
@@ -100,19 +142,22 @@ std::mutex& launch_mutex() {
     return m;
 }
 
+// Apart from run_block's loop: getcontext returns twice, which would make the loop's locals
+// "clobbered" (-Wclobbered).
+[[gnu::noinline]] void init_fiber(Launch& L, Fiber& f) {
+    f.done = false;
+    f.waiting = nullptr;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &L.scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+}
+
 void run_block(Launch& L) {
     L.block_bar = Barrier{L.n_threads, 0, 0};
     for (unsigned w = 0; w < L.n_warps; ++w) L.warp_bar[w] = Barrier{L.lanes_in(w), 0, 0};
-    for (unsigned t = 0; t < L.n_threads; ++t) {
-        Fiber& f = L.fibers[t];
-        f.done = false;
-        f.waiting = nullptr;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.get();
-        f.ctx.uc_stack.ss_size = kStackBytes;
-        f.ctx.uc_link = &L.scheduler;
-        makecontext(&f.ctx, fiber_main, 0);
-    }
+    for (unsigned t = 0; t < L.n_threads; ++t) init_fiber(L, L.fibers[t]);
     unsigned left = L.n_threads;
     while (left > 0) {
         bool progressed = false;
@@ -125,7 +170,7 @@ void run_block(Launch& L) {
             }
             L.current = t;
             threadIdx = f.idx;
-            swapcontext(&L.scheduler, &f.ctx);
+            to_fiber(L, f);
             progressed = true;
             if (f.done) --left;
         }

@@ -1,9 +1,11 @@
 // Decode matvec: y = W x for every weight type of the golden, bench and K3 / Kimi Linear files.
-// One warp per weight row: lane i decodes pieces i, i + 32, ... of the row (block_dot.cuh), so each
-// step of the warp reads one contiguous stretch of the row and every weight byte is read once;
-// the fp32 activations (a few KiB, shared by all rows) come from L1 / L2. Decode is bound by the
-// weight bytes, so this is the shape that can run at HBM bandwidth: 4 warps (4 rows) per block
-// keep enough blocks resident to cover the latency of the loads.
+// One warp per kRowsPerWarp weight rows: lane i decodes pieces i, i + 32, ... of each row
+// (block_dot.cuh), so each step of the warp reads one contiguous stretch of a row and every weight
+// byte is read once. The fp32 activations (a few KiB, shared by all rows) come from L1; a lane
+// loads a piece's activations once for its kRowsPerWarp rows, which keeps the L1 traffic of x to
+// about twice the weight bytes of a 4-bit format instead of eight times. Decode is bound by the
+// weight bytes, so this is the shape that can run near HBM bandwidth: 4 warps per block (16 rows)
+// keep enough loads in flight. Not measured on a GPU yet (tests/gpu/run.sh prints the table).
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
@@ -16,31 +18,41 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 namespace {
 
 constexpr int kMatvecWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kMatvecWarps * kRowsPerWarp;
 
 template <class F>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
                   const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy) {
     const int lane = int(threadIdx.x % 32);
-    const int64_t r = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
-    if (r >= rows) return;                       // the whole warp leaves together
+    const int64_t r0 = int64_t(blockIdx.x) * kRowsPerBlock + int64_t(threadIdx.x / 32) * kRowsPerWarp;
+    if (r0 >= rows) return;                      // the whole warp leaves together
+    const int nr = rows - r0 < kRowsPerWarp ? int(rows - r0) : kRowsPerWarp;   // warp-uniform
     const int64_t t = blockIdx.y;
-    const uint8_t* row = W + size_t(r) * row_bytes;
+    const uint8_t* row = W + size_t(r0) * row_bytes;
     const float* xt = x + t * ldx;
     const int64_t n_blocks = cols / F::kElems;
     const int64_t n_pieces = n_blocks * F::kChunks;
-    float acc = 0;
-#pragma unroll 4
+    float acc[kRowsPerWarp] = {};
     for (int64_t p = lane; p < n_pieces; p += 32) {
         const int64_t b = p / F::kChunks;
-        acc += F::dot(row + b * F::kBytes, int(p % F::kChunks), xt + b * F::kElems);
+        const int c = int(p % F::kChunks);
+        const float* xb = xt + b * F::kElems;
+#pragma unroll
+        for (int k = 0; k < kRowsPerWarp; ++k)
+            if (k < nr) acc[k] += F::dot(row + size_t(k) * row_bytes + b * F::kBytes, c, xb);
     }
     if constexpr (F::kUnblocked) {               // a tail of fewer than 8 elements
         const int64_t i = n_blocks * F::kElems + lane;
-        if (i < cols) acc += F::elem(row, i) * xt[i];
+        if (i < cols)
+            for (int k = 0; k < nr; ++k) acc[k] += F::elem(row + size_t(k) * row_bytes, i) * xt[i];
     }
-    acc = warp_sum(acc);
-    if (lane == 0) y[t * ldy + r] = acc;
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+        const float v = warp_sum(acc[k]);        // every lane takes part, also for k >= nr
+        if (lane == 0 && k < nr) y[t * ldy + r0 + k] = v;
+    }
 }
 
 template <class F>
@@ -50,7 +62,7 @@ void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const f
         throw std::invalid_argument("cuda matvec: " + std::to_string(cols) + " columns are not whole blocks of " +
                                     std::to_string(F::kElems));
     auto* kernel = &matvec_kernel<F>;
-    const unsigned grid_x = unsigned((rows + kMatvecWarps - 1) / kMatvecWarps);
+    const unsigned grid_x = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     // gridDim.y is at most 65535: long prefills go in slices (they belong to a GEMM anyway).
     for (int64_t t0 = 0; t0 < n; t0 += 65535) {
         const unsigned nt = unsigned(n - t0 < 65535 ? n - t0 : 65535);
