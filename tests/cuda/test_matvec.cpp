@@ -43,10 +43,12 @@ std::vector<double> act_rounding(quant::Type t, const float* x, int64_t cols) {
     return e;
 }
 
-void check_type(const Case& c) {
+// n = 1 is the decode kernel; n = 5 the several-token one (4 tokens a block: the second block
+// has one).
+void check_type(const Case& c, int64_t n) {
     const quant::Traits& tr = quant::traits(c.type);
-    const int64_t rows = 37, cols = c.cols, n = 2;   // 37 rows: the last block (16 rows) and warp (4) are partial
-    INFO("type ", tr.name, " cols ", cols);
+    const int64_t rows = 37, cols = c.cols;   // 37 rows: the last block (16 rows) and warp (4) are partial
+    INFO("type ", tr.name, " cols ", cols, " tokens ", n);
     const std::vector<float> wf = randn(size_t(rows * cols), 1000 + uint32_t(c.type));
     const size_t rb = quant::row_size(tr, cols);
     std::vector<uint8_t> W(rb * size_t(rows));
@@ -98,14 +100,14 @@ void check_type(const Case& c) {
 TEST_CASE("cuda matvec (cpu mode): the first five types against the exact dot and the CPU backend") {
     for (const Case& c : {Case{quant::Type::F32, 516}, Case{quant::Type::Q8_0, 512}, Case{quant::Type::Q4_K, 512},
                           Case{quant::Type::MXFP4, 512}, Case{quant::Type::Q6_K, 512}})
-        check_type(c);
+        for (int64_t n : {1, 5}) check_type(c, n);
 }
 
 TEST_CASE("cuda matvec (cpu mode): the other seven types against the exact dot and the CPU backend") {
     for (const Case& c : {Case{quant::Type::F16, 516}, Case{quant::Type::BF16, 516}, Case{quant::Type::Q4_0, 512},
                           Case{quant::Type::Q5_0, 512}, Case{quant::Type::Q5_K, 512}, Case{quant::Type::IQ4_NL, 512},
                           Case{quant::Type::IQ4_XS, 512}})
-        check_type(c);
+        for (int64_t n : {1, 5}) check_type(c, n);
 }
 
 TEST_CASE("cuda matvec (cpu mode): every type it claims, and a clear refusal of the others") {

@@ -21,38 +21,52 @@ constexpr int kMatvecWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kMatvecWarps * kRowsPerWarp;
 
-template <class F>
+// kT tokens per block (1 for decode, 4 for a few tokens at once: an expert's share of a prefill
+// chunk, a speculative batch): the weight rows come from HBM once per kT tokens, the repeats hit
+// L1. nt (<= kT) is the number of tokens this block really has.
+template <class F, int kT>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
-                  const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy) {
+                  const float* __restrict__ x, int64_t ldx, int64_t n, float* __restrict__ y, int64_t ldy) {
     const int lane = int(threadIdx.x % 32);
     const int64_t r0 = int64_t(blockIdx.x) * kRowsPerBlock + int64_t(threadIdx.x / 32) * kRowsPerWarp;
     if (r0 >= rows) return;                      // the whole warp leaves together
     const int nr = rows - r0 < kRowsPerWarp ? int(rows - r0) : kRowsPerWarp;   // warp-uniform
-    const int64_t t = blockIdx.y;
+    const int64_t t0 = int64_t(blockIdx.y) * kT;
+    const int nt = n - t0 < kT ? int(n - t0) : kT;
     const uint8_t* row = W + size_t(r0) * row_bytes;
-    const float* xt = x + t * ldx;
     const int64_t n_blocks = cols / F::kElems;
     const int64_t n_pieces = n_blocks * F::kChunks;
-    float acc[kRowsPerWarp] = {};
+    float acc[kRowsPerWarp][kT] = {};
     for (int64_t p = lane; p < n_pieces; p += 32) {
         const int64_t b = p / F::kChunks;
         const int c = int(p % F::kChunks);
-        const float* xb = xt + b * F::kElems;
 #pragma unroll
-        for (int k = 0; k < kRowsPerWarp; ++k)
-            if (k < nr) acc[k] += F::dot(row + size_t(k) * row_bytes + b * F::kBytes, c, xb);
+        for (int tt = 0; tt < kT; ++tt) {
+            if (tt >= nt) break;
+            const float* xb = x + (t0 + tt) * ldx + b * F::kElems;
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                if (k < nr) acc[k][tt] += F::dot(row + size_t(k) * row_bytes + b * F::kBytes, c, xb);
+        }
     }
     if constexpr (F::kUnblocked) {               // a tail of fewer than 8 elements
         const int64_t i = n_blocks * F::kElems + lane;
-        if (i < cols)
-            for (int k = 0; k < nr; ++k) acc[k] += F::elem(row + size_t(k) * row_bytes, i) * xt[i];
+        // Fixed trip counts with guards, so acc stays in registers (no dynamic indexing).
+#pragma unroll
+        for (int tt = 0; tt < kT; ++tt)
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                if (i < cols && tt < nt && k < nr)
+                    acc[k][tt] += F::elem(row + size_t(k) * row_bytes, i) * x[(t0 + tt) * ldx + i];
     }
 #pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-        const float v = warp_sum(acc[k]);        // every lane takes part, also for k >= nr
-        if (lane == 0 && k < nr) y[t * ldy + r0 + k] = v;
-    }
+    for (int tt = 0; tt < kT; ++tt)
+#pragma unroll
+        for (int k = 0; k < kRowsPerWarp; ++k) {
+            const float v = warp_sum(acc[k][tt]);   // every lane takes part, also past nr / nt
+            if (lane == 0 && k < nr && tt < nt) y[(t0 + tt) * ldy + r0 + k] = v;
+        }
 }
 
 template <class F>
@@ -61,13 +75,17 @@ void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const f
     if (!F::kUnblocked && cols % F::kElems != 0)
         throw std::invalid_argument("cuda matvec: " + std::to_string(cols) + " columns are not whole blocks of " +
                                     std::to_string(F::kElems));
-    auto* kernel = &matvec_kernel<F>;
+    constexpr int kT = 4;
+    auto* kernel = n == 1 ? &matvec_kernel<F, 1> : &matvec_kernel<F, kT>;
+    const int64_t per_block = n == 1 ? 1 : kT;
     const unsigned grid_x = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     // gridDim.y is at most 65535: long prefills go in slices (they belong to a GEMM anyway).
-    for (int64_t t0 = 0; t0 < n; t0 += 65535) {
-        const unsigned nt = unsigned(n - t0 < 65535 ? n - t0 : 65535);
-        KINFER_LAUNCH(kernel, dim3(grid_x, nt), dim3(kMatvecWarps * 32), 0, as_stream(stream),
-                      static_cast<const uint8_t*>(W), row_bytes, rows, cols, x + t0 * ldx, ldx, y + t0 * ldy, ldy);
+    const int64_t slice = 65535 * per_block;
+    for (int64_t t0 = 0; t0 < n; t0 += slice) {
+        const int64_t nt = n - t0 < slice ? n - t0 : slice;
+        KINFER_LAUNCH(kernel, dim3(grid_x, unsigned((nt + per_block - 1) / per_block)), dim3(kMatvecWarps * 32), 0,
+                      as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, rows, cols, x + t0 * ldx, ldx, nt,
+                      y + t0 * ldy, ldy);
     }
 }
 
