@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -161,6 +162,64 @@ void row_ops(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
+void more_ops(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# conv, KDA decay gate, MoE sums and scatter, AttnRes (K3 shapes)\n");
+    for (int64_t n : {1, 64}) {
+        const int64_t ch = 3 * 96 * 128, W = 4;   // q, k and v channels of a K3 KDA layer
+        std::vector<float> x = randn(size_t(n * ch), 60), taps = randn(size_t(ch * W), 61), st = randn(size_t(ch * (W - 1)), 62);
+        Dev dx(gpu, x.data(), x.size() * 4, "x"), dt(gpu, taps.data(), taps.size() * 4, "taps"), ds(gpu, st.data(), st.size() * 4, "state");
+        gpu.conv_silu(dx.f(), n, ch, W, dt.f(), ds.f());
+        cpu.conv_silu(x.data(), n, ch, W, taps.data(), st.data());
+        check(("conv_silu n=" + std::to_string(n)).c_str(), down(gpu, dx, x.size()), x, 1e-5, 1e-6);
+        check(("conv_silu n=" + std::to_string(n) + " state").c_str(), down(gpu, ds, st.size()), st, 0, 0);
+    }
+    {
+        const int64_t n = 64, H = 96, D = 128;
+        std::vector<float> g = randn(size_t(n * H * D), 63, 4.0f), dtb = randn(size_t(H * D), 64), a = randn(size_t(H), 65);
+        for (float& v : a) v = -std::exp(v);
+        Dev dg(gpu, g.data(), g.size() * 4, "g"), db(gpu, dtb.data(), dtb.size() * 4, "dt"), da(gpu, a.data(), a.size() * 4, "a");
+        const backend::KdaGate gate{true, -5.0f};
+        gpu.kda_decay(dg.f(), db.f(), da.f(), n, H, D, gate);
+        cpu.kda_decay(g.data(), dtb.data(), a.data(), n, H, D, gate);
+        check("kda_decay 64 x 96 x 128 (K3 gate)", down(gpu, dg, g.size()), g, 1e-6, 1e-7);
+    }
+    {
+        const int64_t n = 4, K = 16, cols = 7168;
+        const std::vector<float> ys = randn(size_t(n * K * cols), 66);
+        std::vector<float> out(size_t(n * cols));
+        Dev dy(gpu, ys.data(), ys.size() * 4, "ys"), dout(gpu, nullptr, out.size() * 4, "out");
+        gpu.sum_slots(dy.f(), n, K, cols, dout.f());
+        cpu.sum_slots(ys.data(), n, K, cols, out.data());
+        check("sum_slots 4 x 16 x 7168", down(gpu, dout, out.size()), out, 0, 0);
+        std::vector<int64_t> idx(size_t(n * K));
+        for (size_t j = 0; j < idx.size(); ++j) idx[j] = int64_t((j * 37) % idx.size());   // a permutation
+        const std::vector<float> w = randn(idx.size(), 67);
+        std::vector<float> dst(ys.size(), 0.0f);
+        Dev ddst(gpu, dst.data(), dst.size() * 4, "dst");
+        gpu.scatter_weighted(dy.f(), cols, idx, w.data(), ddst.f());
+        cpu.scatter_weighted(ys.data(), cols, idx, w.data(), dst.data());
+        check("scatter_weighted 64 rows x 7168", down(gpu, ddst, dst.size()), dst, 0, 0);
+    }
+    {
+        const int64_t n = 2, d = 7168, m = 8;   // K3: 93 layers in AttnRes blocks of 12
+        const std::vector<float> p = randn(size_t(n * d), 68), w = randn(size_t(d), 69, 0.05f);
+        std::vector<std::vector<float>> blocks;
+        std::vector<std::unique_ptr<Dev>> dblocks;
+        std::vector<const float*> hptr, dptr;
+        for (int64_t j = 0; j < m; ++j) {
+            blocks.push_back(randn(size_t(n * d), 70 + uint32_t(j)));
+            dblocks.push_back(std::make_unique<Dev>(gpu, blocks.back().data(), size_t(n * d) * 4, "block"));
+            hptr.push_back(blocks.back().data());
+            dptr.push_back(dblocks.back()->f());
+        }
+        Dev dp(gpu, p.data(), p.size() * 4, "p"), dw(gpu, w.data(), w.size() * 4, "w"), dout(gpu, nullptr, p.size() * 4, "out");
+        std::vector<float> out(p.size());
+        gpu.attn_res_mix(dptr, dp.f(), dw.f(), dout.f(), n, d, 1e-6f);
+        cpu.attn_res_mix(hptr, p.data(), w.data(), out.data(), n, d, 1e-6f);
+        check("attn_res_mix 8 blocks x 7168", down(gpu, dout, out.size()), out, 1e-5, 1e-6);
+    }
+}
+
 void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
     std::printf("\n# KDA recurrent (K3: 96 heads x 128) and MLA absorbed decode (64 heads, r 512 + 64)\n");
     for (int64_t n : {1, 64}) {
@@ -226,6 +285,7 @@ int main() {
     backend::CpuBackend cpu(0);
     matvec_table(*gpu, cpu);
     row_ops(*gpu, cpu);
+    more_ops(*gpu, cpu);
     mixers(*gpu, cpu);
     std::printf("\nkinfer_gpu_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
