@@ -1,7 +1,11 @@
 // ggml-compatible block layouts. Every struct is byte-for-byte the on-disk GGUF layout, so a
 // tensor view can be cast to an array of these blocks; the static_asserts pin the sizes to ggml's.
+// nvcc compiles this header too (the CUDA kernels decode the same structs), so what the device
+// needs of a format is a KINFER_HD function here, not a copy in cuda/.
 #pragma once
 #include <cstdint>
+
+#include "quant/hd.h"
 
 namespace kinfer::quant {
 
@@ -58,9 +62,42 @@ static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2);          //
 static_assert(sizeof(block_mxfp4) == 17);
 
 // Code books. IQ4_NL's non-uniform levels; MXFP4's E2M1 values doubled so they are integers
-// (the E8M0 scale is halved to compensate, see e8m0_to_fp32_half).
-inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                             1,    13,   25,  38,  53,  69,  89,  113};
-inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// (the E8M0 scale is halved to compensate, see e8m0_to_fp32_half). Each list is written once,
+// as a macro, because device code cannot index a host constexpr array: the arrays serve the CPU
+// kernels (SIMD shuffle tables), the *_level() functions the device.
+#define KINFER_IQ4NL_LEVELS -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
+#define KINFER_MXFP4_LEVELS 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+inline constexpr int8_t kvalues_iq4nl[16] = {KINFER_IQ4NL_LEVELS};
+inline constexpr int8_t kvalues_mxfp4[16] = {KINFER_MXFP4_LEVELS};
+// The 16 levels packed into two 64-bit constants at compile time, so a lookup is a shift in
+// registers (a local array would be a memory access per element on the GPU).
+KINFER_HD constexpr uint64_t pack_levels8(const int8_t* v) {
+    uint64_t r = 0;
+    for (int i = 7; i >= 0; --i) r = r << 8 | uint8_t(v[i]);
+    return r;
+}
+KINFER_HD inline int iq4nl_level(int q) {
+    constexpr int8_t v[16] = {KINFER_IQ4NL_LEVELS};
+    constexpr uint64_t lo = pack_levels8(v), hi = pack_levels8(v + 8);
+    return int8_t(((q & 8) ? hi : lo) >> (8 * (q & 7)));
+}
+KINFER_HD inline int mxfp4_level(int q) {
+    constexpr int8_t v[16] = {KINFER_MXFP4_LEVELS};
+    constexpr uint64_t lo = pack_levels8(v), hi = pack_levels8(v + 8);
+    return int8_t(((q & 8) ? hi : lo) >> (8 * (q & 7)));
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block: j < 4 in the low
+// six bits of bytes j and j + 4; j >= 4 split between the nibbles of byte j + 4 and the top two
+// bits of bytes j - 4 and j.
+KINFER_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+    if (j < 4) {
+        d = uint8_t(q[j] & 63);
+        m = uint8_t(q[j + 4] & 63);
+    } else {
+        d = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
 
 }  // namespace kinfer::quant

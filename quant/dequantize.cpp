@@ -119,17 +119,6 @@ void dequantize_row_q3_K(const void* vx, float* y, int64_t n) {
     }
 }
 
-namespace {
-void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
-    if (j < 4) {
-        d = q[j] & 63; m = q[j + 4] & 63;
-    } else {
-        d = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-}  // namespace
-
 void dequantize_row_q4_K(const void* vx, float* y, int64_t n) {
     const auto* x = static_cast<const block_q4_K*>(vx);
     for (int64_t i = 0; i < n / QK_K; ++i) {

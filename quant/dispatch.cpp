@@ -92,59 +92,51 @@ constexpr size_t kMaxId = 40;
 
 std::array<Traits, kMaxId> build_table(Isa isa) {
     std::array<Traits, kMaxId> t{};
-    // name, block size, block bytes, quantized, to_float, from_float_ref, vec_dot_ref, vec_dot_type,
-    // quantize (chunk path), from_float (activation path)
-    auto set = [&](Type ty, const char* name, int64_t bs, size_t sz, bool q, ToFloatFn to, FromFloatFn ref_q,
-                   VecDotFn dot, Type dot_type, FromFloatFn chunk, FromFloatFn act) {
+    // The format facts come from type_facts.h; this table adds the CPU functions: to_float,
+    // from_float_ref, vec_dot_ref, quantize (chunk path), from_float (activation path).
+    auto set = [&](Type ty, ToFloatFn to, FromFloatFn ref_q, VecDotFn dot, FromFloatFn chunk, FromFloatFn act) {
+        const TypeFacts f = type_facts(ty);
         Traits& e = t[size_t(ty)];
-        e = Traits{ty, name, bs, sz, q, to, ref_q, dot, dot, dot_type, chunk, act, nullptr, nullptr, nullptr};
+        e = Traits{ty, f.name, f.block_size, f.type_size, f.quantized, to, ref_q, dot, dot, f.vec_dot_type, chunk, act,
+                   nullptr, nullptr, nullptr};
         if (VecDotFn fast = simd_lookup(kSimd, dot, isa)) e.vec_dot = fast;
         e.vec_dot_multi = simd_lookup(kSimdMulti, dot, isa);
         e.vec_dot_rows = simd_lookup(kSimdRows, dot, isa);
         e.vec_dot_tile = simd_lookup(kSimdTile, dot, isa);
     };
-    set(Type::F32, "f32", 1, 4, false, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, Type::F32,
-        quantize_row_f32, quantize_row_f32);
-    set(Type::F16, "f16", 1, 2, false, dequantize_row_f16, quantize_row_f16, ref::vec_dot_f16_f32, Type::F32,
-        quantize_row_f16, quantize_row_f16);
-    set(Type::BF16, "bf16", 1, 2, false, dequantize_row_bf16, quantize_row_bf16, ref::vec_dot_bf16_f32, Type::F32,
-        quantize_row_bf16, quantize_row_bf16);
-    set(Type::Q4_0, "q4_0", QK4_0, sizeof(block_q4_0), true, dequantize_row_q4_0, quantize_row_q4_0_ref,
-        ref::vec_dot_q4_0_q8_0, Type::Q8_0, quantize_row_q4_0_ref, quantize_row_q4_0_ref);
-    set(Type::Q4_1, "q4_1", QK4_1, sizeof(block_q4_1), true, dequantize_row_q4_1, quantize_row_q4_1_ref,
-        ref::vec_dot_q4_1_q8_1, Type::Q8_1, quantize_row_q4_1_ref, quantize_row_q4_1_ref);
-    set(Type::Q5_0, "q5_0", QK5_0, sizeof(block_q5_0), true, dequantize_row_q5_0, quantize_row_q5_0_ref,
-        ref::vec_dot_q5_0_q8_0, Type::Q8_0, quantize_row_q5_0_ref, quantize_row_q5_0_ref);
-    set(Type::Q5_1, "q5_1", QK5_1, sizeof(block_q5_1), true, dequantize_row_q5_1, quantize_row_q5_1_ref,
-        ref::vec_dot_q5_1_q8_1, Type::Q8_1, quantize_row_q5_1_ref, quantize_row_q5_1_ref);
-    set(Type::Q8_0, "q8_0", QK8_0, sizeof(block_q8_0), true, dequantize_row_q8_0, quantize_row_q8_0_ref,
-        ref::vec_dot_q8_0_q8_0, Type::Q8_0, quantize_row_q8_0_ref, quantize_row_q8_0);
-    set(Type::Q8_1, "q8_1", QK8_1, sizeof(block_q8_1), true, dequantize_row_q8_1, quantize_row_q8_1_ref,
-        nullptr, Type::Q8_1, quantize_row_q8_1_ref, quantize_row_q8_1);
-    set(Type::Q2_K, "q2_K", QK_K, sizeof(block_q2_K), true, dequantize_row_q2_K, quantize_row_q2_K_ref,
-        ref::vec_dot_q2_K_q8_K, Type::Q8_K, quantize_row_q2_K_ref, quantize_row_q2_K_ref);
-    set(Type::Q3_K, "q3_K", QK_K, sizeof(block_q3_K), true, dequantize_row_q3_K, quantize_row_q3_K_ref,
-        ref::vec_dot_q3_K_q8_K, Type::Q8_K, quantize_row_q3_K_ref, quantize_row_q3_K_ref);
-    set(Type::Q4_K, "q4_K", QK_K, sizeof(block_q4_K), true, dequantize_row_q4_K, quantize_row_q4_K_ref,
-        ref::vec_dot_q4_K_q8_K, Type::Q8_K, quantize_row_q4_K_ref, quantize_row_q4_K_ref);
-    set(Type::Q5_K, "q5_K", QK_K, sizeof(block_q5_K), true, dequantize_row_q5_K, quantize_row_q5_K_ref,
-        ref::vec_dot_q5_K_q8_K, Type::Q8_K, quantize_row_q5_K_ref, quantize_row_q5_K_ref);
-    set(Type::Q6_K, "q6_K", QK_K, sizeof(block_q6_K), true, dequantize_row_q6_K, quantize_row_q6_K_ref,
-        ref::vec_dot_q6_K_q8_K, Type::Q8_K, quantize_row_q6_K_ref, quantize_row_q6_K_ref);
-    set(Type::Q8_K, "q8_K", QK_K, sizeof(block_q8_K), true, dequantize_row_q8_K, quantize_row_q8_K_ref,
-        nullptr, Type::Q8_K, quantize_row_q8_K_ref, quantize_row_q8_K);
-    set(Type::IQ4_NL, "iq4_nl", QK4_NL, sizeof(block_iq4_nl), true, dequantize_row_iq4_nl, quantize_row_iq4_nl_ref,
-        ref::vec_dot_iq4_nl_q8_0, Type::Q8_0, quantize_iq4_nl, quantize_iq4_nl);
-    set(Type::IQ4_XS, "iq4_xs", QK_K, sizeof(block_iq4_xs), true, dequantize_row_iq4_xs, quantize_row_iq4_xs_ref,
-        ref::vec_dot_iq4_xs_q8_K, Type::Q8_K, quantize_row_iq4_xs_ref, quantize_row_iq4_xs_ref);
-    set(Type::MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, dequantize_row_mxfp4, quantize_row_mxfp4_ref,
-        ref::vec_dot_mxfp4_q8_0, Type::Q8_0, quantize_row_mxfp4_ref, quantize_row_mxfp4_ref);
-    // Integer / f64 tensors: sizes only (GGUF may carry them; no kernels).
-    set(Type::I8, "i8", 1, 1, false, nullptr, nullptr, nullptr, Type::I8, nullptr, nullptr);
-    set(Type::I16, "i16", 1, 2, false, nullptr, nullptr, nullptr, Type::I16, nullptr, nullptr);
-    set(Type::I32, "i32", 1, 4, false, nullptr, nullptr, nullptr, Type::I32, nullptr, nullptr);
-    set(Type::I64, "i64", 1, 8, false, nullptr, nullptr, nullptr, Type::I64, nullptr, nullptr);
-    set(Type::F64, "f64", 1, 8, false, nullptr, nullptr, nullptr, Type::F64, nullptr, nullptr);
+    set(Type::F32, dequantize_row_f32, quantize_row_f32, ref::vec_dot_f32_f32, quantize_row_f32, quantize_row_f32);
+    set(Type::F16, dequantize_row_f16, quantize_row_f16, ref::vec_dot_f16_f32, quantize_row_f16, quantize_row_f16);
+    set(Type::BF16, dequantize_row_bf16, quantize_row_bf16, ref::vec_dot_bf16_f32, quantize_row_bf16,
+        quantize_row_bf16);
+    set(Type::Q4_0, dequantize_row_q4_0, quantize_row_q4_0_ref, ref::vec_dot_q4_0_q8_0, quantize_row_q4_0_ref,
+        quantize_row_q4_0_ref);
+    set(Type::Q4_1, dequantize_row_q4_1, quantize_row_q4_1_ref, ref::vec_dot_q4_1_q8_1, quantize_row_q4_1_ref,
+        quantize_row_q4_1_ref);
+    set(Type::Q5_0, dequantize_row_q5_0, quantize_row_q5_0_ref, ref::vec_dot_q5_0_q8_0, quantize_row_q5_0_ref,
+        quantize_row_q5_0_ref);
+    set(Type::Q5_1, dequantize_row_q5_1, quantize_row_q5_1_ref, ref::vec_dot_q5_1_q8_1, quantize_row_q5_1_ref,
+        quantize_row_q5_1_ref);
+    set(Type::Q8_0, dequantize_row_q8_0, quantize_row_q8_0_ref, ref::vec_dot_q8_0_q8_0, quantize_row_q8_0_ref,
+        quantize_row_q8_0);
+    set(Type::Q8_1, dequantize_row_q8_1, quantize_row_q8_1_ref, nullptr, quantize_row_q8_1_ref, quantize_row_q8_1);
+    set(Type::Q2_K, dequantize_row_q2_K, quantize_row_q2_K_ref, ref::vec_dot_q2_K_q8_K, quantize_row_q2_K_ref,
+        quantize_row_q2_K_ref);
+    set(Type::Q3_K, dequantize_row_q3_K, quantize_row_q3_K_ref, ref::vec_dot_q3_K_q8_K, quantize_row_q3_K_ref,
+        quantize_row_q3_K_ref);
+    set(Type::Q4_K, dequantize_row_q4_K, quantize_row_q4_K_ref, ref::vec_dot_q4_K_q8_K, quantize_row_q4_K_ref,
+        quantize_row_q4_K_ref);
+    set(Type::Q5_K, dequantize_row_q5_K, quantize_row_q5_K_ref, ref::vec_dot_q5_K_q8_K, quantize_row_q5_K_ref,
+        quantize_row_q5_K_ref);
+    set(Type::Q6_K, dequantize_row_q6_K, quantize_row_q6_K_ref, ref::vec_dot_q6_K_q8_K, quantize_row_q6_K_ref,
+        quantize_row_q6_K_ref);
+    set(Type::Q8_K, dequantize_row_q8_K, quantize_row_q8_K_ref, nullptr, quantize_row_q8_K_ref, quantize_row_q8_K);
+    set(Type::IQ4_NL, dequantize_row_iq4_nl, quantize_row_iq4_nl_ref, ref::vec_dot_iq4_nl_q8_0, quantize_iq4_nl,
+        quantize_iq4_nl);
+    set(Type::IQ4_XS, dequantize_row_iq4_xs, quantize_row_iq4_xs_ref, ref::vec_dot_iq4_xs_q8_K,
+        quantize_row_iq4_xs_ref, quantize_row_iq4_xs_ref);
+    set(Type::MXFP4, dequantize_row_mxfp4, quantize_row_mxfp4_ref, ref::vec_dot_mxfp4_q8_0, quantize_row_mxfp4_ref,
+        quantize_row_mxfp4_ref);
+    for (Type ty : {Type::I8, Type::I16, Type::I32, Type::I64, Type::F64}) set(ty, nullptr, nullptr, nullptr, nullptr, nullptr);
     return t;
 }
 

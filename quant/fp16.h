@@ -3,19 +3,34 @@
 //   to ggml's canonical quiet NaN (sign | 0x7E00). F16C hardware agrees on every non-NaN input.
 // - fp32 -> bf16 rounds to nearest even; NaNs are truncated and forced quiet (| 0x40).
 // - E8M0 is a bare exponent: 2^(e-127); MXFP4 stores doubled E2M1 values, so it uses half that.
-// Baseline code only (no F16C), so these are safe to call anywhere.
+// Baseline code only (no F16C), so these are safe to call anywhere; nvcc compiles them for the
+// device too (KINFER_HD), where the bit moves are register moves and fp16 -> fp32 is the
+// hardware conversion (exact, so the same value; only a NaN's payload may differ).
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/hd.h"
+
+#if defined(__CUDA_ARCH__)
+#include <cuda_fp16.h>
+#endif
 
 namespace kinfer::quant {
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float f32_from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+#if defined(__CUDA_ARCH__)
+KINFER_HD inline uint32_t f32_bits(float f) { return __float_as_uint(f); }
+KINFER_HD inline float f32_from_bits(uint32_t u) { return __uint_as_float(u); }
+#else
+KINFER_HD inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+KINFER_HD inline float f32_from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+#endif
 
-inline float fp16_to_fp32(fp16_t h) {
+KINFER_HD inline float fp16_to_fp32(fp16_t h) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(h));
+#else
     const uint32_t sign = uint32_t(h & 0x8000) << 16;
     const uint32_t exp = (h >> 10) & 0x1f;
     const uint32_t man = h & 0x3ff;
@@ -24,9 +39,10 @@ inline float fp16_to_fp32(fp16_t h) {
     // Zero or subnormal: man * 2^-24 is exact in fp32.
     const float v = float(man) * 5.9604644775390625e-8f;
     return sign ? -v : v;
+#endif
 }
 
-inline fp16_t fp32_to_fp16(float f) {
+KINFER_HD inline fp16_t fp32_to_fp16(float f) {
     const uint32_t x = f32_bits(f);
     const uint32_t sign = (x >> 16) & 0x8000;
     const uint32_t ax = x & 0x7fffffff;
@@ -49,18 +65,18 @@ inline fp16_t fp32_to_fp16(float f) {
     return fp16_t(sign | q);
 }
 
-inline float bf16_to_fp32(bf16_t h) { return f32_from_bits(uint32_t(h) << 16); }
+KINFER_HD inline float bf16_to_fp32(bf16_t h) { return f32_from_bits(uint32_t(h) << 16); }
 
-inline bf16_t fp32_to_bf16(float f) {
+KINFER_HD inline bf16_t fp32_to_bf16(float f) {
     const uint32_t x = f32_bits(f);
     if ((x & 0x7fffffff) > 0x7f800000) return bf16_t((x >> 16) | 0x40);
     return bf16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
 // 2^(e-127); e = 0 is the subnormal 2^-127 (ggml ignores the NaN code 0xFF).
-inline float e8m0_to_fp32(uint8_t e) { return f32_from_bits(e == 0 ? 0x00400000u : uint32_t(e) << 23); }
+KINFER_HD inline float e8m0_to_fp32(uint8_t e) { return f32_from_bits(e == 0 ? 0x00400000u : uint32_t(e) << 23); }
 // 2^(e-128): the MXFP4 block scale applied to the doubled kvalues_mxfp4.
-inline float e8m0_to_fp32_half(uint8_t e) {
+KINFER_HD inline float e8m0_to_fp32_half(uint8_t e) {
     return f32_from_bits(e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23);
 }
 

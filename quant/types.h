@@ -1,19 +1,16 @@
-// ggml tensor types: ids equal to ggml's (they are the GGUF tensor type field) and the per-type
-// trait table every kernel, the GGUF reader and the quantizer consult.
+// The CPU function tables of the ggml tensor types: which kernel converts, quantizes and dots each
+// type, at the instruction-set level chosen at start-up. The format facts they are built on (ids,
+// names, block sizes and bytes, vec_dot types) are quant/type_facts.h, which the CUDA backend
+// shares; every kernel, the GGUF reader and the quantizer consult this table.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
-namespace kinfer::quant {
+#include "quant/type_facts.h"
 
-enum class Type : uint32_t {
-    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-    IQ4_NL = 20, IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28,
-    BF16 = 30, MXFP4 = 39,
-};
+namespace kinfer::quant {
 
 // x: n floats (n a multiple of block_size); y: n/block_size blocks.
 using FromFloatFn = void (*)(const float* x, void* y, int64_t n);
@@ -34,6 +31,7 @@ using VecDotTileFn = void (*)(int64_t n, const void* x, size_t x_stride, int nx,
 
 struct Traits {
     Type type;
+    // Copied from type_facts(type), so callers holding a Traits need not look twice.
     const char* name;        // ggml's lower-case name ("q4_K", "mxfp4", ...)
     int64_t block_size;      // elements per block
     size_t type_size;        // bytes per block
@@ -42,7 +40,7 @@ struct Traits {
     FromFloatFn from_float_ref;  // ggml's reference quantizer, byte-identical (nullptr if none)
     VecDotFn vec_dot;        // best kernel for this CPU (chosen once at start-up)
     VecDotFn vec_dot_ref;    // scalar reference of the same
-    Type vec_dot_type;       // what activations are quantized to before vec_dot
+    Type vec_dot_type;       // what activations are quantized to before vec_dot (type_facts)
     // What ggml_quantize_chunk (llama-quantize without an imatrix) writes: from_float_ref for
     // every type except IQ4_NL, whose chunk path searches 15 scales (ntry = 7) instead of one.
     FromFloatFn quantize;

@@ -12,13 +12,12 @@ namespace kinfer::quant::ref {
 namespace {
 uint32_t load_qh(const uint8_t* qh) { uint32_t v; std::memcpy(&v, qh, 4); return v; }
 
+// blocks.h's unpacking, widened to the int the integer dot products multiply with.
 void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-    if (j < 4) {
-        d = q[j] & 63; m = q[j + 4] & 63;
-    } else {
-        d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    uint8_t d8, m8;
+    quant::scale_min_k4(j, q, d8, m8);
+    d = d8;
+    m = m8;
 }
 }  // namespace
 

@@ -3,6 +3,12 @@
 #include "backend/sim_backend.h"
 #include "common/error.h"
 
+#include <cstdio>
+
+#ifdef KINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace kinfer::backend {
 
 Backends::Backends(int n_threads) : cpu_(std::make_unique<CpuBackend>(n_threads)) {}
@@ -15,8 +21,20 @@ Backend& Backends::add_device(const std::string& spec) {
         devices_.push_back(std::make_unique<SimBackend>(runtime::parse_sim_device(spec), cpu_->shared_pool(), name));
         return *devices_.back();
     }
-    if (spec.rfind("cuda", 0) == 0)
+    if (spec.rfind("cuda", 0) == 0) {
+#ifdef KINFER_HAVE_CUDA
+        std::string why;
+        if (auto be = cuda::open_device(spec, &why)) {
+            devices_.push_back(std::move(be));
+            return *devices_.back();
+        }
+        // No GPU at run time: one line, and the run goes on on the CPU.
+        std::fprintf(stderr, "kinfer: --device %s: %s; running on the CPU\n", spec.c_str(), why.c_str());
+        return *cpu_;
+#else
         fail("--device {}: this kinfer was built without the CUDA backend (devices here: sim:SIZE[,GBps])", spec);
+#endif
+    }
     fail("--device '{}': expected sim:SIZE[,GBps] (a strict simulated device, e.g. sim:2GiB,25)", spec);
 }
 
@@ -41,7 +59,11 @@ Backend* Backends::backend_of(const runtime::Device* d) {
 
 std::vector<std::string> Backends::list() {
     std::vector<std::string> out{cpu_->describe()};
-    for (auto& d : devices_) out.push_back(d->describe());
+    for (auto& d : devices_)
+        if (d->name().rfind("cuda", 0) != 0) out.push_back(d->describe());
+#ifdef KINFER_HAVE_CUDA
+    for (std::string& line : cuda::list_devices()) out.push_back(std::move(line));   // every GPU, opened or not
+#endif
     return out;
 }
 

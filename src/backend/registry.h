@@ -1,6 +1,7 @@
 // The backends of one run: the CPU always (it owns the thread pool), and the devices that
-// --device names, in order. Today a device is the strict simulated one ("sim:SIZE[,GBps]",
-// named sim0, sim1, ...); the CUDA backend (issue 16) adds "cuda0".. here.
+// --device names, in order: the strict simulated one ("sim:SIZE[,GBps]", named sim0, sim1, ...)
+// or, in a build with nvcc, a GPU ("cudaN", backend/cuda/cuda_backend.h). A cudaN on a machine
+// without that GPU prints one line and adds nothing: the run stays on the CPU.
 //
 //   backend::Backends bk(n_threads);
 //   bk.add_device("sim:512MiB");          // what --device sim:512MiB does
@@ -23,7 +24,8 @@ public:
     Backends(const Backends&) = delete;
     Backends& operator=(const Backends&) = delete;
 
-    // Adds the device a --device value names; throws kinfer::Error with the accepted forms.
+    // Adds the device a --device value names; throws kinfer::Error with the accepted forms. A
+    // cudaN this machine lacks adds nothing and returns the CPU (after one line on stderr).
     Backend& add_device(const std::string& spec);
 
     CpuBackend& cpu() { return *cpu_; }
@@ -35,7 +37,7 @@ public:
     runtime::Device* expert_device(size_t i = 0);
     // The backend whose memory a runtime::Device is (nullptr for none of ours).
     Backend* backend_of(const runtime::Device* d);
-    // One line per backend, for --list-devices.
+    // One line per backend, for --list-devices (in a CUDA build: every GPU with its free memory).
     std::vector<std::string> list();
 
 private:

@@ -62,12 +62,13 @@ void add_expert_flags(App& app, ExpertFlags& f) {
     app.add_option("--expert-cache-ram", f.ram_cache, "host RAM budget for routed experts (e.g. 8GiB, or 25% of them)")->group(g);
     app.add_option("--expert-cache", f.dev_cache, "device expert cache per device (default: all of it)")->group(g);
     app.add_option("--device", f.device,
-                   "device for -ngl layers and the expert cache: sim:SIZE[,GBps] (a strict simulated device: its own "
-                   "arena, CPU kernels, every pointer checked)")->group(g);
+                   "device for -ngl layers and the expert cache: cudaN (GPU N, in a CUDA build; without that GPU the "
+                   "run says so and stays on the CPU) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
+                   "CPU kernels, every pointer checked)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
         ->check(count_check, "0..1048576")->group(g);
-    app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU and devices) and exit")->group(g);
+    app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU, devices, every CUDA GPU with its free memory) and exit")->group(g);
     app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
     app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
     app.add_option("--expert-half-life", f.half_life, "LFU decay half-life in tokens")->group(g);

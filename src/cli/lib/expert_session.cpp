@@ -21,8 +21,8 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
         }
     }
     int ngl = flags.n_gpu_layers;
-    if (ngl > 0 && !rd->backends) {
-        std::fprintf(stderr, "kinfer: -ngl %d: no device in this run (this build has no GPU backend; --device sim:SIZE "
+    if (ngl > 0 && (!rd->backends || rd->backends->n_devices() == 0)) {
+        std::fprintf(stderr, "kinfer: -ngl %d: no device in this run (--device cudaN for a GPU, --device sim:SIZE "
                              "simulates one); running on the CPU\n", ngl);
         ngl = 0;
     }

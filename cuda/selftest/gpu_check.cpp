@@ -1,0 +1,292 @@
+// kinfer_gpu_check: the CUDA backend's ops against the CPU backend's on realistic Kimi Linear 48B /
+// K3 shapes with random data, on a machine with a GPU (tests/gpu/run.sh runs it). Prints one line
+// per check (the worst error against its bound) and a speed table; exits 1 on any mismatch, 2
+// when there is no GPU. Nothing here runs in CI: the CPU-mode tests (tests/cuda) cover the
+// kernels' logic on small shapes everywhere.
+#include "backend/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kinfer;
+
+namespace {
+
+constexpr double kPeakGBps = 4800.0;   // H200 HBM3e, the figure the issue measures against
+int failures = 0;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    return x;
+}
+
+// Device copy of a host array, freed with the guard.
+struct Dev {
+    backend::Backend& be;
+    backend::Buffer buf;
+    Dev(backend::Backend& b, const void* src, size_t bytes, const char* what) : be(b), buf(b.alloc(bytes, what)) {
+        if (src) be.upload(buf.ptr, src, bytes);
+    }
+    ~Dev() { be.free(buf); }
+    float* f() const { return reinterpret_cast<float*>(buf.ptr); }
+};
+
+std::vector<float> down(backend::Backend& be, const Dev& d, size_t n) {
+    std::vector<float> h(n);
+    be.download(h.data(), d.buf.ptr, n * sizeof(float));
+    return h;
+}
+
+// |got - want| <= rel |want| + abs everywhere; prints the worst ratio.
+void check(const char* what, const std::vector<float>& got, const std::vector<float>& want, double rel, double abs) {
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double bound = rel * std::fabs(double(want[i])) + abs;
+        const double r = std::isfinite(got[i]) ? std::fabs(double(got[i]) - double(want[i])) / bound : 1e30;
+        if (r > worst) {
+            worst = r;
+            at = i;
+        }
+    }
+    const bool ok = worst <= 1.0;
+    failures += !ok;
+    std::printf("%-4s %-44s worst error / bound %.3g (element %zu)\n", ok ? "ok" : "FAIL", what, worst, at);
+}
+
+// Seconds per call of f (after warm-up), the device synchronised around the timed loop.
+double time_it(backend::Backend& be, int reps, const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    be.synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# decode matvec, K3-shaped rows of 7168 (n = 1 token), weights ~512 MiB (past L2)\n");
+    std::printf("%-8s %8s %8s %10s %10s %10s %8s\n", "type", "rows", "cols", "MiB", "us", "GB/s", "% peak");
+    const quant::Type types[] = {quant::Type::Q4_K, quant::Type::MXFP4, quant::Type::Q8_0, quant::Type::Q6_K,
+                                 quant::Type::Q5_K, quant::Type::Q4_0,  quant::Type::Q5_0, quant::Type::IQ4_NL,
+                                 quant::Type::IQ4_XS, quant::Type::F16, quant::Type::BF16, quant::Type::F32};
+    const int64_t cols = 7168;
+    const std::vector<float> x = randn(size_t(cols), 1);
+    for (quant::Type t : types) {
+        const quant::Traits& tr = quant::traits(t);
+        const size_t rb = quant::row_size(tr, cols);
+        const int64_t rows = int64_t((512ull << 20) / rb);
+        // Random rows quantized once, then repeated: the bytes differ per row block, not per row.
+        const int64_t uniq = 1024;
+        std::vector<uint8_t> W(rb * size_t(rows));
+        const std::vector<float> wf = randn(size_t(uniq * cols), 2 + uint32_t(t));
+        for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+        Dev dW(gpu, W.data(), W.size(), "weight"), dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(rows) * 4, "y");
+        const backend::Mat Mg{t, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
+        gpu.matmul(Mg, dx.f(), 1, dy.f(), 0, 0);
+        const std::vector<float> y = down(gpu, dy, size_t(uniq));
+        std::vector<float> want(static_cast<size_t>(uniq));
+        const backend::Mat Mc{t, cols, uniq, W.data(), rb, 0, "bench_weight"};
+        cpu.matmul(Mc, x.data(), 1, want.data(), 0, 0);
+        // The CPU rounds x to the vec_dot format (Q8_0 / Q8_K / F16 / BF16): a relative 2e-2 of
+        // each row's result, or 2e-2 of the row's largest |y| for rows near zero.
+        double ymax = 0;
+        for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
+        check((std::string("matvec ") + tr.name + " vs cpu matmul").c_str(), y, want, 2e-2, 2e-2 * ymax);
+        const double s = time_it(gpu, 20, [&] { gpu.matmul(Mg, dx.f(), 1, dy.f(), 0, 0); });
+        const double gbps = double(W.size()) / s / 1e9;
+        std::printf("%-8s %8lld %8lld %10.1f %10.1f %10.1f %7.1f%%\n", tr.name, (long long)rows, (long long)cols,
+                    double(W.size()) / double(1 << 20), s * 1e6, gbps, 100.0 * gbps / kPeakGBps);
+    }
+}
+
+void row_ops(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# row and element-wise ops (K3 shapes)\n");
+    {
+        const int64_t rows = 16, d = 7168;
+        const std::vector<float> x = randn(size_t(rows * d), 3), w = randn(size_t(d), 4);
+        Dev dx(gpu, x.data(), x.size() * 4, "x"), dw(gpu, w.data(), w.size() * 4, "w"), dy(gpu, nullptr, x.size() * 4, "y");
+        gpu.rms_norm(dx.f(), dw.f(), dy.f(), rows, d, 1e-6f, 0);
+        std::vector<float> want(x.size());
+        cpu.rms_norm(x.data(), w.data(), want.data(), rows, d, 1e-6f, 0);
+        check("rms_norm 16 x 7168", down(gpu, dy, x.size()), want, 1e-5, 1e-7);
+        const double s = time_it(gpu, 50, [&] { gpu.rms_norm(dx.f(), dw.f(), dy.f(), rows, d, 1e-6f, 0); });
+        std::printf("     rms_norm 16 x 7168: %.1f us\n", s * 1e6);
+    }
+    {
+        const int64_t rows = 64, n = 4096;
+        std::vector<float> x = randn(size_t(rows * n), 5, 3.0f);
+        Dev dx(gpu, x.data(), x.size() * 4, "x");
+        gpu.softmax_rows(dx.f(), rows, n, 0.1f);
+        cpu.softmax_rows(x.data(), rows, n, 0.1f);
+        check("softmax 64 x 4096", down(gpu, dx, x.size()), x, 1e-5, 1e-9);
+    }
+    {
+        const int64_t rows = 16, ff = 3072;   // K3: 16 routed experts' gate rows
+        std::vector<float> g = randn(size_t(rows * ff), 6, 3.0f);
+        const std::vector<float> u = randn(g.size(), 7);
+        Dev dg(gpu, g.data(), g.size() * 4, "g"), du(gpu, u.data(), u.size() * 4, "u");
+        const backend::Glu act{true, 1.5f, 3.0f};
+        gpu.glu(dg.f(), du.f(), rows, ff, act);
+        cpu.glu(g.data(), u.data(), rows, ff, act);
+        check("situ glu 16 x 3072", down(gpu, dg, g.size()), g, 1e-5, 1e-6);
+    }
+    for (const auto& [E, K] : {std::pair<int64_t, int64_t>{896, 16}, {256, 8}}) {
+        const int64_t n = 4;
+        std::vector<float> logits = randn(size_t(n * E), 8, 2.0f);
+        const std::vector<float> bias = randn(size_t(E), 9, 0.05f);
+        Dev dp(gpu, logits.data(), logits.size() * 4, "probs"), db(gpu, bias.data(), bias.size() * 4, "bias");
+        std::vector<int32_t> sel(size_t(n * K)), want_sel(sel.size());
+        std::vector<float> w(sel.size()), want_w(sel.size());
+        gpu.route(dp.f(), db.f(), n, backend::RouteParams{E, K, true, 2.446f}, sel.data(), w.data(), {});
+        cpu.route(logits.data(), bias.data(), n, backend::RouteParams{E, K, true, 2.446f}, want_sel.data(), want_w.data(), {});
+        const bool same = sel == want_sel;
+        failures += !same;
+        std::printf("%-4s route E=%lld K=%lld: %s\n", same ? "ok" : "FAIL", (long long)E, (long long)K,
+                    same ? "same experts as the CPU" : "different experts");
+        check("route weights", w, want_w, 1e-6, 0);
+    }
+}
+
+void more_ops(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# conv, KDA decay gate, MoE sums and scatter, AttnRes (K3 shapes)\n");
+    for (int64_t n : {1, 64}) {
+        const int64_t ch = 3 * 96 * 128, W = 4;   // q, k and v channels of a K3 KDA layer
+        std::vector<float> x = randn(size_t(n * ch), 60), taps = randn(size_t(ch * W), 61), st = randn(size_t(ch * (W - 1)), 62);
+        Dev dx(gpu, x.data(), x.size() * 4, "x"), dt(gpu, taps.data(), taps.size() * 4, "taps"), ds(gpu, st.data(), st.size() * 4, "state");
+        gpu.conv_silu(dx.f(), n, ch, W, dt.f(), ds.f());
+        cpu.conv_silu(x.data(), n, ch, W, taps.data(), st.data());
+        check(("conv_silu n=" + std::to_string(n)).c_str(), down(gpu, dx, x.size()), x, 1e-5, 1e-6);
+        check(("conv_silu n=" + std::to_string(n) + " state").c_str(), down(gpu, ds, st.size()), st, 0, 0);
+    }
+    {
+        const int64_t n = 64, H = 96, D = 128;
+        std::vector<float> g = randn(size_t(n * H * D), 63, 4.0f), dtb = randn(size_t(H * D), 64), a = randn(size_t(H), 65);
+        for (float& v : a) v = -std::exp(v);
+        Dev dg(gpu, g.data(), g.size() * 4, "g"), db(gpu, dtb.data(), dtb.size() * 4, "dt"), da(gpu, a.data(), a.size() * 4, "a");
+        const backend::KdaGate gate{true, -5.0f};
+        gpu.kda_decay(dg.f(), db.f(), da.f(), n, H, D, gate);
+        cpu.kda_decay(g.data(), dtb.data(), a.data(), n, H, D, gate);
+        check("kda_decay 64 x 96 x 128 (K3 gate)", down(gpu, dg, g.size()), g, 1e-6, 1e-7);
+    }
+    {
+        const int64_t n = 4, K = 16, cols = 7168;
+        const std::vector<float> ys = randn(size_t(n * K * cols), 66);
+        std::vector<float> out(size_t(n * cols));
+        Dev dy(gpu, ys.data(), ys.size() * 4, "ys"), dout(gpu, nullptr, out.size() * 4, "out");
+        gpu.sum_slots(dy.f(), n, K, cols, dout.f());
+        cpu.sum_slots(ys.data(), n, K, cols, out.data());
+        check("sum_slots 4 x 16 x 7168", down(gpu, dout, out.size()), out, 0, 0);
+        std::vector<int64_t> idx(size_t(n * K));
+        for (size_t j = 0; j < idx.size(); ++j) idx[j] = int64_t((j * 37) % idx.size());   // a permutation
+        const std::vector<float> w = randn(idx.size(), 67);
+        std::vector<float> dst(ys.size(), 0.0f);
+        Dev ddst(gpu, dst.data(), dst.size() * 4, "dst");
+        gpu.scatter_weighted(dy.f(), cols, idx, w.data(), ddst.f());
+        cpu.scatter_weighted(ys.data(), cols, idx, w.data(), dst.data());
+        check("scatter_weighted 64 rows x 7168", down(gpu, ddst, dst.size()), dst, 0, 0);
+    }
+    {
+        const int64_t n = 2, d = 7168, m = 8;   // K3: 93 layers in AttnRes blocks of 12
+        const std::vector<float> p = randn(size_t(n * d), 68), w = randn(size_t(d), 69, 0.05f);
+        std::vector<std::vector<float>> blocks;
+        std::vector<std::unique_ptr<Dev>> dblocks;
+        std::vector<const float*> hptr, dptr;
+        for (int64_t j = 0; j < m; ++j) {
+            blocks.push_back(randn(size_t(n * d), 70 + uint32_t(j)));
+            dblocks.push_back(std::make_unique<Dev>(gpu, blocks.back().data(), size_t(n * d) * 4, "block"));
+            hptr.push_back(blocks.back().data());
+            dptr.push_back(dblocks.back()->f());
+        }
+        Dev dp(gpu, p.data(), p.size() * 4, "p"), dw(gpu, w.data(), w.size() * 4, "w"), dout(gpu, nullptr, p.size() * 4, "out");
+        std::vector<float> out(p.size());
+        gpu.attn_res_mix(dptr, dp.f(), dw.f(), dout.f(), n, d, 1e-6f);
+        cpu.attn_res_mix(hptr, p.data(), w.data(), out.data(), n, d, 1e-6f);
+        check("attn_res_mix 8 blocks x 7168", down(gpu, dout, out.size()), out, 1e-5, 1e-6);
+    }
+}
+
+void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# KDA recurrent (K3: 96 heads x 128) and MLA absorbed decode (64 heads, r 512 + 64)\n");
+    for (int64_t n : {1, 64}) {
+        const int64_t H = 96, D = 128, di = H * D;
+        std::vector<float> q = randn(size_t(n * di), 10), k = randn(size_t(n * di), 11);
+        for (auto* x : {&q, &k})
+            for (size_t r = 0; r < x->size() / size_t(D); ++r) {
+                double s = 0;
+                for (int64_t i = 0; i < D; ++i) s += double((*x)[r * D + i]) * (*x)[r * D + i];
+                for (int64_t i = 0; i < D; ++i) (*x)[r * D + i] /= float(std::sqrt(s));
+            }
+        const std::vector<float> v = randn(size_t(n * di), 12);
+        std::vector<float> g = randn(size_t(n * di), 13, 0.5f), beta = randn(size_t(n * H), 14);
+        for (float& x : g) x = -std::fabs(x) * 0.3f;
+        for (float& b : beta) b = 1.0f / (1.0f + std::exp(-b));
+        std::vector<float> state = randn(size_t(H * D * D), 15, 0.2f), o(size_t(n * di));
+        Dev dq(gpu, q.data(), q.size() * 4, "q"), dk(gpu, k.data(), k.size() * 4, "k"), dv(gpu, v.data(), v.size() * 4, "v"),
+            dg(gpu, g.data(), g.size() * 4, "g"), db(gpu, beta.data(), beta.size() * 4, "beta"),
+            ds(gpu, state.data(), state.size() * 4, "state"), dout(gpu, nullptr, o.size() * 4, "o");
+        backend::KdaScan sg{dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n, H, D, false};
+        gpu.kda_scan(sg);
+        backend::KdaScan sc{q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(), o.data(), n, H, D, false};
+        cpu.kda_scan(sc);
+        check(("kda recurrent n=" + std::to_string(n) + " outputs").c_str(), down(gpu, dout, o.size()), o, 1e-4, 1e-4);
+        check(("kda recurrent n=" + std::to_string(n) + " state").c_str(), down(gpu, ds, state.size()), state, 1e-4, 1e-4);
+        const double s = time_it(gpu, 20, [&] { gpu.kda_scan(sg); });
+        std::printf("     kda recurrent 96 x 128, %lld tokens: %.1f us (%.2f M tokens/s per layer; the chunked form is not on the GPU yet)\n",
+                    (long long)n, s * 1e6, double(n) / s / 1e6);
+    }
+    for (int64_t ctx : {4096, 65536, 1 << 20}) {
+        const int64_t H = 64, r = 512, dr = 64, R = r + dr, n = 1;
+        const std::vector<float> cache = randn(size_t(ctx * R), 20), Q = randn(size_t(n * H * R), 21);
+        backend::MlaShape ms;
+        ms.n = n;
+        ms.pos0 = ctx - 1;
+        ms.H = H;
+        ms.r = r;
+        ms.dr = dr;
+        ms.scale = 1.0f / std::sqrt(192.0f);
+        Dev dc(gpu, cache.data(), cache.size() * 4, "cache"), dQ(gpu, Q.data(), Q.size() * 4, "Q"),
+            dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");
+        gpu.mla_attend_absorbed(dc.f(), dQ.f(), dl.f(), ms);
+        std::vector<float> want(size_t(n * H * r));
+        cpu.mla_attend_absorbed(cache.data(), Q.data(), want.data(), ms);
+        double wmax = 0;
+        for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+        check(("mla absorbed ctx " + std::to_string(ctx)).c_str(), down(gpu, dl, want.size()), want, 1e-4, 1e-5 * wmax);
+        const double s = time_it(gpu, 10, [&] { gpu.mla_attend_absorbed(dc.f(), dQ.f(), dl.f(), ms); });
+        std::printf("     mla absorbed decode, %lld cached positions: %.1f us\n", (long long)ctx, s * 1e6);
+    }
+}
+
+}  // namespace
+
+int main() {
+    for (const std::string& line : backend::cuda::list_devices()) std::printf("%s\n", line.c_str());
+    std::string why;
+    std::unique_ptr<backend::Backend> gpu = backend::cuda::open_device("cuda0", &why);
+    if (!gpu) {
+        std::printf("kinfer_gpu_check: %s; nothing to check\n", why.c_str());
+        return 2;
+    }
+    backend::CpuBackend cpu(0);
+    matvec_table(*gpu, cpu);
+    row_ops(*gpu, cpu);
+    more_ops(*gpu, cpu);
+    mixers(*gpu, cpu);
+    std::printf("\nkinfer_gpu_check: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}

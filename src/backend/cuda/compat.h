@@ -1,0 +1,35 @@
+// What every kernel source (src/backend/cuda/*.cu) includes first. Under nvcc: the CUDA runtime.
+// Under the host compiler: the CPU execution mode (cpu_mode.h), so the same source builds and
+// runs as host code for the CPU-mode tests. Kernels stay plain CUDA C++; the two places where
+// the syntax itself differs are spelled with a macro:
+//   KINFER_LAUNCH(kernel, grid, block, shmem, stream, args...)   kernel<<<grid, block, shmem, stream>>>(args...)
+//     (a templated kernel goes through a function pointer: auto* k = &kern<T, 4>;)
+//   KINFER_DYNAMIC_SHARED(T, name);                              extern __shared__ T name[]
+// Kernels and launchers live in namespace kinfer::cuda::KINFER_CUDA_NS (gpu / emu, see
+// kernels.h), so both builds can be linked into one test binary without clashing.
+#pragma once
+
+#include "backend/cuda/kernel_ns.h"
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+
+#define KINFER_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#define KINFER_DYNAMIC_SHARED(T, name)                                   \
+    extern __shared__ __align__(16) unsigned char kinfer_dynamic_smem_[]; \
+    T* name = reinterpret_cast<T*>(kinfer_dynamic_smem_)
+
+#else
+#include "backend/cuda/cpu_mode.h"
+
+#define KINFER_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    ((void)(stream), ::kinfer::cuda::cpu_mode::launch((kernel), (grid), (block), (shmem) __VA_OPT__(, ) __VA_ARGS__))
+#define KINFER_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::kinfer::cuda::cpu_mode::dynamic_shared())
+
+#endif
+
+namespace kinfer::cuda {
+inline constexpr unsigned kFullMask = 0xffffffffu;
+// The launchers take their stream as void* (kernels.h is plain C++).
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+}

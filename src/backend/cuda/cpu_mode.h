@@ -1,0 +1,188 @@
+// CPU execution mode of the project's CUDA kernels: what the host compiler needs to build the
+// same .cu sources (see compat.h) and run them, so that a machine without a GPU (CI, most
+// sessions) tests every kernel against the CPU backend's op.
+//
+// What it provides, and how:
+//   threadIdx / blockIdx / blockDim / gridDim   thread_local variables, set for each thread.
+//   a block's threads                           one fiber (ucontext) per CUDA thread, all on
+//                                               the launching host thread; the blocks of a grid
+//                                               run one after another (cpu_mode.cpp says why).
+//   __syncthreads / __syncwarp                  a barrier over the block's / warp's live threads:
+//                                               a fiber waits there until the others arrive.
+//   __shfl_sync / _xor / _down / _up, __ballot_sync, __any_sync, __all_sync
+//                                               an exchange through per-lane slots between two
+//                                               barrier phases of the warp.
+//   __shared__                                  `static`: one block runs at a time, so a
+//                                               function-local static is exactly the block's
+//                                               shared array; launches are serialised.
+//   dynamic shared memory                       KINFER_DYNAMIC_SHARED (compat.h) over a buffer
+//                                               of the launch's size.
+//   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
+//   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h); the stream
+//                                               is ignored, a launch completes before it returns.
+// A thread that returns from the kernel leaves the block's and its warp's barriers, as an exited
+// CUDA thread no longer takes part in __syncthreads; a barrier the live threads can never
+// complete throws (a deadlock on a GPU).
+// Like on a GPU, a shuffle or vote must be reached by every live lane of the warp; the mask
+// argument is not checked.
+#pragma once
+
+#if defined(__CUDACC__)
+#error "cpu_mode.h is the host compiler's stand-in for CUDA; nvcc builds the kernels natively"
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __constant__
+#define __shared__ static
+
+struct uint3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+inline constexpr int warpSize = 32;
+
+namespace kinfer::cuda::cpu_mode {
+
+// Runs body once per CUDA thread of every block of grid (blocks one after another), with
+// shmem bytes of dynamic shared memory. Launches from several host threads are serialised; an
+// exception thrown by a kernel thread ends the launch and is rethrown here.
+void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem);
+
+// The calling kernel thread's dynamic shared memory (KINFER_DYNAMIC_SHARED).
+unsigned char* dynamic_shared();
+// Barriers of the calling thread's block and warp.
+void sync_block();
+void sync_warp();
+// Warp exchange: every live lane puts `mine`; returns the value lane src put (src in 0..31), or
+// mine when lane src does not exist (a partial last warp).
+uint64_t exchange(uint64_t mine, int src);
+// OR of the predicates of the warp's live lanes, lane i as bit i.
+unsigned ballot(bool pred);
+// This thread's lane within its warp.
+int lane();
+
+// kernel<<<grid, block, shmem>>>(args...): the arguments are converted to the kernel's parameter
+// types once, as a launch copies them, and every thread calls the kernel with those copies.
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&... args) {
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+    const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    run([&] { std::apply(kernel, params); }, grid, block, shmem);
+}
+
+template <class T>
+uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move values of up to 8 bytes");
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+    T v;
+    std::memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+}  // namespace kinfer::cuda::cpu_mode
+
+// ---- the CUDA device functions the kernels use -------------------------------------------------
+
+inline void __syncthreads() { kinfer::cuda::cpu_mode::sync_block(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { kinfer::cuda::cpu_mode::sync_warp(); }
+
+// Within groups of `width` lanes, as CUDA defines them: a lane outside the caller's group (or
+// past the end of a partial warp) gives back the caller's own value.
+template <class T>
+T __shfl_sync(unsigned, T v, int src, int width = warpSize) {
+    namespace cm = kinfer::cuda::cpu_mode;
+    const int l = cm::lane();
+    return cm::from_bits<T>(cm::exchange(cm::to_bits(v), (l / width) * width + (src % width)));
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask, int width = warpSize) {
+    namespace cm = kinfer::cuda::cpu_mode;
+    const int l = cm::lane(), src = l ^ mask;
+    const uint64_t got = cm::exchange(cm::to_bits(v), src);
+    return src / width > l / width ? v : cm::from_bits<T>(got);
+}
+template <class T>
+T __shfl_down_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+    namespace cm = kinfer::cuda::cpu_mode;
+    const int l = cm::lane();
+    const uint64_t got = cm::exchange(cm::to_bits(v), l + int(delta));
+    return (l % width) + int(delta) >= width ? v : cm::from_bits<T>(got);
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+    namespace cm = kinfer::cuda::cpu_mode;
+    const int l = cm::lane();
+    const uint64_t got = cm::exchange(cm::to_bits(v), l - int(delta));
+    return (l % width) < int(delta) ? v : cm::from_bits<T>(got);
+}
+inline unsigned __ballot_sync(unsigned, int pred) { return kinfer::cuda::cpu_mode::ballot(pred != 0); }
+inline int __any_sync(unsigned, int pred) { return kinfer::cuda::cpu_mode::ballot(pred != 0) != 0; }
+// Every live lane agrees when no live lane votes "no".
+inline int __all_sync(unsigned, int pred) { return kinfer::cuda::cpu_mode::ballot(pred == 0) == 0; }
+
+template <class T>
+T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <class T>
+T atomicExch(T* p, T v) { return std::atomic_ref<T>(*p).exchange(v); }
+template <class T>
+T atomicCAS(T* p, T expected, T desired) {
+    std::atomic_ref<T>(*p).compare_exchange_strong(expected, desired);
+    return expected;   // the old value either way
+}
+template <class T>
+T atomicMax(T* p, T v) {
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+template <class T>
+T atomicMin(T* p, T v) {
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+
+template <class T>
+T __ldg(const T* p) { return *p; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline unsigned __float_as_uint(float f) { return kinfer::cuda::cpu_mode::from_bits<unsigned>(kinfer::cuda::cpu_mode::to_bits(f)); }
+inline float __uint_as_float(unsigned u) { return kinfer::cuda::cpu_mode::from_bits<float>(kinfer::cuda::cpu_mode::to_bits(u)); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }

@@ -1,0 +1,429 @@
+// The CUDA backend: memory, streams and events through the CUDA runtime API, ops through the
+// nvcc-built kernels (kernels.h, namespace kinfer::cuda::gpu). Built by the host compiler (see
+// cuda_backend.h). Ops are queued on the compute stream; download and route (whose results are
+// host arrays) wait for it.
+#define KINFER_CUDA_NS gpu
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/kernels.h"
+#include "common/error.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kinfer::backend::cuda {
+
+namespace gpu = kinfer::cuda::gpu;
+
+namespace {
+
+cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
+
+std::string gib(size_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(1ull << 30)); }
+
+// "cuda0" / "cuda:0" / "cuda" -> 0; -1 when the spec is not of that form.
+int parse_index(const std::string& spec) {
+    std::string rest = spec.substr(4);
+    if (!rest.empty() && rest[0] == ':') rest = rest.substr(1);
+    if (rest.empty()) return 0;
+    if (rest.size() > 3 || !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+    return std::stoi(rest);
+}
+
+}  // namespace
+
+std::vector<std::string> list_devices() {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) return {fmt::format("cuda: no device ({})", cudaGetErrorString(err))};
+    if (n == 0) return {"cuda: no device"};
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+        cudaDeviceProp p{};
+        size_t free_b = 0, total_b = 0;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess || cudaSetDevice(i) != cudaSuccess ||
+            cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            out.push_back(fmt::format("cuda{}: cannot be queried ({})", i, cudaGetErrorString(cudaGetLastError())));
+            continue;
+        }
+        out.push_back(fmt::format("cuda{}: {}, {} ({} free), compute capability {}.{}", i, p.name, gib(total_b),
+                                  gib(free_b), p.major, p.minor));
+    }
+    return out;
+}
+
+std::unique_ptr<Backend> open_device(const std::string& spec, std::string* why) {
+    const int idx = parse_index(spec);
+    if (idx < 0) fail("--device '{}': expected cudaN (cuda0, cuda1, ...)", spec);
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0) {
+        if (why) *why = err != cudaSuccess ? fmt::format("no CUDA device ({})", cudaGetErrorString(err)) : "no CUDA device";
+        return nullptr;
+    }
+    if (idx >= n) {
+        if (why) *why = fmt::format("no CUDA device {} (this machine has {})", idx, n);
+        return nullptr;
+    }
+    return std::make_unique<CudaBackend>(idx);
+}
+
+CudaBackend::CudaBackend(int device) : device_(device), name_("cuda" + std::to_string(device)) {
+    select();
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");
+    compute_ = s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the copy stream");
+    copy_ = s;
+}
+
+CudaBackend::~CudaBackend() {
+    select();
+    for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+    if (scratch_.valid()) cudaFree(scratch_.ptr);
+    cudaStreamDestroy(stream_of(compute_));
+    cudaStreamDestroy(stream_of(copy_));
+}
+
+void CudaBackend::select() const { cudaSetDevice(device_); }
+
+void CudaBackend::check(int e, const char* what) const {
+    if (e != cudaSuccess) fail("{}: {}: CUDA error {} ({})", name_, what, e, cudaGetErrorString(cudaError_t(e)));
+}
+
+void CudaBackend::not_implemented(const char* op) const {
+    fail("{}: op {} is not implemented on cuda yet (issue 16); run that part on the CPU (fewer -ngl layers)", name_, op);
+}
+
+size_t CudaBackend::total_bytes() const {
+    select();
+    size_t f = 0, t = 0;
+    return cudaMemGetInfo(&f, &t) == cudaSuccess ? t : 0;
+}
+
+size_t CudaBackend::free_bytes() const {
+    select();
+    size_t f = 0, t = 0;
+    return cudaMemGetInfo(&f, &t) == cudaSuccess ? f : 0;
+}
+
+std::string CudaBackend::describe() const {
+    cudaDeviceProp p{};
+    cudaGetDeviceProperties(&p, device_);
+    return fmt::format("{}: {}, {} ({} free), compute capability {}.{}", name_, p.name, gib(total_bytes()),
+                       gib(free_bytes()), p.major, p.minor);
+}
+
+// ---- memory ----
+
+Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
+    select();
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+        cudaGetLastError();
+        fail("{}: out of device memory for {}: {} bytes asked, {} free of {}", name_, what, bytes, gib(free_bytes()),
+             gib(total_bytes()));
+    }
+    return Buffer{static_cast<uint8_t*>(p), bytes, 0};
+}
+
+void CudaBackend::free(Buffer& b) {
+    if (b.valid()) {
+        select();
+        cudaFree(b.ptr);
+    }
+    b = Buffer{};
+}
+
+Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        fail("{}: cannot pin {} bytes of host memory for {}", name_, bytes, what);
+    }
+    return Buffer{static_cast<uint8_t*>(p), bytes, 0};
+}
+
+void CudaBackend::free_pinned_host(Buffer& b) {
+    if (b.valid()) cudaFreeHost(b.ptr);
+    b = Buffer{};
+}
+
+bool CudaBackend::owns(const void* p, size_t bytes) const {
+    if (bytes == 0) return true;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice && a.device == device_;
+}
+
+void CudaBackend::need(const void* p, size_t bytes, const char* op, const char* arg) const {
+    if (!owns(p, bytes)) fail("{}: op {} was handed memory that is not this device's for {} ({} bytes at {})", name_, op, arg, bytes, p);
+}
+
+void CudaBackend::need(const Mat& W, const char* op) const {
+    if (!owns(W.data, W.bytes())) fail("{}: op {} was handed weight {} outside this device's memory", name_, op, W.name);
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+    if (scratch_.bytes < bytes) {
+        synchronize();                                      // the old buffer may still be in use
+        free(scratch_);
+        scratch_ = alloc(bytes, "op scratch");
+    }
+    return scratch_.ptr;
+}
+
+// ---- copies ----
+
+void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+    need(dst, bytes, "upload", "dst");
+    select();
+    check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(compute_)), "upload");
+    check(cudaStreamSynchronize(stream_of(compute_)), "upload");   // host_src may be reused on return
+}
+
+void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+    need(src, bytes, "download", "src");
+    select();
+    check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "download");
+    check(cudaStreamSynchronize(stream_of(compute_)), "download");
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+    need(dst, bytes, "copy", "dst");
+    need(src, bytes, "copy", "src");
+    select();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(compute_)), "copy");
+}
+
+Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
+    need(dst, bytes, "upload_async", "dst");
+    select();
+    check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(copy_)), "upload_async");
+    cudaEvent_t ev = nullptr;
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "upload_async: event");
+    check(cudaEventRecord(ev, stream_of(copy_)), "upload_async: event");
+    const uint64_t ticket = next_ticket_++;
+    events_[ticket] = ev;
+    return Event{ticket};
+}
+
+// The compute stream waits on the GPU; the host thread goes on.
+void CudaBackend::wait(Event e) {
+    if (e.ticket == 0) return;
+    const auto it = events_.find(e.ticket);
+    if (it == events_.end()) return;                        // already waited for
+    select();
+    check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second), 0), "wait");
+    cudaEventDestroy(static_cast<cudaEvent_t>(it->second));  // released once the wait is queued
+    events_.erase(it);
+}
+
+void CudaBackend::synchronize() {
+    select();
+    check(cudaStreamSynchronize(stream_of(compute_)), "synchronize");
+}
+
+// ---- ops with kernels ----
+
+void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {
+    need(W, "matmul");
+    if (!gpu::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
+    select();
+    // Prefill shapes run the decode kernel per token too (correct, not fast: the GEMM path is
+    // still to come).
+    gpu::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
+    check(cudaGetLastError(), "matmul");
+}
+
+void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
+    for (size_t i = 0; i < tasks.size(); ++i) {
+        const MatTask& t = tasks[i];
+        if (t.n <= 0) continue;
+        if (t.input < 0 || size_t(t.input) >= inputs.size() || t.W.cols != inputs[size_t(t.input)].cols)
+            fail("{}: matmul_tasks: task {} ({}) does not fit its input", name_, i, t.W.name);
+        const MatInput& in = inputs[size_t(t.input)];
+        const int64_t ld = in.ld ? in.ld : in.cols;
+        matmul(t.W, in.x + t.row0 * ld, t.n, t.y, ld, t.ldy);
+    }
+}
+
+void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld) {
+    select();
+    gpu::rms_norm(x, w, y, rows, d, eps, ld, compute_);
+    check(cudaGetLastError(), "rms_norm");
+}
+
+void CudaBackend::softmax_rows(float* x, int64_t rows, int64_t n, float scale) {
+    select();
+    gpu::softmax_rows(x, rows, n, scale, compute_);
+    check(cudaGetLastError(), "softmax_rows");
+}
+
+void CudaBackend::glu(float* g, const float* u, int64_t rows, int64_t ff, const Glu& act) {
+    select();
+    gpu::glu(g, u, rows * ff, act.situ, act.beta, act.linear_beta, compute_);
+    check(cudaGetLastError(), "glu");
+}
+
+void CudaBackend::copy_rows(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+    if (rows <= 0) return;
+    select();
+    check(cudaMemcpy2DAsync(dst, size_t(ldd) * 4, src, size_t(lds) * 4, size_t(cols) * 4, size_t(rows),
+                            cudaMemcpyDeviceToDevice, stream_of(compute_)),
+          "copy_rows");
+}
+
+void CudaBackend::gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) {
+    select();
+    for (size_t j = 0; j < idx.size(); ++j)
+        check(cudaMemcpyAsync(dst + int64_t(j) * cols, src + (idx[j] / div) * cols, size_t(cols) * 4,
+                              cudaMemcpyDeviceToDevice, stream_of(compute_)),
+              "gather_rows");
+}
+
+void CudaBackend::kda_scan(const KdaScan& s) {
+    // The chunked (WY / UT) form is not on the GPU yet; the recurrence computes the same thing.
+    select();
+    gpu::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+    check(cudaGetLastError(), "kda_scan");
+}
+
+void CudaBackend::mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaShape& s) {
+    gpu::MlaArgs a;
+    a.n = s.n;
+    a.pos0 = s.pos0;
+    a.H = s.H;
+    a.r = s.r;
+    a.dr = s.dr;
+    a.scale = s.scale;
+    float* part = static_cast<float*>(scratch(gpu::mla_scratch_floats(a) * sizeof(float)));
+    select();
+    gpu::mla_attend_absorbed(cache, Q, lat, a, part, compute_);
+    check(cudaGetLastError(), "mla_attend_absorbed");
+}
+
+void CudaBackend::route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
+                        const RouteHook& hook) {
+    const int64_t E = p.n_expert, K = p.n_used;
+    const size_t sel_bytes = size_t(n * K) * sizeof(int32_t), w_bytes = size_t(n * K) * sizeof(float);
+    auto* d_sel = static_cast<uint8_t*>(scratch(sel_bytes + w_bytes));
+    select();
+    gpu::route(probs, bias, n, E, K, p.norm, p.scale, reinterpret_cast<int32_t*>(d_sel),
+               reinterpret_cast<float*>(d_sel + sel_bytes), compute_);
+    check(cudaGetLastError(), "route");
+    check(cudaMemcpyAsync(sel, d_sel, sel_bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "route");
+    check(cudaMemcpyAsync(w, d_sel + sel_bytes, w_bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "route");
+    check(cudaStreamSynchronize(stream_of(compute_)), "route");
+    if (!hook) return;
+    // A hook (routing traces) may replace a token's ids: its weights are then taken again, as
+    // the CPU op does, from the scores.
+    std::vector<float> scores(static_cast<size_t>(E));
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<int32_t> ids(sel + t * K, sel + (t + 1) * K);
+        ids.resize(size_t(E));                                  // the hook sees a full-length list
+        hook(t, ids.data());
+        if (std::equal(ids.begin(), ids.begin() + K, sel + t * K)) continue;
+        download(scores.data(), probs + t * E, size_t(E) * sizeof(float));
+        float* wt = w + t * K;
+        double sum = 0;
+        for (int64_t i = 0; i < K; ++i) {
+            sel[t * K + i] = ids[size_t(i)];
+            wt[i] = scores[size_t(ids[size_t(i)])];
+            sum += double(wt[i]);
+        }
+        if (p.norm)
+            for (int64_t i = 0; i < K; ++i) wt[i] /= std::max(float(sum), 6.103515625e-5f);
+        if (p.scale != 1.0f)
+            for (int64_t i = 0; i < K; ++i) wt[i] *= p.scale;
+    }
+}
+
+void CudaBackend::l2_norm(float* x, int64_t rows, int64_t d, float eps) {
+    select();
+    gpu::l2_norm(x, rows, d, eps, compute_);
+    check(cudaGetLastError(), "l2_norm");
+}
+
+void CudaBackend::add(float* y, const float* a, int64_t n) {
+    select();
+    gpu::add(y, a, n, compute_);
+    check(cudaGetLastError(), "add");
+}
+
+void CudaBackend::mul_sigmoid(float* y, const float* g, int64_t n) {
+    select();
+    gpu::mul_sigmoid(y, g, n, compute_);
+    check(cudaGetLastError(), "mul_sigmoid");
+}
+
+void CudaBackend::sigmoid(float* x, int64_t n) {
+    select();
+    gpu::sigmoid(x, n, compute_);
+    check(cudaGetLastError(), "sigmoid");
+}
+
+void CudaBackend::sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) {
+    select();
+    gpu::sum_slots(ys, n, K, cols, out, compute_);
+    check(cudaGetLastError(), "sum_slots");
+}
+
+void CudaBackend::conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state) {
+    select();
+    gpu::conv_silu(x, n, channels, W, taps, state, compute_);
+    check(cudaGetLastError(), "conv_silu");
+}
+
+void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D,
+                            const KdaGate& gate) {
+    select();
+    gpu::kda_decay(g, dt_bias, a, n, H, D, gate.lower_bound, gate.lb, compute_);
+    check(cudaGetLastError(), "kda_decay");
+}
+
+void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
+                                   float* dst) {
+    if (idx.empty()) return;
+    // The host lists go up as (index, weight of that index) pairs in one scratch upload.
+    const size_t rows = idx.size();
+    std::vector<uint8_t> lists(rows * (sizeof(int64_t) + sizeof(float)));
+    std::memcpy(lists.data(), idx.data(), rows * sizeof(int64_t));
+    auto* wj = reinterpret_cast<float*>(lists.data() + rows * sizeof(int64_t));
+    for (size_t j = 0; j < rows; ++j) wj[j] = w[size_t(idx[j])];
+    auto* d_lists = static_cast<uint8_t*>(scratch(lists.size()));
+    select();
+    check(cudaMemcpyAsync(d_lists, lists.data(), lists.size(), cudaMemcpyHostToDevice, stream_of(compute_)),
+          "scatter_weighted");
+    gpu::scatter_weighted(src, cols, reinterpret_cast<const int64_t*>(d_lists),
+                          reinterpret_cast<const float*>(d_lists + rows * sizeof(int64_t)), int64_t(rows), dst, compute_);
+    check(cudaGetLastError(), "scatter_weighted");
+    // The staging vector dies on return: make sure the copy has left it.
+    check(cudaStreamSynchronize(stream_of(compute_)), "scatter_weighted");
+}
+
+void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,
+                               int64_t n, int64_t d, float eps) {
+    gpu::AttnResStack st;
+    if (stack.size() > size_t(gpu::kAttnResMaxBlocks))
+        fail("{}: attn_res_mix: {} banked blocks, at most {}", name_, stack.size(), gpu::kAttnResMaxBlocks);
+    for (size_t j = 0; j < stack.size(); ++j) st.blocks[j] = stack[j];
+    st.m = int(stack.size());
+    select();
+    gpu::attn_res_mix(st, p, w, out, n, d, eps, compute_);
+    check(cudaGetLastError(), "attn_res_mix");
+}
+
+// ---- ops without kernels yet ----
+
+void CudaBackend::embed(const Mat&, const int32_t*, int64_t, float*) { not_implemented("embed"); }
+void CudaBackend::mla_attend_decompressed(const Mat&, const Mat&, const float*, const float*, float*, const MlaShape&) {
+    not_implemented("mla_attend_decompressed");
+}
+
+}  // namespace kinfer::backend::cuda

@@ -1,0 +1,105 @@
+// The CUDA backend (issue 16): device buffers (cudaMalloc), a compute and a copy stream with
+// events, pinned host memory (cudaHostAlloc), and the ops that have CUDA kernels (kernels.h):
+// matmul / matmul_tasks (decode matvec for every type of matvec_supported), rms_norm, l2_norm,
+// softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
+// conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
+// mla_attend_absorbed, copy_rows and gather_rows (device copies). The other two (embed: the
+// embedding table stays on the CPU by placement; mla_attend_decompressed, a prefill form) throw
+// "op X is not implemented on cuda" naming the device.
+//
+// Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
+// the CUDA runtime API (nvcc cannot compile fmt's compile-time format strings, which kinfer's
+// errors use); the kernels are nvcc-built (kinfer::cuda::gpu). Only linked when nvcc exists.
+#pragma once
+#include "backend/backend.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kinfer::backend::cuda {
+
+// One --list-devices line per CUDA device (name, memory, free memory, compute capability), or
+// one line saying why there is none (no driver, no device).
+std::vector<std::string> list_devices();
+
+// The backend a --device value "cudaN" names; nullptr, with *why set, when this machine has no
+// such device (no GPU at run time: the caller says so in one line and runs on the CPU). A
+// malformed spec throws kinfer::Error.
+std::unique_ptr<Backend> open_device(const std::string& spec, std::string* why);
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const std::string& name() const override { return name_; }
+    bool host_memory() const override { return false; }
+    int n_threads() const override { return 1; }
+    size_t total_bytes() const override;
+    size_t free_bytes() const override;
+    std::string describe() const override;
+
+    Buffer alloc(size_t bytes, std::string_view what) override;
+    void free(Buffer& b) override;
+    Buffer alloc_pinned_host(size_t bytes, std::string_view what) override;
+    void free_pinned_host(Buffer& b) override;
+    bool owns(const void* p, size_t bytes) const override;
+
+    void upload(void* dst, const void* host_src, size_t bytes) override;
+    void download(void* host_dst, const void* src, size_t bytes) override;
+    void copy(void* dst, const void* src, size_t bytes) override;
+    Event upload_async(void* dst, const void* host_src, size_t bytes) override;
+    void wait(Event e) override;
+    void synchronize() override;
+
+    void matmul(const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) override;
+    void matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) override;
+    void embed(const Mat& E, const int32_t* tokens, int64_t n, float* x) override;
+    void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld) override;
+    void l2_norm(float* x, int64_t rows, int64_t d, float eps) override;
+    void add(float* y, const float* a, int64_t n) override;
+    void mul_sigmoid(float* y, const float* g, int64_t n) override;
+    void sigmoid(float* x, int64_t n) override;
+    void softmax_rows(float* x, int64_t rows, int64_t n, float scale) override;
+    void copy_rows(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) override;
+    void glu(float* g, const float* u, int64_t rows, int64_t ff, const Glu& act) override;
+    void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state) override;
+    void kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D,
+                   const KdaGate& gate) override;
+    void kda_scan(const KdaScan& s) override;
+    void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaShape& s) override;
+    void mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
+                                 const MlaShape& s) override;
+    void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
+               const RouteHook& hook) override;
+    void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;
+    void scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
+                          float* dst) override;
+    void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) override;
+    void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out, int64_t n,
+                      int64_t d, float eps) override;
+
+private:
+    [[noreturn]] void not_implemented(const char* op) const;
+    void check(int cuda_error, const char* what) const;   // throws naming the op and the CUDA error
+    void need(const void* p, size_t bytes, const char* op, const char* arg) const;
+    void need(const Mat& W, const char* op) const;
+    void select() const;                                  // cudaSetDevice(device_)
+    // A grow-only device scratch buffer (route's selections, MLA's pieces).
+    void* scratch(size_t bytes);
+
+    int device_;
+    std::string name_;
+    void* compute_ = nullptr;                             // cudaStream_t
+    void* copy_ = nullptr;                                // cudaStream_t
+    uint64_t next_ticket_ = 1;
+    std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
+    Buffer scratch_;
+};
+
+}  // namespace kinfer::backend::cuda

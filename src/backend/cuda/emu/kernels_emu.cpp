@@ -1,0 +1,10 @@
+// The CUDA kernels built by the host compiler in CPU execution mode (cpu_mode.h): the same .cu
+// sources, in namespace kinfer::cuda::emu. test_cuda runs them against the CPU backend's ops on
+// every machine, GPU or not.
+#include "backend/cuda/elementwise.cu"
+#include "backend/cuda/kda.cu"
+#include "backend/cuda/matvec.cu"
+#include "backend/cuda/mix.cu"
+#include "backend/cuda/mla.cu"
+#include "backend/cuda/route.cu"
+#include "backend/cuda/rows.cu"

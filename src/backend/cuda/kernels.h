@@ -1,0 +1,94 @@
+// Host entry points of the CUDA kernels (src/backend/cuda/*.cu). Plain C++: the CUDA backend
+// (nvcc, namespace kinfer::cuda::gpu) calls them with device pointers on a CUDA stream; the
+// CPU-mode tests (host compiler, kinfer::cuda::emu) call the same code with host pointers, the
+// kernels then running on host threads (cpu_mode.h). A launch is asynchronous on the GPU and
+// complete on return in CPU mode. `stream` is a cudaStream_t (nullptr: the default stream).
+// A shape a kernel does not handle throws std::invalid_argument naming the kernel and the shape.
+#pragma once
+#include "backend/cuda/kernel_ns.h"
+#include "quant/type_facts.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+// ---- decode matvec ---------------------------------------------------------------------------
+// True for the weight types matvec has a kernel for: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
+// MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS.
+bool matvec_supported(quant::Type t);
+// y[t * ldy + r] = W.row(r) . x[t * ldx ..] for r < rows, t < n; W rows row_bytes apart. One
+// warp per weight row reads the row once, coalesced; the activations stay fp32 (each weight is
+// decoded to fp32 in registers), so there is no activation quantization error.
+void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+            int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream);
+
+// ---- rows and element-wise ------------------------------------------------------------------
+// y = x / sqrt(mean(x^2) + eps) [* w] per row of d; rows ld apart; y may alias x.
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld, void* stream);
+// x = softmax(x * scale) per row of n.
+void softmax_rows(float* x, int64_t rows, int64_t n, float scale, void* stream);
+// g = silu(g) * u (situ false) or SiTU-GLU (DESIGN.md 3.4) over n elements.
+void glu(float* g, const float* u, int64_t n, bool situ, float beta, float linear_beta, void* stream);
+
+// x = x / max(|x|, eps) per row of d, in place.
+void l2_norm(float* x, int64_t rows, int64_t d, float eps, void* stream);
+void add(float* y, const float* a, int64_t n, void* stream);              // y += a
+void mul_sigmoid(float* y, const float* g, int64_t n, void* stream);      // y *= sigmoid(g)
+void sigmoid(float* x, int64_t n, void* stream);
+// out[t] = sum over k < K of ys[t][k] (slot order), rows of cols.
+void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out, void* stream);
+
+// ---- MoE routing ------------------------------------------------------------------------------
+// probs [n][E] logits -> sigmoid scores in place; sel [n][K] the top-K of score + bias (ties to
+// the lower id), w [n][K] their scores, divided by their sum (at least 2^-14) when norm, times
+// scale. sel and w are device memory.
+void route(float* probs, const float* bias, int64_t n, int64_t E, int64_t K, bool norm, float scale, int32_t* sel,
+           float* w, void* stream);
+
+// dst row idx[j] = src row j * wj[j] for j < rows (rows of cols; idx, wj: device arrays).
+void scatter_weighted(const float* src, int64_t cols, const int64_t* idx, const float* wj, int64_t rows, float* dst,
+                      void* stream);
+
+// ---- AttnRes ------------------------------------------------------------------------------------
+// The banked block sums, passed by value to the kernel (device pointers [n x d] each).
+inline constexpr int kAttnResMaxBlocks = 32;
+struct AttnResStack {
+    const float* blocks[kAttnResMaxBlocks] = {};
+    int m = 0;
+};
+// out = softmax-weighted mix of the banked blocks and p, scored on their RMS-normalised rows
+// against w (the CPU op's order of sums).
+void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, float* out, int64_t n, int64_t d,
+                  float eps, void* stream);
+
+// ---- KDA ----------------------------------------------------------------------------------------
+// The delta-rule recurrence, token by token (decode, and short prefills): q, k, v, g [n][H*D]
+// (g the log-decay), beta [n][H], state [H][D][D] (state[h][j] = column j of S), o [n][H*D].
+// D a multiple of 32, at most 256. Each warp keeps one state row in registers for all n tokens.
+void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                   float* o, int64_t n, int64_t H, int64_t D, void* stream);
+
+// The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear
+// softplus(f) a, with f = g + dt_bias and a [H] = -exp(A_log).
+void kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D, bool lower_bound,
+               float lb, void* stream);
+// Causal depthwise conv (taps [channels][W], W <= 8) + SiLU in place on x [n][channels]; state
+// [channels][W-1] holds the last W-1 inputs, oldest first, and is updated.
+void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state, void* stream);
+
+// ---- MLA ----------------------------------------------------------------------------------------
+// Absorbed MLA over the latent cache (flash-decoding): Q [n][H][r + dr] at positions pos0 + t,
+// cache rows [pos0 + n][r + dr], lat [n][H][r]. The positions are split into pieces of `split`
+// (a block each, per head and token), combined in a second pass; scratch holds
+// mla_scratch_floats() floats.
+struct MlaArgs {
+    int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0;
+    float scale = 1;
+    int64_t split = 256;
+};
+size_t mla_scratch_floats(const MlaArgs& a);
+void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
+                         void* stream);
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

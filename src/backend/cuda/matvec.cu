@@ -1,0 +1,130 @@
+// Decode matvec: y = W x for every weight type of the golden, bench and K3 / Kimi Linear files.
+// One warp per kRowsPerWarp weight rows: lane i decodes pieces i, i + 32, ... of each row
+// (block_dot.cuh), so each step of the warp reads one contiguous stretch of a row and every weight
+// byte is read once. The fp32 activations (a few KiB, shared by all rows) come from L1; a lane
+// loads a piece's activations once for its kRowsPerWarp rows, which keeps the L1 traffic of x to
+// about twice the weight bytes of a 4-bit format instead of eight times. Decode is bound by the
+// weight bytes, so this is the shape that can run near HBM bandwidth: 4 warps per block (16 rows)
+// keep enough loads in flight. Not measured on a GPU yet (tests/gpu/run.sh prints the table).
+#include "backend/cuda/block_dot.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/reduce.cuh"
+
+#include <stdexcept>
+#include <string>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+constexpr int kMatvecWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kMatvecWarps * kRowsPerWarp;
+
+// kT tokens per block (1 for decode, 4 for a few tokens at once: an expert's share of a prefill
+// chunk, a speculative batch): the weight rows come from HBM once per kT tokens, the repeats hit
+// L1. nt (<= kT) is the number of tokens this block really has.
+template <class F, int kT>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
+                  const float* __restrict__ x, int64_t ldx, int64_t n, float* __restrict__ y, int64_t ldy) {
+    const int lane = int(threadIdx.x % 32);
+    const int64_t r0 = int64_t(blockIdx.x) * kRowsPerBlock + int64_t(threadIdx.x / 32) * kRowsPerWarp;
+    if (r0 >= rows) return;                      // the whole warp leaves together
+    const int nr = rows - r0 < kRowsPerWarp ? int(rows - r0) : kRowsPerWarp;   // warp-uniform
+    const int64_t t0 = int64_t(blockIdx.y) * kT;
+    const int nt = n - t0 < kT ? int(n - t0) : kT;
+    const uint8_t* row = W + size_t(r0) * row_bytes;
+    const int64_t n_blocks = cols / F::kElems;
+    const int64_t n_pieces = n_blocks * F::kChunks;
+    float acc[kRowsPerWarp][kT] = {};
+    for (int64_t p = lane; p < n_pieces; p += 32) {
+        const int64_t b = p / F::kChunks;
+        const int c = int(p % F::kChunks);
+#pragma unroll
+        for (int tt = 0; tt < kT; ++tt) {
+            if (tt >= nt) break;
+            const float* xb = x + (t0 + tt) * ldx + b * F::kElems;
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                if (k < nr) acc[k][tt] += F::dot(row + size_t(k) * row_bytes + b * F::kBytes, c, xb);
+        }
+    }
+    if constexpr (F::kUnblocked) {               // a tail of fewer than 8 elements
+        const int64_t i = n_blocks * F::kElems + lane;
+        // Fixed trip counts with guards, so acc stays in registers (no dynamic indexing).
+#pragma unroll
+        for (int tt = 0; tt < kT; ++tt)
+#pragma unroll
+            for (int k = 0; k < kRowsPerWarp; ++k)
+                if (i < cols && tt < nt && k < nr)
+                    acc[k][tt] += F::elem(row + size_t(k) * row_bytes, i) * x[(t0 + tt) * ldx + i];
+    }
+#pragma unroll
+    for (int tt = 0; tt < kT; ++tt)
+#pragma unroll
+        for (int k = 0; k < kRowsPerWarp; ++k) {
+            const float v = warp_sum(acc[k][tt]);   // every lane takes part, also past nr / nt
+            if (lane == 0 && k < nr && tt < nt) y[(t0 + tt) * ldy + r0 + k] = v;
+        }
+}
+
+template <class F>
+void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t ldx, int64_t n,
+            float* y, int64_t ldy, void* stream) {
+    if (!F::kUnblocked && cols % F::kElems != 0)
+        throw std::invalid_argument("cuda matvec: " + std::to_string(cols) + " columns are not whole blocks of " +
+                                    std::to_string(F::kElems));
+    constexpr int kT = 4;
+    auto* kernel = n == 1 ? &matvec_kernel<F, 1> : &matvec_kernel<F, kT>;
+    const int64_t per_block = n == 1 ? 1 : kT;
+    const unsigned grid_x = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    // gridDim.y is at most 65535: long prefills go in slices (they belong to a GEMM anyway).
+    const int64_t slice = 65535 * per_block;
+    for (int64_t t0 = 0; t0 < n; t0 += slice) {
+        const int64_t nt = n - t0 < slice ? n - t0 : slice;
+        KINFER_LAUNCH(kernel, dim3(grid_x, unsigned((nt + per_block - 1) / per_block)), dim3(kMatvecWarps * 32), 0,
+                      as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, rows, cols, x + t0 * ldx, ldx, nt,
+                      y + t0 * ldy, ldy);
+    }
+}
+
+}  // namespace
+
+bool matvec_supported(quant::Type t) {
+    using quant::Type;
+    switch (t) {
+        case Type::F32: case Type::F16: case Type::BF16: case Type::Q8_0: case Type::Q4_0: case Type::Q5_0:
+        case Type::IQ4_NL: case Type::MXFP4: case Type::Q4_K: case Type::Q5_K: case Type::Q6_K: case Type::IQ4_XS:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+            int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream) {
+    if (rows <= 0 || n <= 0) return;
+    if (ldx == 0) ldx = cols;
+    if (ldy == 0) ldy = rows;
+    using quant::Type;
+    switch (type) {
+        case Type::F32: return launch<DotF32>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::F16: return launch<DotF16>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::BF16: return launch<DotBF16>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q8_0: return launch<DotQ8_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q4_0: return launch<DotQ4_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q5_0: return launch<DotQ5_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::IQ4_NL: return launch<DotIQ4_NL>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::MXFP4: return launch<DotMXFP4>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q4_K: return launch<DotQ4_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q5_K: return launch<DotQ5_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::Q6_K: return launch<DotQ6_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        case Type::IQ4_XS: return launch<DotIQ4_XS>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
+        default: break;
+    }
+    const char* name = quant::type_facts(type).name;
+    throw std::invalid_argument(std::string("cuda matvec: no kernel for weight type ") + (name ? name : "?"));
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

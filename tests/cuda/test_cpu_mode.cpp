@@ -1,0 +1,172 @@
+// The CPU execution mode itself (src/backend/cuda/cpu_mode.h): kernels written as CUDA C++ run on
+// host threads with CUDA's block, warp, barrier, shuffle, vote, atomic and shared-memory
+// semantics. Each case would fail if the emulation got that part wrong (a missing barrier reads
+// stale values, a wrong shuffle source gives a wrong sum).
+#include "backend/cuda/compat.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using kinfer::cuda::kFullMask;
+
+// A block-wide sum: shuffle-down within each warp, one shared slot per warp, then warp 0.
+__global__ void block_sum_kernel(const int* x, int n, int* out) {
+    __shared__ int per_warp[32];
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    int v = i < n ? x[i] : 0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, unsigned(o));
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    if (lane == 0) per_warp[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < int(blockDim.x / 32) ? per_warp[lane] : 0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, unsigned(o));
+        if (lane == 0) out[blockIdx.x] = v;
+    }
+}
+
+TEST_CASE("cuda cpu mode: a block reduction with warp shuffles and shared memory") {
+    const int n = 1000, threads = 128, blocks = (n + threads - 1) / threads;
+    std::vector<int> x(n), out(blocks, -1);
+    for (int i = 0; i < n; ++i) x[size_t(i)] = (i * 7919) % 1013 - 500;
+    auto* k = &block_sum_kernel;
+    KINFER_LAUNCH(k, dim3(unsigned(blocks)), dim3(threads), 0, nullptr, x.data(), n, out.data());
+    for (int b = 0; b < blocks; ++b) {
+        int want = 0;
+        for (int i = b * threads; i < std::min(n, (b + 1) * threads); ++i) want += x[size_t(i)];
+        CHECK(out[size_t(b)] == want);
+    }
+}
+
+// Each round every thread writes its slot, waits, reads its neighbour's: without the barriers a
+// thread would read a slot its neighbour has not written yet (or has already overwritten).
+__global__ void rotate_kernel(int* out, int rounds) {
+    __shared__ int slot[256];
+    const int t = int(threadIdx.x), n = int(blockDim.x);
+    int v = t + 1000 * int(blockIdx.x);
+    for (int r = 0; r < rounds; ++r) {
+        slot[t] = v;
+        __syncthreads();
+        v = slot[(t + 1) % n];
+        __syncthreads();
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+TEST_CASE("cuda cpu mode: __syncthreads orders a shared-memory exchange, round after round and block after block") {
+    const int threads = 96, blocks = 3, rounds = 37;
+    std::vector<int> out(threads * blocks, -1);
+    auto* k = &rotate_kernel;
+    KINFER_LAUNCH(k, dim3(blocks), dim3(threads), 0, nullptr, out.data(), rounds);
+    for (int b = 0; b < blocks; ++b)
+        for (int t = 0; t < threads; ++t) CHECK(out[size_t(b * threads + t)] == (t + rounds) % threads + 1000 * b);
+}
+
+// Shuffle flavours, votes and a partial last warp (48 threads: lanes 0..15 of warp 1 exist).
+__global__ void warp_ops_kernel(int* out) {
+    const int t = int(threadIdx.x), lane = t % 32;
+    int* o = out + t * 6;
+    int v = t;
+    for (int m = 1; m < 32; m <<= 1) v += __shfl_xor_sync(kFullMask, v, m);  // butterfly all-reduce
+    o[0] = v;
+    int s = lane + 1;                                                          // inclusive scan
+    for (int d = 1; d < 32; d <<= 1) {
+        const int u = __shfl_up_sync(kFullMask, s, unsigned(d));
+        if (lane >= d) s += u;
+    }
+    o[1] = s;
+    o[2] = __shfl_sync(kFullMask, t * 10, 3);                                  // broadcast lane 3
+    o[3] = int(__ballot_sync(kFullMask, lane % 3 == 0));
+    o[4] = __any_sync(kFullMask, t == 40) + 2 * __all_sync(kFullMask, lane < 16);
+    o[5] = __shfl_down_sync(kFullMask, t, 4);
+}
+
+TEST_CASE("cuda cpu mode: xor / up / down / broadcast shuffles and ballot / any / all, with a partial warp") {
+    const int threads = 48;
+    std::vector<int> out(threads * 6, -1);
+    auto* k = &warp_ops_kernel;
+    KINFER_LAUNCH(k, dim3(1), dim3(threads), 0, nullptr, out.data());
+    for (int t = 0; t < threads; ++t) {
+        INFO("thread ", t);
+        const int warp = t / 32, lane = t % 32, lanes = warp == 0 ? 32 : 16;
+        const int* o = &out[size_t(t) * 6];
+        // Butterfly over a partial warp: a missing partner contributes the caller's own value,
+        // so only the full warp's result is meaningful.
+        if (warp == 0) CHECK(o[0] == 31 * 32 / 2);
+        if (warp == 0) CHECK(o[1] == (lane + 1) * (lane + 2) / 2);
+        CHECK(o[2] == (warp * 32 + 3) * 10);
+        unsigned want = 0;
+        for (int i = 0; i < lanes; ++i) want |= unsigned(i % 3 == 0) << i;
+        CHECK(unsigned(o[3]) == want);
+        CHECK(o[4] == (warp == 1 ? 1 + 2 : 0));
+        CHECK(o[5] == (lane + 4 < lanes ? t + 4 : t));
+    }
+}
+
+// Threads past the end return before the barrier; the others must still get through it.
+__global__ void early_exit_kernel(const float* x, int n, float* out) {
+    KINFER_DYNAMIC_SHARED(float, buf);
+    const int t = int(threadIdx.x);
+    const int i = int(blockIdx.x * blockDim.x) + t;
+    if (i >= n) return;
+    buf[t] = x[i] * 2;
+    __syncthreads();
+    const int valid = std::min(int(blockDim.x), n - int(blockIdx.x * blockDim.x));
+    out[i] = buf[(t + 1) % valid];
+}
+
+TEST_CASE("cuda cpu mode: threads that return early leave __syncthreads; dynamic shared memory") {
+    const int n = 70, threads = 32;
+    std::vector<float> x(n), out(n, -1);
+    std::iota(x.begin(), x.end(), 1.0f);
+    auto* k = &early_exit_kernel;
+    KINFER_LAUNCH(k, dim3(3), dim3(threads), threads * sizeof(float), nullptr, x.data(), n, out.data());
+    for (int i = 0; i < n; ++i) {
+        const int b = i / threads, valid = std::min(threads, n - b * threads), t = i % threads;
+        CHECK(out[size_t(i)] == 2 * x[size_t(b * threads + (t + 1) % valid)]);
+    }
+}
+
+__global__ void index_kernel(unsigned* out, int* counter, float* fsum) {
+    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    out[bid * blockDim.x * blockDim.y * blockDim.z + tid] = bid * 1000 + tid;
+    atomicAdd(counter, 1);
+    atomicAdd(fsum, 0.5f);
+}
+
+TEST_CASE("cuda cpu mode: 3-D grids and blocks index every thread once; atomics from all of them") {
+    const dim3 grid(2, 3, 2), block(4, 2, 3);
+    const unsigned nb = 12, nt = 24;
+    std::vector<unsigned> out(nb * nt, 0xffffffffu);
+    int counter = 0;
+    float fsum = 0;
+    auto* k = &index_kernel;
+    KINFER_LAUNCH(k, grid, block, 0, nullptr, out.data(), &counter, &fsum);
+    for (unsigned b = 0; b < nb; ++b)
+        for (unsigned t = 0; t < nt; ++t) CHECK(out[b * nt + t] == b * 1000 + t);
+    CHECK(counter == int(nb * nt));
+    CHECK(fsum == doctest::Approx(0.5 * nb * nt));
+}
+
+}  // namespace
+
+namespace {
+
+// Lane 0 waits at the warp barrier while the rest wait at the block barrier: on a GPU a hang.
+__global__ void deadlock_kernel() {
+    if (threadIdx.x == 0) __syncwarp();
+    else __syncthreads();
+}
+
+TEST_CASE("cuda cpu mode: a barrier the live threads can never complete is an error, not a hang") {
+    auto* k = &deadlock_kernel;
+    CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, dim3(1), dim3(32), 0, nullptr), doctest::Contains("deadlock"), std::logic_error);
+}
+
+}  // namespace

@@ -1,0 +1,110 @@
+// The row-wise, element-wise and routing kernels (rows.cu, route.cu) in CPU mode against the CPU
+// backend's ops. Tolerances: the CPU sums in double where the kernels sum in fp32 (a relative
+// 1e-5 covers fp32 sums of a few thousand terms), and libm's expf / tanhf against the CPU's
+// vectorised ones differ by an ulp or two.
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+
+#include <algorithm>
+
+using namespace kinfer;
+using kinfer::cuda::testing::check_close;
+using kinfer::cuda::testing::cpu;
+using kinfer::cuda::testing::randn;
+
+TEST_CASE("cuda rms_norm (cpu mode): rows with and without a weight, rows ld apart, within 1e-5 relative") {
+    const int64_t rows = 5, d = 1000, ld = 1030;
+    const std::vector<float> x = randn(size_t(rows * ld), 3, 2.0f), w = randn(size_t(d), 4);
+    for (bool with_w : {true, false}) {
+        INFO("weight ", with_w);
+        std::vector<float> y(x.size(), 0.0f), want(x.size(), 0.0f);
+        cuda::emu::rms_norm(x.data(), with_w ? w.data() : nullptr, y.data(), rows, d, 1e-6f, ld, nullptr);
+        cpu().rms_norm(x.data(), with_w ? w.data() : nullptr, want.data(), rows, d, 1e-6f, ld);
+        check_close(y, want, 1e-5, 1e-7, "rms_norm");
+    }
+    // In place, as the forward pass calls it.
+    std::vector<float> inplace = x, want(x.size(), 0.0f);
+    cuda::emu::rms_norm(inplace.data(), w.data(), inplace.data(), rows, d, 1e-6f, ld, nullptr);
+    cpu().rms_norm(x.data(), w.data(), want.data(), rows, d, 1e-6f, ld);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = d; i < ld; ++i) want[size_t(r * ld + i)] = x[size_t(r * ld + i)];   // gaps untouched
+    check_close(inplace, want, 1e-5, 1e-7, "rms_norm in place");
+}
+
+TEST_CASE("cuda softmax_rows (cpu mode): within 1e-5 relative of the CPU op") {
+    const int64_t rows = 4, n = 777;
+    std::vector<float> x = randn(size_t(rows * n), 5, 3.0f), want = x;
+    cuda::emu::softmax_rows(x.data(), rows, n, 0.3f, nullptr);
+    cpu().softmax_rows(want.data(), rows, n, 0.3f);
+    check_close(x, want, 1e-5, 1e-9, "softmax");
+}
+
+TEST_CASE("cuda glu (cpu mode): SwiGLU and SiTU-GLU (with and without the linear branch) within 1e-5") {
+    const int64_t n = 1000;
+    const std::vector<float> g0 = randn(size_t(n), 6, 3.0f), u = randn(size_t(n), 7, 2.0f);
+    struct Act {
+        bool situ;
+        float beta, lb;
+    };
+    for (const Act a : {Act{false, 0, 0}, Act{true, 1.5f, 0}, Act{true, 1.5f, 3.0f}}) {
+        INFO("situ ", a.situ, " beta ", a.beta, " linear_beta ", a.lb);
+        std::vector<float> g = g0, want = g0;
+        cuda::emu::glu(g.data(), u.data(), n, a.situ, a.beta, a.lb, nullptr);
+        cpu().glu(want.data(), u.data(), 1, n, backend::Glu{a.situ, a.beta, a.lb});
+        check_close(g, want, 1e-5, 1e-6, "glu");
+    }
+}
+
+TEST_CASE("cuda route (cpu mode): the same experts as the CPU op, weights and scores within 1e-6") {
+    struct Shape {
+        int64_t n, E, K;
+        bool norm;
+        float scale;
+    };
+    for (const Shape s : {Shape{5, 96, 8, true, 2.5f}, Shape{3, 256, 8, true, 1.0f}, Shape{2, 384, 6, false, 1.0f}}) {
+        INFO("E ", s.E, " K ", s.K);
+        const std::vector<float> logits = randn(size_t(s.n * s.E), 8 + uint32_t(s.E), 2.0f);
+        const std::vector<float> bias = randn(size_t(s.E), 9, 0.05f);
+        std::vector<float> probs = logits, want_probs = logits;
+        std::vector<int32_t> sel(size_t(s.n * s.K), -1), want_sel(sel.size(), -2);
+        std::vector<float> w(sel.size()), want_w(sel.size());
+        cuda::emu::route(probs.data(), bias.data(), s.n, s.E, s.K, s.norm, s.scale, sel.data(), w.data(), nullptr);
+        cpu().route(want_probs.data(), bias.data(), s.n, backend::RouteParams{s.E, s.K, s.norm, s.scale},
+                    want_sel.data(), want_w.data(), {});
+        CHECK(sel == want_sel);
+        check_close(w, want_w, 1e-6, 0, "route weights");
+        check_close(probs, want_probs, 1e-6, 0, "sigmoid scores");
+    }
+}
+
+TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots (cpu mode): against the CPU ops") {
+    const int64_t rows = 3, d = 300;
+    std::vector<float> x = randn(size_t(rows * d), 30), want = x;
+    cuda::emu::l2_norm(x.data(), rows, d, 1e-6f, nullptr);
+    cpu().l2_norm(want.data(), rows, d, 1e-6f);
+    check_close(x, want, 1e-5, 1e-8, "l2_norm");
+
+    const int64_t n = 1234;
+    const std::vector<float> a = randn(size_t(n), 31), g = randn(size_t(n), 32, 3.0f), y0 = randn(size_t(n), 33);
+    std::vector<float> y = y0, wy = y0;
+    cuda::emu::add(y.data(), a.data(), n, nullptr);
+    cpu().add(wy.data(), a.data(), n);
+    check_close(y, wy, 0, 0, "add (exact)");
+    y = y0;
+    wy = y0;
+    cuda::emu::mul_sigmoid(y.data(), g.data(), n, nullptr);
+    cpu().mul_sigmoid(wy.data(), g.data(), n);
+    check_close(y, wy, 1e-6, 0, "mul_sigmoid");
+    y = g;
+    wy = g;
+    cuda::emu::sigmoid(y.data(), n, nullptr);
+    cpu().sigmoid(wy.data(), n);
+    check_close(y, wy, 1e-6, 0, "sigmoid");
+
+    const int64_t t = 3, K = 5, cols = 70;
+    const std::vector<float> ys = randn(size_t(t * K * cols), 34);
+    std::vector<float> out(size_t(t * cols)), wout(out.size());
+    cuda::emu::sum_slots(ys.data(), t, K, cols, out.data(), nullptr);
+    cpu().sum_slots(ys.data(), t, K, cols, wout.data());
+    check_close(out, wout, 0, 0, "sum_slots (exact: same order)");
+}
