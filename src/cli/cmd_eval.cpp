@@ -2,6 +2,7 @@
 // llama.cpp (tests/model, ../shared/golden/llama.cpp/logits) and for bisecting a divergence
 // layer by layer (--dump-layer / --dump-layers).
 #include "cli/command.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
@@ -39,6 +40,7 @@ int32_t argmax(const std::vector<float>& x) {
 
 struct EvalArgs {
     std::string model, tokens, logits_out, mode = "batch", kda = "recurrent", mla = "absorbed";
+    std::string cache_type = "f32";   // eval compares with llama.cpp's exact mode
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int dump_layer = -1;
@@ -59,6 +61,7 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
+    so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*model, a.experts, so);
     model::Session s(*model, so);
 
@@ -128,6 +131,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_flag("--dump-layers", a->dump_layers, "print residual statistics after every layer");
     app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids")->check(int_in(0, kMaxCtx));
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
+    add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     runtime::add_expert_flags(app, a->experts);
     return [a] { return run_eval(*a); };
