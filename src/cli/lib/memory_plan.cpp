@@ -2,6 +2,7 @@
 
 #include "cli/lib/info_report.h"
 #include "model/hparams.h"
+#include "text/tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -82,7 +83,15 @@ nlohmann::ordered_json memory_plan(const gguf::File& f, const PlanOptions& opt) 
         tiled = std::min<uint64_t>(kb, uint64_t(opt.n_ctx + 31) / 32 * 32) * per_key;
     }
     p["tiled_attention_bytes"] = tiled;
-    const uint64_t base = self_rss_bytes();
+    // The process as a run has it before the model's pages are touched: code, libraries and the
+    // tokenizer's tables (built here to be measured; a run builds the same ones).
+    uint64_t base = self_rss_bytes();
+    try {
+        const auto tok = text::Tokenizer::from_gguf(f);
+        base = self_rss_bytes();
+    } catch (const std::exception&) {
+        // A file without a usable vocabulary: the plan leaves the tokenizer out.
+    }
     p["process_bytes"] = base;
     p["planned_rss_bytes"] = weights + latent + kda + conv + scratch + tiled + base;
     return p;
@@ -102,7 +111,7 @@ std::string memory_plan_text(const nlohmann::ordered_json& p) {
     line("conv state", p["conv_state_bytes"].get<uint64_t>());
     line("prefill scratch (one -b chunk)", p["scratch_bytes"].get<uint64_t>());
     line("tiled attention key block", p["tiled_attention_bytes"].get<uint64_t>());
-    line("the kinfer process (code, libraries)", p["process_bytes"].get<uint64_t>());
+    line("kinfer process (code, libs, tokenizer)", p["process_bytes"].get<uint64_t>());
     line("planned peak RSS", p["planned_rss_bytes"].get<uint64_t>());
     return o;
 }
