@@ -147,8 +147,9 @@ inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const flo
     }
 }
 
-// acc[0..Dv) += sum over j < nk of p[j] * V[j][0..Dv); V rows Dv apart.
-inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t Dv) {
+// acc[0..Dv) += sum over j < nk of p[j] * V[j][0..Dv); V rows ldv apart (0: Dv).
+inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t Dv, int64_t ldv = 0) {
+    if (ldv == 0) ldv = Dv;
     int64_t a0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; a0 + 32 <= Dv; a0 += 32) {
@@ -156,7 +157,7 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
                v3 = _mm256_loadu_ps(acc + a0 + 24);
         for (int j = 0; j < nk; ++j) {
             const __m256 pj = _mm256_broadcast_ss(p + j);
-            const float* vr = V + j * Dv + a0;
+            const float* vr = V + j * ldv + a0;
             v0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), v0);
             v1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), v1);
             v2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 16), v2);
@@ -171,15 +172,46 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
         std::memcpy(v, acc + a0, sizeof v);
         for (int j = 0; j < nk; ++j) {
             const float pj = p[j];
-            const float* vr = V + j * Dv + a0;
+            const float* vr = V + j * ldv + a0;
             for (int a = 0; a < 32; ++a) v[a] += pj * vr[a];
         }
         std::memcpy(acc + a0, v, sizeof v);
     }
     for (; a0 < Dv; ++a0) {
         float v = acc[a0];
-        for (int j = 0; j < nk; ++j) v += p[j] * V[j * Dv + a0];
+        for (int j = 0; j < nk; ++j) v += p[j] * V[j * ldv + a0];
         acc[a0] = v;
+    }
+}
+
+// acc_pv for two rows, sharing each load of V.
+inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, const float* V, int nk, int64_t Dv) {
+    int64_t a0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; a0 + 32 <= Dv; a0 += 32) {
+        __m256 u0 = _mm256_loadu_ps(acc0 + a0), u1 = _mm256_loadu_ps(acc0 + a0 + 8), u2 = _mm256_loadu_ps(acc0 + a0 + 16),
+               u3 = _mm256_loadu_ps(acc0 + a0 + 24);
+        __m256 w0 = _mm256_loadu_ps(acc1 + a0), w1 = _mm256_loadu_ps(acc1 + a0 + 8), w2 = _mm256_loadu_ps(acc1 + a0 + 16),
+               w3 = _mm256_loadu_ps(acc1 + a0 + 24);
+        for (int j = 0; j < nk; ++j) {
+            const float* vr = V + j * Dv + a0;
+            const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
+                         v3 = _mm256_loadu_ps(vr + 24);
+            const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
+            u0 = _mm256_fmadd_ps(x, v0, u0); u1 = _mm256_fmadd_ps(x, v1, u1);
+            u2 = _mm256_fmadd_ps(x, v2, u2); u3 = _mm256_fmadd_ps(x, v3, u3);
+            w0 = _mm256_fmadd_ps(y, v0, w0); w1 = _mm256_fmadd_ps(y, v1, w1);
+            w2 = _mm256_fmadd_ps(y, v2, w2); w3 = _mm256_fmadd_ps(y, v3, w3);
+        }
+        _mm256_storeu_ps(acc0 + a0, u0); _mm256_storeu_ps(acc0 + a0 + 8, u1);
+        _mm256_storeu_ps(acc0 + a0 + 16, u2); _mm256_storeu_ps(acc0 + a0 + 24, u3);
+        _mm256_storeu_ps(acc1 + a0, w0); _mm256_storeu_ps(acc1 + a0 + 8, w1);
+        _mm256_storeu_ps(acc1 + a0 + 16, w2); _mm256_storeu_ps(acc1 + a0 + 24, w3);
+    }
+#endif
+    if (a0 < Dv) {   // the rest (or all of it, portable): one row at a time
+        acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, Dv);
+        acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, Dv);
     }
 }
 
@@ -199,11 +231,15 @@ struct Online {
     }
     // s [nq][TK] scaled scores of keys k0.. (nk of them); query i sees keys <= qpos0 + i.
     void update(float* s, int nq, int nk, int64_t k0, int64_t qpos0, const float* V) {
+        int vis_of[TQ];
         for (int i = 0; i < nq; ++i) {
             float* si = s + i * TK;
             const int64_t last = qpos0 + i - k0;                  // last key index this row sees
-            const int vis = int(std::min<int64_t>(nk, last + 1));
-            if (vis <= 0) continue;
+            const int vis = vis_of[i] = int(std::max<int64_t>(0, std::min<int64_t>(nk, last + 1)));
+            if (vis == 0) {                                       // no key of this tile: p = 0
+                std::fill(si, si + TK, 0.0f);
+                continue;
+            }
             for (int j = vis; j < TK; ++j) si[j] = -std::numeric_limits<float>::infinity();   // masked: e^-inf = 0
             const float m_new = std::max(m[i], row_max(si));
             const float sum = exp_row_sub(si, m_new);
@@ -215,8 +251,14 @@ struct Online {
                 m[i] = m_new;
             }
             l[i] += sum;
-            acc_pv(ai, si, V, vis, Dv);
         }
+        // acc += P . V, two rows at a time (masked probabilities are 0, so a pair runs to the
+        // longer of its two rows).
+        int i = 0;
+        for (; i + 2 <= nq; i += 2)
+            acc_pv2(acc + i * Dv, acc + (i + 1) * Dv, s + i * TK, s + (i + 1) * TK, V,
+                    std::max(vis_of[i], vis_of[i + 1]), Dv);
+        if (i < nq) acc_pv(acc + i * Dv, s + i * TK, V, vis_of[i], Dv);
     }
     // out row i (ld apart) = acc_i / l_i.
     void finish(int nq, float* out, int64_t ld) const {
