@@ -185,7 +185,8 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
 }
 
 // acc_pv for two rows, sharing each load of V.
-inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, const float* V, int nk, int64_t Dv) {
+inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, const float* V, int nk, int64_t Dv,
+                    int64_t ldv) {
     int64_t a0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; a0 + 32 <= Dv; a0 += 32) {
@@ -194,7 +195,7 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
         __m256 w0 = _mm256_loadu_ps(acc1 + a0), w1 = _mm256_loadu_ps(acc1 + a0 + 8), w2 = _mm256_loadu_ps(acc1 + a0 + 16),
                w3 = _mm256_loadu_ps(acc1 + a0 + 24);
         for (int j = 0; j < nk; ++j) {
-            const float* vr = V + j * Dv + a0;
+            const float* vr = V + j * ldv + a0;
             const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
                          v3 = _mm256_loadu_ps(vr + 24);
             const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
@@ -210,9 +211,28 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
     }
 #endif
     if (a0 < Dv) {   // the rest (or all of it, portable): one row at a time
-        acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, Dv);
-        acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, Dv);
+        acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, ldv);
+        acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, ldv);
     }
+}
+
+// a . b over D values (the few-query path: decode).
+inline float dot_row(const float* a, const float* b, int64_t D) {
+    int64_t d = 0;
+    float s = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; d + 16 <= D; d += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), s1);
+    }
+    s0 = _mm256_add_ps(s0, s1);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    s = _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+#endif
+    for (; d < D; ++d) s += a[d] * b[d];
+    return s;
 }
 
 // The running softmax of up to TQ query rows.
@@ -229,8 +249,10 @@ struct Online {
         }
         std::fill(acc, acc + nq * Dv, 0.0f);
     }
-    // s [nq][TK] scaled scores of keys k0.. (nk of them); query i sees keys <= qpos0 + i.
-    void update(float* s, int nq, int nk, int64_t k0, int64_t qpos0, const float* V) {
+    // s [nq][TK] scaled scores of keys k0.. (nk of them); query i sees keys <= qpos0 + i. V: the
+    // keys' values, rows ldv apart (0: Dv).
+    void update(float* s, int nq, int nk, int64_t k0, int64_t qpos0, const float* V, int64_t ldv = 0) {
+        if (ldv == 0) ldv = Dv;
         int vis_of[TQ];
         for (int i = 0; i < nq; ++i) {
             float* si = s + i * TK;
@@ -257,8 +279,8 @@ struct Online {
         int i = 0;
         for (; i + 2 <= nq; i += 2)
             acc_pv2(acc + i * Dv, acc + (i + 1) * Dv, s + i * TK, s + (i + 1) * TK, V,
-                    std::max(vis_of[i], vis_of[i + 1]), Dv);
-        if (i < nq) acc_pv(acc + i * Dv, s + i * TK, V, vis_of[i], Dv);
+                    std::max(vis_of[i], vis_of[i + 1]), Dv, ldv);
+        if (i < nq) acc_pv(acc + i * Dv, s + i * TK, V, vis_of[i], Dv, ldv);
     }
     // out row i (ld apart) = acc_i / l_i.
     void finish(int nq, float* out, int64_t ld) const {
@@ -280,11 +302,10 @@ void for_tiles(runtime::ThreadPool& pool, int64_t n, int64_t H, Fn&& fn) {
 }
 
 struct TiledScratch {
-    std::vector<float> q, kt, v, s, acc, rows;
+    std::vector<float> q, kt, s, acc, rows;
     void size(int64_t D, int64_t Dv, int64_t R) {
         q.resize(size_t(TQ * D));
         kt.resize(size_t(D * TK));
-        v.resize(size_t(TK * Dv));
         s.resize(size_t(TQ * TK));
         acc.resize(size_t(TQ * Dv));
         rows.resize(size_t(TK * R));
@@ -314,16 +335,26 @@ inline void tiled_absorbed(runtime::ThreadPool& pool, const backend::LatentPages
         Online on;
         on.start(nq, w.acc.data(), r);
         const int64_t qpos0 = pos0 + t0, n_keys = qpos0 + nq;
+        // An f32 tile inside one page is read where it lies; other types are converted first.
+        const bool in_place = c.type == backend::CacheType::f32 && c.page_rows % TK == 0;
         for (int64_t k0 = 0; k0 < n_keys; k0 += TK) {
             const int nk = int(std::min<int64_t>(TK, n_keys - k0));
-            load_rows(c, k0, nk, w.rows.data());
+            const float* rows = w.rows.data();
+            if (in_place) rows = reinterpret_cast<const float*>(c.row(k0));
+            else load_rows(c, k0, nk, w.rows.data());
+            if (nq < 4) {
+                // A few queries (decode): scores straight from the rows, no transposed tile.
+                for (int i = 0; i < nq; ++i)
+                    for (int j = 0; j < nk; ++j) w.s[size_t(i * TK + j)] = dot_row(&w.q[size_t(i * R)], rows + j * R, R);
+                on.update(w.s.data(), nq, nk, k0, qpos0, rows, R);
+                continue;
+            }
             for (int j = 0; j < nk; ++j)
-                for (int64_t d = 0; d < R; ++d) w.kt[size_t(d * TK + j)] = w.rows[size_t(j * R + d)];
+                for (int64_t d = 0; d < R; ++d) w.kt[size_t(d * TK + j)] = rows[j * R + d];
             for (int j = nk; j < TK; ++j)
                 for (int64_t d = 0; d < R; ++d) w.kt[size_t(d * TK + j)] = 0.0f;
-            for (int j = 0; j < nk; ++j) std::memcpy(&w.v[size_t(j * r)], &w.rows[size_t(j * R)], size_t(r) * sizeof(float));
             rows_times_tile(w.q.data(), R, nq, w.kt.data(), R, w.s.data());
-            on.update(w.s.data(), nq, nk, k0, qpos0, w.v.data());
+            on.update(w.s.data(), nq, nk, k0, qpos0, rows, R);
         }
         on.finish(nq, lat + (t0 * H + h) * r, H * r);
     });
