@@ -130,8 +130,10 @@ TEST_CASE("latent cache: -c costs nothing up front; a -c beyond memory is refuse
 }
 
 // llama.cpp over 16K tokens, F32 cache, exact mode: the last 32 prompt rows (batch) within 1e-4
-// and the 32 greedy tokens after the prompt. The attention runs the tiled kernels here.
-TEST_CASE("parity at length: k3-tiny-a F32, 16K tokens, tiled MLA") {
+// and the 32 greedy tokens after the prompt. The attention runs the tiled kernels here. With the
+// f16 cache (kinfer's CLI default) the same rows are held to mean |d| < 0.01 and the same greedy
+// tokens (measured: f16 mean 1.0e-6, max 1.3e-5; f32 max 3.1e-6).
+TEST_CASE("parity at length: k3-tiny-a F32, 16K tokens, tiled MLA, f32 and f16 cache") {
     const std::string dir = "llama.cpp/long/";
     if (!have_golden(dir + "k3-tiny-a-F32/a16k.batch.f32")) return;
     auto m = f32_model("k3-tiny-a");
@@ -142,23 +144,30 @@ TEST_CASE("parity at length: k3-tiny-a F32, 16K tokens, tiled MLA") {
     const int64_t V = m->hparams().n_vocab;
     REQUIRE(ids.size() == 16384);
     REQUIRE(ref.size() == size_t(32 * V));
+    const auto gen_ref = j["generated_ids"].get<std::vector<int32_t>>();
 
-    model::Session s(*m, {.n_ctx = 16448, .n_threads = 2});
-    std::vector<float> last;
-    s.prefill(std::span(ids).first(16384 - 32));
-    s.prefill(std::span(ids).last(32), &last);
-    Diff d = compare(last.data(), ref.data(), 32, V);
-    print_diff("k3-tiny-a F32 16K last 32 (batch)", d);
-    CHECK(d.max_abs <= 1e-4);
-    CHECK(d.argmax_agree == 32);
+    for (backend::CacheType ct : {backend::CacheType::f32, backend::CacheType::f16}) {
+        model::Session s(*m, {.n_ctx = 16448, .n_threads = 2, .cache_type = ct});
+        std::vector<float> last;
+        s.prefill(std::span(ids).first(16384 - 32));
+        s.prefill(std::span(ids).last(32), &last);
+        Diff d = compare(last.data(), ref.data(), 32, V);
+        double sum = 0;
+        for (size_t i = 0; i < last.size(); ++i) sum += std::fabs(double(last[i]) - ref[i]);
+        const double mean = sum / double(last.size());
+        print_diff(std::string("k3-tiny-a 16K last 32, cache ") + backend::cache_type_name(ct), d);
+        std::printf("%-36s mean|d| %.3g\n", "", mean);
+        if (ct == backend::CacheType::f32) CHECK(d.max_abs <= 1e-4);
+        else CHECK(mean < 0.01);
+        CHECK(d.argmax_agree == 32);
 
-    auto gen_ref = j["generated_ids"].get<std::vector<int32_t>>();
-    std::vector<int32_t> gen;
-    for (size_t i = 0; i < gen_ref.size(); ++i) {
-        gen.push_back(argmax(s.logits().data(), V));
-        if (i + 1 < gen_ref.size()) s.decode(gen.back());
+        std::vector<int32_t> gen;
+        for (size_t i = 0; i < gen_ref.size(); ++i) {
+            gen.push_back(argmax(s.logits().data(), V));
+            if (i + 1 < gen_ref.size()) s.decode(gen.back());
+        }
+        CHECK(gen == gen_ref);
     }
-    CHECK(gen == gen_ref);
 }
 
 // ---- --prompt-cache files -------------------------------------------------------------------
