@@ -235,6 +235,26 @@ inline float dot_row(const float* a, const float* b, int64_t D) {
     return s;
 }
 
+// One row's online-softmax step over a tile: s (TK scores, the first vis visible) becomes the
+// tile's probabilities (0 beyond vis) relative to the new running max m; l and acc[Dv] are
+// rescaled when m grows. The caller adds P . V.
+inline void online_row(float& m, float& l, float* acc, int64_t Dv, float* s, int vis) {
+    if (vis == 0) {                                       // no key of this tile: p = 0
+        std::fill(s, s + TK, 0.0f);
+        return;
+    }
+    for (int j = vis; j < TK; ++j) s[j] = -std::numeric_limits<float>::infinity();   // masked: e^-inf = 0
+    const float m_new = std::max(m, row_max(s));
+    const float sum = exp_row_sub(s, m_new);
+    if (m_new > m) {
+        const float c = exp_nonpos(m - m_new);
+        l *= c;
+        for (int64_t a = 0; a < Dv; ++a) acc[a] *= c;
+        m = m_new;
+    }
+    l += sum;
+}
+
 // The running softmax of up to TQ query rows.
 struct Online {
     float m[TQ], l[TQ];
@@ -257,22 +277,8 @@ struct Online {
         for (int i = 0; i < nq; ++i) {
             float* si = s + i * TK;
             const int64_t last = qpos0 + i - k0;                  // last key index this row sees
-            const int vis = vis_of[i] = int(std::max<int64_t>(0, std::min<int64_t>(nk, last + 1)));
-            if (vis == 0) {                                       // no key of this tile: p = 0
-                std::fill(si, si + TK, 0.0f);
-                continue;
-            }
-            for (int j = vis; j < TK; ++j) si[j] = -std::numeric_limits<float>::infinity();   // masked: e^-inf = 0
-            const float m_new = std::max(m[i], row_max(si));
-            const float sum = exp_row_sub(si, m_new);
-            float* ai = acc + i * Dv;
-            if (m_new > m[i]) {
-                const float c = exp_nonpos(m[i] - m_new);
-                l[i] *= c;
-                for (int64_t a = 0; a < Dv; ++a) ai[a] *= c;
-                m[i] = m_new;
-            }
-            l[i] += sum;
+            vis_of[i] = int(std::max<int64_t>(0, std::min<int64_t>(nk, last + 1)));
+            online_row(m[i], l[i], acc + i * Dv, Dv, si, vis_of[i]);
         }
         // acc += P . V, two rows at a time (masked probabilities are 0, so a pair runs to the
         // longer of its two rows).
@@ -318,10 +324,73 @@ inline std::vector<TiledScratch>& scratch_for(int n) {
     return per_thread;
 }
 
+// Absorbed with a few queries (decode): the keys are split into chunks across the threads, each
+// tile converted once for every head and query, and the chunks' partial softmaxes merged at the
+// end (flash decoding), so a long cache is read once per token, not once per head.
+inline void few_query_absorbed(runtime::ThreadPool& pool, const backend::LatentPages& c, const float* Q, float* lat,
+                               const backend::MlaShape& sh, void (*load)(const backend::LatentPages&, int64_t, int64_t, float*)) {
+    const int64_t H = sh.H, r = sh.r, R = sh.r + sh.dr, n = sh.n, pos0 = sh.pos0, n_keys = pos0 + n, rows_q = n * H;
+    const int64_t per = std::max<int64_t>(8 * TK, (n_keys + 4 * pool.size() - 1) / (4 * pool.size()) / TK * TK + TK);
+    const int64_t n_chunks = (n_keys + per - 1) / per;
+    std::vector<float> pm(size_t(n_chunks * rows_q)), pl(size_t(n_chunks * rows_q)), pacc(size_t(n_chunks * rows_q * r));
+    std::vector<float> q(size_t(rows_q * R));
+    for (int64_t i = 0; i < rows_q * R; ++i) q[size_t(i)] = Q[i] * sh.scale;
+    auto& scr = scratch_for(pool.size());
+    for (int i = 0; i < pool.size(); ++i) scr[size_t(i)].size(R, r, R);
+    const bool in_place = c.type == backend::CacheType::f32 && c.page_rows % TK == 0;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int ith, int) {
+        TiledScratch& w = scr[size_t(ith)];
+        for (int64_t ci; (ci = next.fetch_add(1)) < n_chunks;) {
+            float* m = pm.data() + ci * rows_q;
+            float* l = pl.data() + ci * rows_q;
+            float* acc = pacc.data() + ci * rows_q * r;
+            std::fill(m, m + rows_q, -std::numeric_limits<float>::infinity());
+            std::fill(l, l + rows_q, 0.0f);
+            std::fill(acc, acc + rows_q * r, 0.0f);
+            const int64_t k_end = std::min(n_keys, (ci + 1) * per);
+            for (int64_t k0 = ci * per; k0 < k_end; k0 += TK) {
+                const int nk = int(std::min<int64_t>(TK, k_end - k0));
+                const float* rows = w.rows.data();
+                if (in_place) rows = reinterpret_cast<const float*>(c.row(k0));
+                else load(c, k0, nk, w.rows.data());
+                for (int64_t t = 0; t < n; ++t) {
+                    const int vis = int(std::max<int64_t>(0, std::min<int64_t>(nk, pos0 + t - k0 + 1)));
+                    for (int64_t h = 0; h < H; ++h) {
+                        const int64_t th = t * H + h;
+                        float* sc = w.s.data();
+                        for (int j = 0; j < vis; ++j) sc[j] = dot_row(&q[size_t(th * R)], rows + j * R, R);
+                        online_row(m[th], l[th], acc + th * r, r, sc, vis);
+                        if (vis) acc_pv(acc + th * r, sc, rows, vis, r, R);
+                    }
+                }
+            }
+        }
+    });
+    // Merge: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
+    for (int64_t th = 0; th < rows_q; ++th) {
+        float M = -std::numeric_limits<float>::infinity();
+        for (int64_t ci = 0; ci < n_chunks; ++ci) M = std::max(M, pm[size_t(ci * rows_q + th)]);
+        float L = 0.0f;
+        float* out = lat + th * r;
+        std::fill(out, out + r, 0.0f);
+        for (int64_t ci = 0; ci < n_chunks; ++ci) {
+            const float wgt = exp_nonpos(pm[size_t(ci * rows_q + th)] - M);
+            if (wgt == 0.0f) continue;
+            L += wgt * pl[size_t(ci * rows_q + th)];
+            const float* a = &pacc[size_t((ci * rows_q + th) * r)];
+            for (int64_t d = 0; d < r; ++d) out[d] += wgt * a[d];
+        }
+        const float inv = 1.0f / L;
+        for (int64_t d = 0; d < r; ++d) out[d] *= inv;
+    }
+}
+
 // Absorbed: keys and values are the latent rows themselves (K = [c | k_pe], V = c).
 inline void tiled_absorbed(runtime::ThreadPool& pool, const backend::LatentPages& c, const float* Q, float* lat,
                            const backend::MlaShape& sh) {
     const int64_t H = sh.H, r = sh.r, R = sh.r + sh.dr, n = sh.n, pos0 = sh.pos0;
+    if (n < 4) return few_query_absorbed(pool, c, Q, lat, sh, &load_rows);
     auto& scr = scratch_for(pool.size());
     for (int i = 0; i < pool.size(); ++i) scr[size_t(i)].size(R, r, R);
     for_tiles(pool, n, H, [&](int ith, int64_t qt, int64_t h) {
