@@ -45,6 +45,35 @@ void Backend::attend_full(const float*, const float*, const float*, float*, int6
     fail("backend {}: op attend_full is not implemented", name());
 }
 
+const char* cache_type_name(CacheType t) {
+    switch (t) {
+        case CacheType::f32: return "f32";
+        case CacheType::f16: return "f16";
+        case CacheType::q8_0: return "q8_0";
+    }
+    return "?";
+}
+
+bool parse_cache_type(std::string_view s, CacheType& out) {
+    for (CacheType t : {CacheType::f32, CacheType::f16, CacheType::q8_0})
+        if (s == cache_type_name(t)) {
+            out = t;
+            return true;
+        }
+    return false;
+}
+
+size_t cache_row_bytes(CacheType t, int64_t floats) {
+    switch (t) {
+        case CacheType::f32: return size_t(floats) * 4;
+        case CacheType::f16: return size_t(floats) * 2;
+        case CacheType::q8_0:   // blocks of 32: an f16 scale and 32 int8
+            if (floats % 32 != 0) fail("a q8_0 latent cache needs rows of a multiple of 32 values (got {})", floats);
+            return size_t(floats / 32) * 34;
+    }
+    return 0;
+}
+
 void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, size_t bytes) {
     if (&dst_be == &src_be) return dst_be.copy(dst, src, bytes);
     if (src_be.host_memory() && !dst_be.host_memory()) return dst_be.upload(dst, src, bytes);

@@ -89,6 +89,27 @@ struct MlaShape {
     float scale = 1;              // 1 / sqrt(key_length_mla)
 };
 
+// The element type of the MLA latent cache (-ctk / --cache-type-k): f32 is exact (the golden
+// exact mode), f16 is llama.cpp's default, q8_0 blocks of 32 with an f16 scale.
+enum class CacheType { f32, f16, q8_0 };
+const char* cache_type_name(CacheType t);
+bool parse_cache_type(std::string_view s, CacheType& out);   // "f32" / "f16" / "q8_0"
+size_t cache_row_bytes(CacheType t, int64_t floats);         // floats % 32 == 0 for q8_0
+
+// One MLA layer's latent cache, grown in pages as the sequence grows: row j ([c | k_pe], R
+// floats stored as `type`) lives in pages[j / page_rows] at byte (j % page_rows) * row_bytes.
+// pages is a host array of n_pages pointers into the backend's memory.
+struct LatentPages {
+    CacheType type = CacheType::f32;
+    int64_t R = 0;
+    int64_t page_rows = 0;
+    size_t row_bytes = 0;
+    uint8_t* const* pages = nullptr;
+    int64_t n_pages = 0;
+    int64_t capacity() const { return page_rows * n_pages; }
+    uint8_t* row(int64_t j) const { return pages[j / page_rows] + size_t(j % page_rows) * row_bytes; }
+};
+
 // Sigmoid routing with a selection bias (DESIGN.md 3.4). hook(t, idx) may inspect or replace
 // the K chosen ids of token t (routing traces) before the weights are taken.
 struct RouteParams {
@@ -171,6 +192,17 @@ public:
     // q [n][H][dn + dr], o [n][H][dv].
     virtual void mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
                                          const MlaShape& s) = 0;
+
+    // Paged latent cache (LatentPages): rows [pos0, pos0 + n) are written from / read into f32
+    // rows ld floats apart (0: R), converted to and from the cache type.
+    virtual void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld = 0) = 0;
+    virtual void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) = 0;
+    // The tiled (flash-attention) forms over a paged cache: online softmax over key tiles, no row
+    // of probabilities per query. Absorbed: Q [n][H][r + dr] -> lat [n][H][r]. Decompressed:
+    // k_b / v_b as above, q [n][H][dn + dr] -> o [n][H][dv].
+    virtual void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) = 0;
+    virtual void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
+                                      const MlaShape& s) = 0;
 
     // ---- ops: MoE and AttnRes -----------------------------------------------------------------
     // probs [n][E] router logits -> sigmoid scores in place; top-K of (score + bias), ties to the

@@ -1,6 +1,8 @@
 #include "backend/cpu_backend.h"
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_tiled.h"
+#include "backend/cpu/latent_cache.h"
 #include "backend/cpu/kda_kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/device_memory.h"
@@ -277,6 +279,42 @@ void CpuBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const f
     need_f32(q, s.n * s.H * (s.dn + s.dr), "mla_attend_decompressed", "q");
     need_f32(o, s.n * s.H * s.dv, "mla_attend_decompressed", "out");
     cpu::mla_attend_decompressed(*pool_, k_b, v_b, cache, q, o, s);
+}
+
+void CpuBackend::need_pages(const LatentPages& c, int64_t rows, const char* op) const {
+    if (rows > c.capacity())
+        fail("{}: {} latent rows asked of a cache of {} pages x {} rows on {}", op, rows, c.n_pages, c.page_rows, name_);
+    const int64_t used = (rows + c.page_rows - 1) / c.page_rows;
+    for (int64_t i = 0; i < used; ++i) need(c.pages[i], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
+}
+
+void CpuBackend::mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) {
+    need_pages(c, pos0 + n, "mla_cache_store");
+    need_f32(rows, (n - 1) * (ld ? ld : c.R) + c.R, "mla_cache_store", "rows");
+    cpu::latent_store(c, pos0, n, rows, ld);
+}
+
+void CpuBackend::mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) {
+    need_pages(c, pos0 + n, "mla_cache_load");
+    need_f32(rows, n * c.R, "mla_cache_load", "rows");
+    cpu::latent_load(c, pos0, n, rows);
+}
+
+void CpuBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) {
+    need_pages(c, s.pos0 + s.n, "mla_attend_tiled");
+    need_f32(Q, s.n * s.H * (s.r + s.dr), "mla_attend_tiled", "q");
+    need_f32(lat, s.n * s.H * s.r, "mla_attend_tiled", "out");
+    cpu::mla_tiled_absorbed(*pool_, c, Q, lat, s);
+}
+
+void CpuBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
+                                      const MlaShape& s) {
+    need(k_b, "mla_attend_tiled_mha");
+    need(v_b, "mla_attend_tiled_mha");
+    need_pages(c, s.pos0 + s.n, "mla_attend_tiled_mha");
+    need_f32(q, s.n * s.H * (s.dn + s.dr), "mla_attend_tiled_mha", "q");
+    need_f32(o, s.n * s.H * s.dv, "mla_attend_tiled_mha", "out");
+    cpu::mla_tiled_mha(*pool_, k_b, v_b, c, q, o, s);
 }
 
 // ---- MoE and AttnRes ----

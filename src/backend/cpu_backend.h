@@ -55,6 +55,11 @@ public:
     void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaShape& s) override;
     void mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
                                  const MlaShape& s) override;
+    void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) override;
+    void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) override;
+    void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) override;
+    void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
+                              const MlaShape& s) override;
     void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                const RouteHook& hook) override;
     void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;
@@ -77,6 +82,8 @@ protected:
     void need_f32(const float* p, int64_t n, const char* op, const char* arg) const {
         if (n > 0) need(p, size_t(n) * sizeof(float), op, arg);
     }
+    // Every page of c is this backend's memory and rows [0, rows) exist.
+    void need_pages(const LatentPages& c, int64_t rows, const char* op) const;
 
 private:
     std::shared_ptr<runtime::ThreadPool> pool_;

@@ -2,6 +2,7 @@
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
 #include "cli/command.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
@@ -27,6 +28,7 @@ struct BenchArgs {
     std::vector<int> n_prompt{512}, n_gen{128}, threads;
     int reps = 3;
     int64_t batch = 512;
+    std::string cache_type = "f16";   // llama-bench's default -ctk
     runtime::ExpertFlags experts;
 };
 
@@ -111,6 +113,7 @@ int run_bench(const BenchArgs& a) {
     std::mt19937 rng(1234);
     model::SessionOptions so;
     so.n_batch = a.batch;
+    so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*m, a.experts, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
@@ -156,6 +159,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-r,--repetitions", a->reps, "repetitions per test")->check(int_in(1, 1000));
     app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',')->check(int_in(1, kMaxThreads));
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
+    add_cache_type_flag(app, a->cache_type);
     runtime::add_expert_flags(app, a->experts);
     return [a] { return run_bench(*a); };
 });

@@ -2,6 +2,7 @@
 // This file adds the line editor: libedit (history, cursor keys, Ctrl-C handling) when the build
 // found it and both stdin and stdout are terminals, otherwise plain line reads.
 #include "cli/command.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/chat_repl.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/habits.h"
@@ -133,6 +134,7 @@ int run_chat(GenArgs& args, bool dash) {
     so.n_ctx = args.n_ctx;
     so.n_batch = args.n_batch;
     so.n_threads = args.n_threads;
+    so.cache_type = cache_type_of(args.cache_type);
     auto devices = attach_experts(*model, args.experts, so);
     model::Session session(*model, so);
     if (!habits().log_disable)

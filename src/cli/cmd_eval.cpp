@@ -3,6 +3,7 @@
 // layer by layer (--dump-layer / --dump-layers).
 #include "backend/cpu_backend.h"
 #include "cli/command.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/prompt_text.h"
@@ -47,6 +48,7 @@ struct EvalArgs {
     std::string prompt_file, image_embd_out;   // -f: prompt text with <__media__> markers; --image-embd
     vision::ImagePromptArgs vision;
     std::string image_rules = "llama.cpp";
+    std::string cache_type = "f32";   // eval compares with llama.cpp's exact mode
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int dump_layer = -1;
@@ -82,6 +84,7 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
+    so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*model, a.experts, so);
     model::Session s(*model, so);
 
@@ -183,6 +186,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_flag("--dump-layers", a->dump_layers, "print residual statistics after every layer");
     app.add_option("--greedy", a->greedy, "continue greedily N tokens after the prompt and print the ids")->check(int_in(0, kMaxCtx));
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
+    add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     runtime::add_expert_flags(app, a->experts);
     return [a] { return run_eval(*a); };

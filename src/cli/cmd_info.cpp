@@ -1,7 +1,10 @@
 // kinfer info FILE [-c N] [--json] [--no-tensors]: metadata, hyper-parameters, tokenizer, tensor
 // table, totals and the memory one sequence needs. The content lives in cli/lib/info_report.
+// kinfer info FILE --plan -c N [-b B] [-ctk T]: the memory plan of a run (cli/lib/memory_plan).
 #include "cli/command.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/memory_plan.h"
 #include "cli/lib/info_report.h"
 #include "common/error.h"
 #include "common/safe_file.h"
@@ -17,6 +20,9 @@ struct InfoArgs {
     int64_t context = 4096;
     bool json = false;
     bool no_tensors = false;
+    bool plan = false;                 // --plan: only the memory plan
+    int64_t batch = 512;
+    std::string cache_type = "f16";
 };
 
 void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -31,9 +37,23 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
         ->check(kinfer::cli::int_in(0, kinfer::cli::kMaxCtx));
     app.add_flag("--json", a->json, "Print one JSON object instead of text");
     app.add_flag("--no-tensors", a->no_tensors, "Leave out the per-tensor table");
+    app.add_flag("--plan", a->plan, "Print only the memory plan of a run at -c N: weights, latent cache per token "
+                 "and per type, KDA + conv state, scratch, the expected peak RSS");
+    app.add_option("-b,--batch-size", a->batch, "Prefill chunk for the plan's scratch")->capture_default_str()
+        ->check(kinfer::cli::int_in(1, kinfer::cli::kMaxBatch));
+    kinfer::cli::add_cache_type_flag(app, a->cache_type);
     return std::function<int()>([a] {
         kinfer::check_input_file(a->file, "info");   // a FIFO or device would block the open
         auto f = kinfer::gguf::File::open(a->file);
+        if (a->plan) {
+            kinfer::cli::PlanOptions po;
+            po.n_ctx = a->context;
+            po.n_batch = a->batch;
+            po.cache_type = kinfer::cli::cache_type_of(a->cache_type);
+            const auto plan = kinfer::cli::memory_plan(*f, po);
+            write_out(a->json ? plan.dump(1) + "\n" : kinfer::cli::memory_plan_text(plan));
+            return std::fflush(stdout) == 0 ? 0 : 1;
+        }
         kinfer::cli::InfoOptions opt;
         opt.context = a->context;
         opt.with_tensors = !a->no_tensors;

@@ -5,6 +5,7 @@
 // --kl-divergence compares another model against them.
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
@@ -32,6 +33,7 @@ struct PplArgs {
     int64_t n_ctx = 512, n_batch = 512;
     runtime::ExpertFlags experts;   // --device, -ngl, --cpu-moe, the expert store
     int chunks = -1, threads = 0;
+    std::string cache_type = "f32";   // exact by default, as the golden comparisons run
 };
 
 using Clock = std::chrono::steady_clock;
@@ -111,6 +113,7 @@ int run_perplexity(const PplArgs& a) {
     so.n_ctx = n_ctx;
     so.n_batch = a.n_batch;
     so.n_threads = a.threads;
+    so.cache_type = cache_type_of(a.cache_type);
     auto devices = attach_experts(*model, a.experts, so);
     model::Session s(*model, so);
 
@@ -252,6 +255,7 @@ KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL dive
     app.add_option("-b,--batch-size", a->n_batch, "prefill chunk in tokens")->capture_default_str()->check(int_in(1, kMaxBatch));
     app.add_option("--chunks", a->chunks, "evaluate at most this many windows (default: all)")->check(int_in(-1, 1 << 30));
     app.add_option("-t,--threads", a->threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
+    add_cache_type_flag(app, a->cache_type);
     app.add_option("--kl-divergence-base", a->kld_base,
                    "alone: save this model's log-probabilities to FILE; with --kl-divergence: compare against FILE");
     app.add_flag("--kl-divergence", a->kld, "compare this model with the saved base (KLD, delta-p, same top token)");

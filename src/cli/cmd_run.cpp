@@ -4,14 +4,20 @@
 #include "backend/cpu_backend.h"
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
+#include "common/safe_file.h"
+#include "model/session_file.h"
 #include "vision/image_prompt.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <span>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -24,6 +30,7 @@ namespace {
 struct RunArgs {
     GenArgs gen;
     std::string prompt, prompt_file, prompt_ids;
+    std::string prompt_cache;   // --prompt-cache FILE
     bool prompt_given = false, chat = false, json = false, print_ids = false;
     vision::ImagePromptArgs vision;   // --mmproj, --image
     std::string image_rules = "llama.cpp";
@@ -54,6 +61,7 @@ int run(RunArgs& a, bool dash) {
     if (!a.chat && !a.gen.system_prompt.empty())
         usage_fail("-sys / --system-prompt needs --chat: the system prompt is part of the chat format");
     const std::string path = resolve_model_path(a.gen.model);
+    if (!a.prompt_cache.empty()) check_output_path(a.prompt_cache, "--prompt-cache");
     resolve_seed(a.gen);
     // Read and check the prompt before loading a (possibly large) model.
     std::string prompt;
@@ -108,6 +116,7 @@ int run(RunArgs& a, bool dash) {
     so.n_ctx = a.gen.n_ctx;
     so.n_batch = a.gen.n_batch;
     so.n_threads = a.gen.n_threads;
+    so.cache_type = cache_type_of(a.gen.cache_type);
     auto devices = attach_experts(*model, a.gen.experts, so);
     model::Session session(*model, so);
     text::Sampler sampler(sampler_params(a.gen), n_vocab);
@@ -146,12 +155,31 @@ int run(RunArgs& a, bool dash) {
     Timings t;
     t.seed = a.gen.sampling.seed;
     if (media) {
+        if (!a.prompt_cache.empty()) fail("--prompt-cache works on text prompts only (this one has images)");
         const auto t0 = std::chrono::steady_clock::now();
         vision::prefill_chunks(session, media->chunks, media->rows());
         t.prompt_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         t.n_prompt += n_prompt;
     } else {
-        prefill_chunked(session, ids, t);
+        // --prompt-cache: a saved state whose tokens start the prompt replaces their prefill. A file
+        // that cannot be used (damaged, another model or cache type) stops the run with its reason
+        // and is left alone; one saved for another prompt is replaced.
+        size_t reused = 0;
+        if (!a.prompt_cache.empty() && std::filesystem::exists(a.prompt_cache)) {
+            model::load_session_file(session, a.prompt_cache);
+            const auto& saved = session.tokens();
+            if (saved.size() <= ids.size() && std::equal(saved.begin(), saved.end(), ids.begin())) {
+                reused = saved.size();
+            } else {
+                session.reset();
+            }
+            if (!habits().log_disable)
+                std::fprintf(stderr, "kinfer: --prompt-cache %s: %zu of %zu prompt tokens reused\n", a.prompt_cache.c_str(),
+                             reused, ids.size());
+        }
+        const size_t read = prefill_chunked(session, std::span(ids).subspan(reused), t);
+        if (!a.prompt_cache.empty() && reused < ids.size() && reused + read == ids.size())
+            model::save_session_file(session, a.prompt_cache);
     }
     const GenResult r = generate(session, sampler, *tok, lim, t, [&](std::string_view s) {
         if (format) channels.push(s);
@@ -216,6 +244,9 @@ std::function<int()> setup_run(CLI::App& app) {
     app.add_flag("--print-ids", a->print_ids, "print the generated token ids instead of the text");
     // Debug: feed token ids directly (parity tests against llama.cpp's greedy runs).
     app.add_option("--prompt-ids", a->prompt_ids, "file of token ids to use as the raw prompt")->group("");
+    app.add_option("--prompt-cache", a->prompt_cache,
+                   "save the state after the prompt to FILE; a later run whose prompt starts with the saved one loads "
+                   "it and reads only the rest");
     return [a, &app] { return run(*a, take_extras(app, a->gen)); };
 }
 

@@ -47,7 +47,10 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
     ws_.push_back(std::make_unique<backend::Workspace>(backends_->cpu()));
     for (size_t i = 0; i < backends_->n_devices(); ++i) ws_.push_back(std::make_unique<backend::Workspace>(*backends_->device(i)));
 
+    if (opt_.cache_page_rows <= 0) fail("cache_page_rows must be positive (got {})", opt_.cache_page_rows);
+
     states_.resize(size_t(hp.n_layer));
+    const size_t row_bytes = backend::cache_row_bytes(opt_.cache_type, hp.mla_cache_dim());
     for (int il = 0; il < hp.n_layer; ++il) {
         auto& st = states_[size_t(il)];
         st.be = &placement_->layer(il);
@@ -55,18 +58,59 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
             st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
             st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
         } else {
-            // Not zeroed: a position's row is written before any query reads it.
-            st.mla = st.be->alloc(size_t(opt_.n_ctx * hp.mla_cache_dim()) * sizeof(float), "MLA latent cache");
+            st.mla = true;
+            st.latent = backend::LatentPages{opt_.cache_type, hp.mla_cache_dim(), opt_.cache_page_rows, row_bytes, nullptr, 0};
         }
+    }
+    // The cache grows as the sequence does, so -c costs nothing up front; but a -c the memory
+    // can never hold is refused now, not hours into a prefill.
+    for (size_t b = 0; b <= backends_->n_devices(); ++b) {
+        backend::Backend& be = b == 0 ? backends_->cpu() : *backends_->device(b - 1);
+        size_t per_token = 0;
+        for (const auto& st : states_)
+            if (st.mla && st.be == &be) per_token += row_bytes;
+        const size_t need = per_token * size_t(opt_.n_ctx), have = be.free_bytes();
+        // A host backend that cannot tell (no /proc/meminfo) reports 0: not checked then.
+        if (per_token && need > have && (have > 0 || !be.host_memory()))
+            fail("-c {}: the latent cache needs {} bytes on {} ({} bytes per token at {}), {} bytes are free", opt_.n_ctx,
+                 need, be.name(), per_token, backend::cache_type_name(opt_.cache_type), have);
     }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
 }
 
 Session::~Session() {
-    for (auto& st : states_)
-        for (backend::Buffer* b : {&st.kda, &st.conv, &st.mla})
+    for (auto& st : states_) {
+        for (backend::Buffer* b : {&st.kda, &st.conv})
             if (b->valid()) st.be->free(*b);
+        for (backend::Buffer& b : st.pages) st.be->free(b);
+    }
     ws_.clear();   // before the backends they allocate from
+}
+
+void Session::reserve_rows(int64_t rows) {
+    for (auto& st : states_) {
+        if (!st.mla) continue;
+        // Not zeroed: a position's row is written before any query reads it.
+        while (st.latent.capacity() < rows) {
+            st.pages.push_back(st.be->alloc(size_t(opt_.cache_page_rows) * st.latent.row_bytes, "MLA latent cache page"));
+            st.page_ptrs.push_back(st.pages.back().ptr);
+            st.latent.pages = st.page_ptrs.data();
+            st.latent.n_pages = int64_t(st.page_ptrs.size());
+        }
+    }
+}
+
+size_t Session::scratch_bytes() const {
+    size_t b = 0;
+    for (const auto& w : ws_) b += w->bytes();
+    return b;
+}
+
+size_t Session::latent_bytes_per_token() const {
+    size_t b = 0;
+    for (const auto& st : states_)
+        if (st.mla) b += st.latent.row_bytes;
+    return b;
 }
 
 int Session::n_threads() const { return backends_->cpu().n_threads(); }
@@ -86,7 +130,10 @@ void Session::reset() {
 
 size_t Session::state_bytes() const {
     size_t b = 0;
-    for (const auto& st : states_) b += st.kda.bytes + st.conv.bytes + st.mla.bytes;
+    for (const auto& st : states_) {
+        b += st.kda.bytes + st.conv.bytes;
+        for (const auto& p : st.pages) b += p.bytes;
+    }
     return b;
 }
 
@@ -97,6 +144,7 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     if (n_past_ + n > opt_.n_ctx)
         fail("context full: {} + {} tokens exceed n_ctx = {}", n_past_, n, opt_.n_ctx);
     for (auto& w : ws_) w->reset();
+    reserve_rows(n_past_ + n);
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
     try {
         Residual r = embd ? embed_rows(env, embd) : embed(env, tokens);

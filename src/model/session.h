@@ -1,6 +1,6 @@
 // One sequence being evaluated: owns the KDA recurrent + conv states and the MLA latent cache
-// (sized up front from n_ctx, DESIGN.md section 5), each in the memory of its layer's backend,
-// and the placement of the weights (-ngl) across the run's backends.
+// (grown in pages as the sequence grows, up to n_ctx; DESIGN.md section 5), each in the memory
+// of its layer's backend, and the placement of the weights (-ngl) across the run's backends.
 //
 //   auto model = kinfer::model::Model::load("k3.gguf");
 //   kinfer::model::Session s(*model, {.n_ctx = 4096});
@@ -45,7 +45,15 @@ struct SessionOptions {
     // for bit up to its own first rounding event; the chunked form agrees to fp32 rounding
     // (tested) and is the basis for a GEMM-shaped prefill kernel.
     bool kda_chunked = false;
-    bool mla_decompressed = false;// prefill MLA in the decompressed MHA form (false: absorbed)
+    bool mla_decompressed = false;// prefill MLA in the untiled decompressed MHA form (tests; false: absorbed)
+    // The latent cache's element type (-ctk). The library keeps f32, the exact mode the golden
+    // tests compare; the CLI defaults to f16 like llama.cpp.
+    backend::CacheType cache_type = backend::CacheType::f32;
+    int64_t cache_page_rows = 256;// latent rows per page (the cache grows a page at a time)
+    // Attention over more keys than this runs the tiled (flash) kernels; up to it, the untiled
+    // kernels of the golden parity tests (llama.cpp's operation order). 0: always tiled.
+    int64_t tiled_min_keys = 1024;
+    int mla_tiled_form = -1;      // tiled prefill form: -1 by cost, 0 absorbed, 1 decompressed (MHA)
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
     runtime::RoutingTrace* routing_record = nullptr;        // every routing decision is added here
@@ -91,7 +99,9 @@ public:
     int n_threads() const;
     const SessionOptions& options() const { return opt_; }
     SessionOptions& options() { return opt_; }                     // forms may change between calls
-    size_t state_bytes() const;                                    // KDA + conv + MLA cache
+    size_t state_bytes() const;                                    // KDA + conv + MLA pages allocated
+    size_t latent_bytes_per_token() const;                         // over all MLA layers, at the cache type
+    size_t scratch_bytes() const;                                  // the workspaces' high-water mark
     const Placement& placement() const { return *placement_; }
     backend::Backends& backends() { return *backends_; }
 
@@ -111,10 +121,13 @@ public:
         backend::Backend* be = nullptr;
         backend::Buffer kda;       // [n_head][D (value j)][D (key i)]: S transposed, rows contiguous over keys
         backend::Buffer conv;      // [3 (q,k,v)][d_inner][W-1], oldest input first
-        backend::Buffer mla;       // [n_ctx][kv_lora + d_rope]: [c | k_pe] per position
+        // MLA layers: [c | k_pe] per position, in pages of cache_page_rows rows at the cache type.
+        bool mla = false;
+        std::vector<backend::Buffer> pages;
+        std::vector<uint8_t*> page_ptrs;   // host array for LatentPages
+        backend::LatentPages latent;       // view of the pages (updated as pages are added)
         float* kda_f() const { return reinterpret_cast<float*>(kda.ptr); }
         float* conv_f() const { return reinterpret_cast<float*>(conv.ptr); }
-        float* mla_f() const { return reinterpret_cast<float*>(mla.ptr); }
     };
     std::vector<LayerState>& layer_states() { return states_; }
 
@@ -123,6 +136,7 @@ private:
     // model; writes the logits of every row (want_all) or of the last one.
     void forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all, const float* embd = nullptr);
     void clear_states();
+    void reserve_rows(int64_t rows);   // grows every latent cache to hold rows positions
 
     const Model& model_;
     SessionOptions opt_;

@@ -1,7 +1,9 @@
 // Session state as bytes (DESIGN.md 5: state is explicit and serialisable): what --prompt-cache
 // writes to a file and what a pipeline stage could hand on. Layout, all little-endian:
-//   "KINFSES1"  u64 model fingerprint  i64 n_ctx  i64 n_past  u64 n_tokens  i32 tokens[n_tokens]
-//   per layer: u64 kda bytes, the bytes; u64 conv bytes, the bytes; u64 latent bytes (n_past rows), the bytes
+//   "KINFSES\0"  u32 format version (2)  u32 latent cache type (backend::CacheType)
+//   u64 model fingerprint  i64 n_ctx  i64 n_past  u64 n_tokens  i32 tokens[n_tokens]
+//   per layer: u64 kda bytes, the bytes; u64 conv bytes, the bytes;
+//              u64 latent bytes (n_past rows at the cache type), the bytes
 //   u64 n_vocab, f32 logits[n_vocab]   u64 FNV-1a of everything before it
 // The fingerprint covers the hyper-parameters the state depends on and the tensor table, so a
 // state from another model (or another quantization of it) is refused.
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "model/placement.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -17,7 +20,8 @@ namespace kinfer::model {
 
 namespace {
 
-constexpr char kMagic[8] = {'K', 'I', 'N', 'F', 'S', 'E', 'S', '1'};
+constexpr char kMagic[8] = {'K', 'I', 'N', 'F', 'S', 'E', 'S', '\0'};
+constexpr uint32_t kVersion = 2;
 
 uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 1469598103934665603ull) {
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
@@ -69,21 +73,31 @@ struct Reader {
 
 std::vector<uint8_t> Session::save_state() const {
     if (!failure_.empty()) fail("cannot save an unusable session ({})", failure_);
-    const HParams& hp = model_.hparams();
     Writer w;
     w.raw(kMagic, sizeof kMagic);
+    w.put<uint32_t>(kVersion);
+    w.put<uint32_t>(uint32_t(opt_.cache_type));
     w.put<uint64_t>(fingerprint(model_));
     w.put<int64_t>(opt_.n_ctx);
     w.put<int64_t>(n_past_);
     w.put<uint64_t>(tokens_.size());
     w.raw(tokens_.data(), tokens_.size() * sizeof(int32_t));
     for (const LayerState& st : states_) {
-        const size_t used_mla = st.mla.valid() ? size_t(n_past_ * hp.mla_cache_dim()) * sizeof(float) : 0;
-        for (auto [buf, bytes] : {std::pair{&st.kda, st.kda.bytes}, {&st.conv, st.conv.bytes}, {&st.mla, used_mla}}) {
-            w.put<uint64_t>(bytes);
+        for (const backend::Buffer* buf : {&st.kda, &st.conv}) {
+            w.put<uint64_t>(buf->bytes);
             const size_t at = w.out.size();
-            w.out.resize(at + bytes);
-            if (bytes) st.be->download(w.out.data() + at, buf->ptr, bytes);
+            w.out.resize(at + buf->bytes);
+            if (buf->bytes) st.be->download(w.out.data() + at, buf->ptr, buf->bytes);
+        }
+        // The latent rows in use, at the cache type, page after page.
+        const size_t used = st.mla ? size_t(n_past_) * st.latent.row_bytes : 0;
+        w.put<uint64_t>(used);
+        size_t at = w.out.size();
+        w.out.resize(at + used);
+        for (int64_t j = 0; j < (st.mla ? n_past_ : 0); j += opt_.cache_page_rows) {
+            const size_t b = size_t(std::min<int64_t>(opt_.cache_page_rows, n_past_ - j)) * st.latent.row_bytes;
+            st.be->download(w.out.data() + at, st.latent.row(j), b);
+            at += b;
         }
     }
     w.put<uint64_t>(logits_.size());
@@ -94,12 +108,21 @@ std::vector<uint8_t> Session::save_state() const {
 
 void Session::load_state(std::span<const uint8_t> bytes) {
     const HParams& hp = model_.hparams();
-    if (bytes.size() < sizeof kMagic + 8 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    if (bytes.size() < sizeof kMagic + 16 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
         fail("session state: not a kinfer session state (bad magic)");
+    uint32_t version;
+    std::memcpy(&version, bytes.data() + sizeof kMagic, 4);
+    if (version != kVersion) fail("session state: format version {}, this kinfer reads version {}", version, kVersion);
     uint64_t sum;
     std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
-    if (fnv1a(bytes.data(), bytes.size() - 8) != sum) fail("session state: checksum mismatch (the data is damaged)");
-    Reader r{bytes.first(bytes.size() - 8), sizeof kMagic};
+    if (fnv1a(bytes.data(), bytes.size() - 8) != sum)
+        fail("session state: checksum mismatch ({} bytes; the file is damaged or truncated)", bytes.size());
+    Reader r{bytes.first(bytes.size() - 8), sizeof kMagic + 4};
+    const uint32_t ct = r.get<uint32_t>("cache type");
+    if (ct != uint32_t(opt_.cache_type))
+        fail("session state: saved with a {} latent cache, this session uses {} (-ctk)",
+             ct <= uint32_t(backend::CacheType::q8_0) ? backend::cache_type_name(backend::CacheType(ct)) : "unknown",
+             backend::cache_type_name(opt_.cache_type));
     if (r.get<uint64_t>("fingerprint") != fingerprint(model_))
         fail("session state: saved from another model than {} (fingerprint differs)", model_.path());
     r.get<int64_t>("n_ctx");
@@ -114,7 +137,7 @@ void Session::load_state(std::span<const uint8_t> bytes) {
     std::vector<std::array<std::pair<const uint8_t*, size_t>, 3>> parts(states_.size());
     for (size_t il = 0; il < states_.size(); ++il) {
         const LayerState& st = states_[il];
-        const size_t want[3] = {st.kda.bytes, st.conv.bytes, st.mla.valid() ? size_t(n_past * hp.mla_cache_dim()) * sizeof(float) : 0};
+        const size_t want[3] = {st.kda.bytes, st.conv.bytes, st.mla ? size_t(n_past) * st.latent.row_bytes : 0};
         for (int k = 0; k < 3; ++k) {
             const uint64_t b = r.get<uint64_t>("layer state size");
             if (b != want[k]) fail("session state: layer {} part {} has {} bytes, expected {}", il, k, b, want[k]);
@@ -126,11 +149,18 @@ void Session::load_state(std::span<const uint8_t> bytes) {
     const uint8_t* lg = r.take(V * sizeof(float), "logits");
     if (r.at != r.in.size()) fail("session state: {} bytes after the end", r.in.size() - r.at);
 
+    reserve_rows(n_past);
     for (size_t il = 0; il < states_.size(); ++il) {
         const LayerState& st = states_[il];
-        const backend::Buffer* bufs[3] = {&st.kda, &st.conv, &st.mla};
-        for (int k = 0; k < 3; ++k)
+        const backend::Buffer* bufs[2] = {&st.kda, &st.conv};
+        for (int k = 0; k < 2; ++k)
             if (parts[il][size_t(k)].second) st.be->upload(bufs[k]->ptr, parts[il][size_t(k)].first, parts[il][size_t(k)].second);
+        const uint8_t* src = parts[il][2].first;
+        for (int64_t j = 0; j < (st.mla ? n_past : 0); j += opt_.cache_page_rows) {
+            const size_t b = size_t(std::min<int64_t>(opt_.cache_page_rows, n_past - j)) * st.latent.row_bytes;
+            st.be->upload(st.latent.row(j), src, b);
+            src += b;
+        }
     }
     std::memcpy(logits_.data(), lg, V * sizeof(float));
     tokens_ = std::move(toks);

@@ -93,8 +93,11 @@ Spread llama_spread(const std::string& dir, const std::string& m) {
 // Runs kinfer on <dir>/<m> against llama.cpp's exact -b 128 run, with bounds from llama.cpp's own
 // spread (quantized files: each running chunk value within 1.25x the spread envelope at that
 // chunk, the final estimate within 1.25x the spread of the file's four finals).
-void check_model(const std::string& model, const std::string& text, const std::string& dir, const std::string& m, bool f32) {
-    const std::string log_prefix = dir + m + ".ppl-exact";
+// ref_run / ctk: the llama.cpp run to compare with and kinfer's cache type (the default run is
+// llama.cpp's f16 cache with flash attention; kinfer's -ctk f16 is held to it).
+void check_model(const std::string& model, const std::string& text, const std::string& dir, const std::string& m, bool f32,
+                 const std::string& ref_run = "ppl-exact", const std::string& ctk = "f32") {
+    const std::string log_prefix = dir + m + "." + ref_run;
     const auto want_chunks = chunk_values(slurp(log_prefix + ".stdout.txt"));
     const double want_final = final_ppl(slurp(log_prefix + ".stderr.txt"));
     REQUIRE(want_chunks.size() == 82);
@@ -102,7 +105,7 @@ void check_model(const std::string& model, const std::string& text, const std::s
     const double final_bound = f32 ? 1e-3 : 1.25 * sp.final;
     // Under the sanitizers the first chunks are enough to check the arithmetic.
     const int chunks = sanitized() ? 3 : -1;
-    std::string cmd = kinfer_bin() + " perplexity -m " + model + " -f " + text + " -c 128 -b 128 -t 2";
+    std::string cmd = kinfer_bin() + " perplexity -m " + model + " -f " + text + " -c 128 -b 128 -t 2 -ctk " + ctk;
     if (chunks > 0) cmd += " --chunks " + std::to_string(chunks);
     const auto r = run_command(cmd);
     INFO(model);
@@ -246,4 +249,10 @@ TEST_CASE("perplexity: bad input gives one error line and exit 1") {
                                   data("prompt64.ids.txt") + " -c 4096");
     CHECK(short_text.rc == 1);
     CHECK(short_text.out.find("needs at least") != std::string::npos);
+}
+
+TEST_CASE("perplexity with an f16 latent cache matches llama-perplexity's default (f16 cache) run (tests/data)") {
+    for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"})
+        check_model(data(std::string("models/") + m + ".gguf"), data("perplexity/gpl-3.txt"), data("perplexity/"), m, false,
+                    "ppl", "f16");
 }

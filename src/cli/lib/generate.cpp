@@ -1,5 +1,6 @@
 #include "cli/lib/generate.h"
 
+#include "cli/lib/cache_flags.h"
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
 #include "common/safe_file.h"
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <random>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 
 namespace kinfer::cli {
@@ -34,6 +36,7 @@ void add_generation_flags(CLI::App& app, GenArgs& a) {
     app.add_option("-c,--ctx-size", a.n_ctx, "context size in tokens")->capture_default_str()->check(int_in(1, kMaxCtx));
     app.add_option("-b,--batch-size", a.n_batch, "prefill chunk in tokens")->capture_default_str()->check(int_in(1, kMaxBatch));
     app.add_option("-t,--threads", a.n_threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
+    add_cache_type_flag(app, a.cache_type);
     auto& s = a.sampling;
     app.add_option("--temp", s.temperature, "temperature; 0: greedy")->capture_default_str()->check(real_in(0, 100));
     app.add_option("--top-k", s.top_k, "keep the k most likely tokens; 0: off")->capture_default_str()->check(int_in(0, 1 << 30));
@@ -284,15 +287,20 @@ size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings
     const bool tty = isatty(STDERR_FILENO);
     bool shown = false;
     size_t done = 0;
+    double prev_el = 0;
     while (done < tokens.size() && !interrupted()) {
         const size_t n = std::min(chunk, tokens.size() - done);
         s.prefill(tokens.subspan(done, n));
         done += n;
         const double el = seconds_since(t0);
+        const double last_el = std::exchange(prev_el, el);
         if (tty && el > 2.0 && done < tokens.size()) {
-            const double left = el / double(done) * double(tokens.size() - done);
-            std::fprintf(stderr, "\r\x1b[2m[reading the prompt: %zu / %zu tokens, about %ds left; Ctrl-C stops]\x1b[0m\x1b[K",
-                         done, tokens.size(), int(left + 0.5));
+            // Attention grows with the position, so later chunks are slower: the ETA uses the
+            // speed of the last chunk, not the average.
+            const double chunk_s = el - last_el, tps = chunk_s > 0 ? double(n) / chunk_s : 0.0;
+            const double left = tps > 0 ? double(tokens.size() - done) / tps : 0.0;
+            std::fprintf(stderr, "\r\x1b[2m[reading the prompt: %zu / %zu tokens, %.0f t/s, about %ds left; Ctrl-C stops]\x1b[0m\x1b[K",
+                         done, tokens.size(), tps, int(left + 0.5));
             std::fflush(stderr);
             shown = true;
         }

@@ -30,6 +30,7 @@ struct GenArgs {
     int64_t n_ctx = 4096;               // -c
     int64_t n_batch = 512;              // -b
     int n_threads = 0;                  // -t; 0: physical cores
+    std::string cache_type = "f16";     // -ctk: the MLA latent cache type
     text::SamplerParams sampling;       // --temp, --top-k, ... (llama.cpp's defaults)
     std::vector<std::string> logit_bias;   // "ID+BIAS" / "ID-BIAS" (BIAS may be inf)
     std::vector<std::string> reverse_prompts;   // -r: stop strings

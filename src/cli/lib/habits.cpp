@@ -25,6 +25,7 @@ struct Rename {
 const Rename kRenames[] = {
     {"-ngl", "--n-gpu-layers"}, {"--gpu-layers", "--n-gpu-layers"}, {"-ot", "--ot"}, {"-dev", "--device"},
     {"-s", "--seed"},           {"-sys", "--system-prompt"},        {"-cmoe", "--cpu-moe"}, {"-ncmoe", "--n-cpu-moe"},
+    {"-ctk", "--cache-type-k"},
 };
 
 struct Accept {
@@ -55,7 +56,7 @@ struct Instead {
     bool takes_value;
 };
 const Instead kInstead[] = {
-    {"-ctk --cache-type-k -ctv --cache-type-v", "kinfer keeps the MLA latent cache and the KDA state in fp32; there are no cache types to pick", true},
+    {"-ctv --cache-type-v", "MLA keeps one latent cache for keys and values: -ctk sets its type (the KDA state stays fp32)", true},
     {"-np --parallel", "kinfer runs one sequence per process", true},
     {"-cb --cont-batching -nocb --no-cont-batching", "kinfer runs one sequence per process", false},
     {"--rope-freq-base --rope-freq-scale --rope-scaling --rope-scale --yarn-orig-ctx --yarn-ext-factor",
@@ -78,7 +79,7 @@ const Instead kInstead[] = {
     {"--keep", "kinfer does not shift the context: chat stops when it is full (/clear starts over)", true},
     {"--numa", "kinfer does not place memory by NUMA node: run it under numactl", true},
     {"-dt --defrag-thold -nkvo --no-kv-offload", "kinfer's caches are flat arrays with nothing to defragment or offload", false},
-    {"--prompt-cache --prompt-cache-all --prompt-cache-ro", "kinfer keeps no prompt cache file yet; kinfer chat keeps the conversation in the session", true},
+    {"--prompt-cache-all --prompt-cache-ro", "kinfer run --prompt-cache FILE saves the prompt's state after it is read and reuses it", true},
     {"-cml --chatml", "--chat-template kimi-k2|kimi-k3 picks the chat format", false},
 };
 

@@ -1,10 +1,11 @@
 // llama.cpp habits: the flags a llama.cpp user types, rewritten to kinfer's before CLI11 parses
 // the command line. CLI11 reads a one-dash word like `-ngl` as `-n gl`, which gave errors about
 // other flags; here each known spelling is either
-//   * renamed (-ngl -> --n-gpu-layers, -ot -> --ot, -dev -> --device, -s -> --seed, -sys -> --system-prompt),
+//   * renamed (-ngl -> --n-gpu-layers, -ot -> --ot, -dev -> --device, -s -> --seed, -sys -> --system-prompt,
+//     -ctk -> --cache-type-k),
 //   * accepted (-fa, -cnv / -i, --no-mmap, --mlock, -v / --verbose, --log-disable, --no-display-prompt,
 //     ...), with a one-line note when it changes nothing here, or
-//   * refused with one line saying what kinfer does instead (-ctk, --rope-freq-base, -hf, ...).
+//   * refused with one line saying what kinfer does instead (-ctv, --rope-freq-base, -hf, ...).
 // Any other one-dash word of two or more letters is refused as an unknown option, so it never
 // reaches CLI11's short-flag splitting.
 #pragma once
