@@ -2,6 +2,7 @@
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
 #include "cli/command.h"
+#include "cli/lib/split_session.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
@@ -111,6 +112,7 @@ int run_bench(const BenchArgs& a) {
     std::mt19937 rng(1234);
     model::SessionOptions so{.n_batch = a.batch};
     auto ex = cli::attach_experts(*m, a.experts, so);
+    auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
         for (int p : a.n_prompt)
@@ -156,6 +158,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',')->check(int_in(1, kMaxThreads));
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     runtime::add_expert_flags(app, a->experts);
+    add_split_flags(app);
     return [a] { return run_bench(*a); };
 });
 

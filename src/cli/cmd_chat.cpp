@@ -2,6 +2,7 @@
 // This file adds the line editor: libedit (history, cursor keys, Ctrl-C handling) when the build
 // found it and both stdin and stdout are terminals, otherwise plain line reads.
 #include "cli/command.h"
+#include "cli/lib/split_session.h"
 #include "cli/lib/chat_repl.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
@@ -132,6 +133,7 @@ int run_chat(GenArgs& args, bool dash) {
     so.n_ctx = args.n_ctx;
     so.n_batch = args.n_batch;
     so.n_threads = args.n_threads;
+    auto split = attach_split(*model, so);
     model::Session session(*model, so);
     if (!habits().log_disable)
         std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld, seed %lld. /help for commands, Ctrl-D to quit.\n",
@@ -149,6 +151,7 @@ std::function<int()> setup_chat(CLI::App& app) {
     auto a = std::make_shared<GenArgs>();
     a->n_predict = -1;   // a reply ends at end of generation (or Ctrl-C), not after a token count
     add_generation_flags(app, *a);
+    add_split_flags(app);
     return [a, &app] { return run_chat(*a, take_extras(app, *a)); };
 }
 

@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/layer_stats.h"
@@ -60,6 +61,7 @@ int run_eval(const EvalArgs& a) {
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
     auto ex = cli::attach_experts(*model, a.experts, so);
+    auto split = cli::attach_split(*model, so);
     model::Session s(*model, so);
 
     if (a.dump_layers || a.dump_layer >= 0) {
@@ -130,6 +132,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     runtime::add_expert_flags(app, a->experts);
+    add_split_flags(app);
     return [a] { return run_eval(*a); };
 });
 

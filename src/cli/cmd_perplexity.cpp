@@ -4,6 +4,7 @@
 // --kl-divergence-base the base model's log-probabilities are saved; a second run with
 // --kl-divergence compares another model against them.
 #include "cli/command.h"
+#include "cli/lib/split_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
@@ -109,6 +110,7 @@ int run_perplexity(const PplArgs& a) {
     so.n_ctx = n_ctx;
     so.n_batch = a.n_batch;
     so.n_threads = a.threads;
+    auto split = cli::attach_split(*model, so);
     model::Session s(*model, so);
 
     std::unique_ptr<ppl::KldWriter> writer;
@@ -252,6 +254,7 @@ KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL dive
     app.add_flag("--kl-divergence", a->kld, "compare this model with the saved base (KLD, delta-p, same top token)");
     app.add_flag("--no-escape", a->no_escape, "take the text's backslashes literally");
     app.add_flag("--json", a->json, "print only a JSON summary on stdout (the per-chunk lines go to stderr)");
+    add_split_flags(app);
     return [a] { return run_perplexity(*a); };
 });
 

@@ -2,6 +2,7 @@
 // optionally wrapped in the model's chat format (--chat); tokens stream to stdout as they come
 // and one timing line goes to stderr (or everything as one JSON object with --json).
 #include "cli/command.h"
+#include "cli/lib/split_session.h"
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
@@ -91,6 +92,7 @@ int run(RunArgs& a, bool dash) {
     so.n_ctx = a.gen.n_ctx;
     so.n_batch = a.gen.n_batch;
     so.n_threads = a.gen.n_threads;
+    auto split = attach_split(*model, so);
     model::Session session(*model, so);
     text::Sampler sampler(sampler_params(a.gen), n_vocab);
     for (text::Token id : ids) sampler.accept(id);   // the penalties see the prompt too (llama.cpp does)
@@ -176,6 +178,7 @@ int run(RunArgs& a, bool dash) {
 std::function<int()> setup_run(CLI::App& app) {
     auto a = std::make_shared<RunArgs>();
     add_generation_flags(app, a->gen);
+    add_split_flags(app);
     app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
     app.add_option("-f,--file", a->prompt_file, "read the prompt from a file (its bytes as they are, like stdin)");
     app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat format");

@@ -35,6 +35,7 @@ class Workspace;
 namespace kinfer::model {
 
 class Placement;
+class Split;
 
 struct SessionOptions {
     int64_t n_ctx = 4096;         // most tokens the MLA cache holds (-c)
@@ -57,6 +58,9 @@ struct SessionOptions {
     int n_gpu_layers = 0;         // -ngl: the last N layers (and the output when N >= n_layer) on device 0
     bool cpu_moe = false;         // --cpu-moe: routed experts of device layers run on the CPU
     int n_cpu_moe = 0;            // --n-cpu-moe N: those of the first N layers do
+
+    // Across processes (--split, src/dist): runs each chunk over the ranks (nullptr: alone).
+    Split* split = nullptr;
 };
 
 // Called after every layer with the residual stream of the chunk's n tokens ([n x n_embd], host
