@@ -65,3 +65,18 @@ TEST_CASE("dist: every golden tiny model at -np 3, both splits: logits bit-ident
             check_model(golden(rel), "batch", {3});
         }
 }
+
+TEST_CASE("dist: --micro-batch N keeps pieces in flight and equals one process with -b N") {
+    if (!have_mpirun()) return;
+    const std::string dir = scratch_dir("micro");
+    for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        CAPTURE(m);
+        const std::string model = data(std::string("models/") + m + ".gguf");
+        const EvalOut one = eval("", model, "batch", dir, "one", "-b 16");
+        const EvalOut many = eval(mpirun(3), model, "batch", dir, "micro", "-b 64 --micro-batch 16 --split pipeline");
+        REQUIRE(one.logits.size() > 0);
+        CHECK(many.logits == one.logits);
+        CHECK(many.greedy == one.greedy);
+    }
+    std::filesystem::remove_all(dir);
+}

@@ -1,4 +1,5 @@
 // perplexity and run under mpirun print what one process prints; the other ranks print nothing.
+#include "dist/plan.h"
 #include "dist_util.h"
 
 #include <doctest/doctest.h>
@@ -67,4 +68,33 @@ TEST_CASE("dist: run under mpirun: rank 0 alone prints, the text equals one proc
         }
         std::filesystem::remove_all(dir);
     }
+}
+
+TEST_CASE("dist: --dist-stats: the bytes the ranks sent are the plan's bytes per token") {
+    if (!have_mpirun()) return;
+    const std::string model = data("models/k3-tiny-a-Q4_K_M.gguf");
+    auto m = kinfer::model::Model::load(model);
+    const int64_t n = 64;   // tests/data/prompt64.ids.txt
+    const std::string dir = scratch_dir("stats");
+    for (const char* split : {"pipeline", "experts"}) {
+        CAPTURE(split);
+        const int R = 3;
+        const auto plan = kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(split), R);
+        const auto r = run_command(mpirun(R) + kinfer_bin() + " eval -m " + model + " --tokens " + data("prompt64.ids.txt") +
+                                   " -t 1 --logits " + dir + "/l.f32 --dist-stats --split " + split);
+        INFO(r.out);
+        REQUIRE(r.rc == 0);
+        const size_t at = r.out.find("ranks sent ");
+        REQUIRE(at != std::string::npos);
+        const uint64_t sent = std::stoull(r.out.substr(at + 11));
+        // Every row's logits are wanted (--logits); a pipeline's residual messages carry a
+        // 24-byte header each; the commands (open, forward with 64 ids, close, stats) stay
+        // under 2 KiB.
+        uint64_t want = plan.bytes_per_all_logits_token * uint64_t(n);
+        if (plan.kind == kinfer::dist::SplitKind::pipeline) want += 24 * uint64_t(R - 1);
+        CHECK(sent >= want);
+        CHECK(sent < want + 2048);
+        for (int q = 0; q < R; ++q) CHECK(r.out.find("rank " + std::to_string(q) + ": sent") != std::string::npos);
+    }
+    std::filesystem::remove_all(dir);
 }

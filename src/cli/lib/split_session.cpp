@@ -27,6 +27,13 @@ void add_split_flags(CLI::App& app) {
     app.add_option("--dist-timeout", f.timeout_s, "under mpirun: seconds a rank waits on a peer mid-pass before the job ends")
         ->check(real_in(0, 1e6, true))
         ->group("Across processes (mpirun)");
+    app.add_option("--micro-batch", f.micro_batch,
+                   "under mpirun, --split pipeline: send each prefill chunk through the ranks in pieces of N tokens so "
+                   "that they overlap (the logits then equal one process run with -b N)")
+        ->check(int_in(0, kMaxBatch))
+        ->group("Across processes (mpirun)");
+    app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent and peak RSS at exit")
+        ->group("Across processes (mpirun)");
 }
 
 #ifdef KINFER_HAVE_MPI
@@ -36,7 +43,7 @@ std::unique_ptr<model::Split> attach_split(const model::Model& m, model::Session
     if (!c || c->size() < 2) return nullptr;
     const SplitFlags& f = split_flags();
     c->timeout_s = f.timeout_s;
-    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split));
+    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch);
     so.split = s.get();
     return s;
 }
@@ -45,7 +52,7 @@ DistScope::DistScope(int* argc, char*** argv) { dist::Comm::start(argc, argv); }
 
 DistScope::~DistScope() {
     if (dist::Comm* c = dist::Comm::get()) {
-        if (c->rank() == 0) dist::release_workers(*c);
+        if (c->rank() == 0) dist::release_workers(*c, split_flags().stats);
         c->finish();
     }
 }

@@ -18,6 +18,8 @@ namespace kinfer::cli {
 struct SplitFlags {
     std::string split;           // empty: pipeline when there is more than one rank
     double timeout_s = 600.0;    // a rank waiting longer than this on a peer ends the job
+    int64_t micro_batch = 0;     // pipeline prefill pieces (0: whole chunks)
+    bool stats = false;          // print each rank's bytes sent and peak RSS at exit
 };
 SplitFlags& split_flags();
 void add_split_flags(CLI::App& app);

@@ -27,6 +27,7 @@ const char* tag_name(int tag) {
         case kTagResidual: return "residual";
         case kTagLogits: return "logits";
         case kTagSlots: return "expert outputs";
+        case kTagStats: return "statistics";
     }
     return "message";
 }

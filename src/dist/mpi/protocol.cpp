@@ -16,6 +16,7 @@ struct OpenFixed {
     int32_t n_threads;
     uint8_t kda_chunked, mla_decompressed;
     double timeout_s;
+    int64_t micro_batch;
 };
 struct ForwardFixed {
     Op op;
@@ -42,7 +43,8 @@ T fixed_of(std::span<const uint8_t> m, const char* what) {
 }  // namespace
 
 std::vector<uint8_t> encode(const OpenCmd& c) {
-    OpenFixed f{Op::open, int32_t(c.kind), c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s};
+    OpenFixed f{Op::open, int32_t(c.kind), c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
+                 c.micro_batch};
     return with_tail(f, c.model_path.data(), c.model_path.size());
 }
 
@@ -61,6 +63,7 @@ OpenCmd decode_open(std::span<const uint8_t> m) {
     c.kind = SplitKind(f.kind);
     c.n_ctx = f.n_ctx, c.n_batch = f.n_batch, c.n_threads = f.n_threads;
     c.kda_chunked = f.kda_chunked, c.mla_decompressed = f.mla_decompressed, c.timeout_s = f.timeout_s;
+    c.micro_batch = f.micro_batch;
     c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f, m.size() - sizeof f);
     return c;
 }

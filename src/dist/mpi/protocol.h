@@ -19,6 +19,7 @@ struct OpenCmd {
     int32_t n_threads = 0;
     bool kda_chunked = false, mla_decompressed = false;
     double timeout_s = 0;
+    int64_t micro_batch = 0;     // pipeline: tokens per micro-batch (0: the whole chunk)
     std::string model_path;
 };
 

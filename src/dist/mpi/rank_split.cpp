@@ -3,6 +3,9 @@
 #include "dist/mpi/protocol.h"
 #include "model/session.h"
 
+#include <cstdio>
+#include <sys/resource.h>
+
 namespace kinfer::dist {
 
 namespace {
@@ -25,6 +28,7 @@ void RankSplit::open(const model::SessionOptions& o) {
     c.n_ctx = o.n_ctx, c.n_batch = o.n_batch, c.n_threads = o.n_threads;
     c.kda_chunked = o.kda_chunked, c.mla_decompressed = o.mla_decompressed;
     c.timeout_s = comm_.timeout_s;
+    c.micro_batch = micro_batch;
     c.model_path = model_.path();
     tell_workers(comm_, encode(c));
 }
@@ -41,12 +45,34 @@ void RankSplit::begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_
     tell_workers(comm_, encode(c));
 }
 
-std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind) {
-    return kind == SplitKind::pipeline ? make_pipeline_split(comm, m) : make_expert_split(comm, m);
+std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch) {
+    auto s = kind == SplitKind::pipeline ? make_pipeline_split(comm, m) : make_expert_split(comm, m);
+    s->micro_batch = micro_batch;
+    return s;
 }
 
-void release_workers(Comm& comm) {
-    if (comm.rank() == 0) tell_workers(comm, encode(Op::quit));
+RankStats own_stats(const Comm& comm) {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return RankStats{comm.bytes_sent, uint64_t(ru.ru_maxrss) * 1024};
+}
+
+void release_workers(Comm& comm, bool print_stats) {
+    if (comm.rank() != 0) return;
+    tell_workers(comm, encode(Op::quit));
+    std::vector<RankStats> all{own_stats(comm)};
+    for (int q = 1; q < comm.size(); ++q) {
+        all.emplace_back();
+        comm.recv_into(q, kTagStats, &all.back(), sizeof(RankStats), comm.timeout_s);
+    }
+    if (!print_stats) return;
+    uint64_t total = 0;
+    for (int q = 0; q < comm.size(); ++q) {
+        std::fprintf(stderr, "kinfer: rank %d: sent %llu bytes, peak RSS %.1f MiB\n", q, (unsigned long long)all[size_t(q)].bytes_sent,
+                     double(all[size_t(q)].max_rss) / 1048576.0);
+        total += all[size_t(q)].bytes_sent;
+    }
+    std::fprintf(stderr, "kinfer: %d ranks sent %llu bytes in all\n", comm.size(), (unsigned long long)total);
 }
 
 }  // namespace kinfer::dist

@@ -19,6 +19,9 @@ public:
     void close() override;
     void begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_all) override;
     const Plan& plan() const { return plan_; }
+    // --micro-batch: a pipeline prefill chunk goes through the ranks in pieces of this many
+    // tokens, so rank r runs piece i + 1 while rank r + 1 runs piece i (0: whole chunks).
+    int64_t micro_batch = 0;
 
 protected:
     Comm& comm_;
@@ -28,12 +31,20 @@ protected:
 
 std::unique_ptr<RankSplit> make_pipeline_split(Comm& comm, const model::Model& m);
 std::unique_ptr<RankSplit> make_expert_split(Comm& comm, const model::Model& m);
-std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind);
+std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch = 0);
+
+// What each rank reports when the job ends (--dist-stats).
+struct RankStats {
+    uint64_t bytes_sent = 0;   // payload bytes this rank sent
+    uint64_t max_rss = 0;      // peak resident set, bytes (mapped weight pages it touched count)
+};
+RankStats own_stats(const Comm& comm);
 
 // The loop ranks other than 0 run instead of a command: mirror rank 0's sessions until it
 // quits. Returns the process exit code.
 int serve(Comm& comm);
-// Rank 0 at exit: tells the other ranks to quit.
-void release_workers(Comm& comm);
+// Rank 0 at exit: tells the other ranks to quit. Each answers with what it sent and its peak
+// RSS; with print_stats rank 0 prints one line per rank to stderr.
+void release_workers(Comm& comm, bool print_stats);
 
 }  // namespace kinfer::dist

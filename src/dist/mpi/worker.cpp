@@ -21,7 +21,7 @@ struct Worker {
             model.reset();
             model = model::Model::load(c.model_path);
         }
-        split = make_split(comm, *model, c.kind);
+        split = make_split(comm, *model, c.kind, c.micro_batch);
         comm.timeout_s = c.timeout_s;
         model::SessionOptions so;
         so.n_ctx = c.n_ctx, so.n_batch = c.n_batch, so.n_threads = c.n_threads;
@@ -53,7 +53,11 @@ int serve(Comm& comm) {
                 case Op::open: w.open(decode_open(m)); break;
                 case Op::forward: w.forward(decode_forward(m)); break;
                 case Op::close: w.session.reset(); break;
-                case Op::quit: return 0;
+                case Op::quit: {
+                    const RankStats st = own_stats(comm);
+                    comm.send(0, kTagStats, &st, sizeof st);
+                    return 0;
+                }
                 default: fail("unknown command {} from rank 0", int(op_of(m)));
             }
         }
