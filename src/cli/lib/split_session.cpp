@@ -8,6 +8,9 @@
 #include <cstdlib>
 #ifdef KINFER_HAVE_MPI
 #include "dist/mpi/rank_split.h"
+#include "runtime/thread_pool.h"
+
+#include <algorithm>
 #endif
 
 namespace kinfer::cli {
@@ -43,6 +46,8 @@ std::unique_ptr<model::Split> attach_split(const model::Model& m, model::Session
     if (!c || c->size() < 2) return nullptr;
     const SplitFlags& f = split_flags();
     c->timeout_s = f.timeout_s;
+    // Ranks on one machine share its cores: by default each gets its share of them.
+    if (so.n_threads <= 0) so.n_threads = std::max(1, runtime::ThreadPool::default_threads() / c->local_size());
     auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch);
     so.split = s.get();
     return s;

@@ -32,16 +32,24 @@ const char* tag_name(int tag) {
     return "message";
 }
 
-// Polls done() until it is true: spins briefly, then sleeps up to 1 ms between polls. Calls
-// on_timeout() once the deadline passes (timeout_s < 0: no deadline).
+// Polls done() until it is true: for the first 2 ms it only yields the core between polls (a
+// peer's answer mid-pass is usually that close, and a sleep would add its own latency to every
+// hop), then sleeps 50 us growing to 1 ms, so a rank idle between commands leaves the cores to
+// the busy ones. Calls on_timeout() once the deadline passes (timeout_s < 0: no deadline).
 template <class Done, class OnTimeout>
 void poll(Done done, double timeout_s, OnTimeout on_timeout) {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
+    int sleep_us = 50;
     for (int i = 0; !done(); ++i) {
-        if (i > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (i - 64))));
-        if (timeout_s >= 0 && (i & 63) == 0 && std::chrono::duration<double>(clock::now() - t0).count() > timeout_s)
-            on_timeout();
+        const double waited = std::chrono::duration<double>(clock::now() - t0).count();
+        if (timeout_s >= 0 && waited > timeout_s) on_timeout();
+        if (waited < 2e-3) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+            sleep_us = std::min(1000, sleep_us * 2);
+        }
     }
 }
 
@@ -54,6 +62,10 @@ Comm* Comm::start(int* argc, char*** argv) {
     auto* c = new Comm;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &c->local_size_);
+    MPI_Comm_free(&local);
     char name[MPI_MAX_PROCESSOR_NAME];
     int len = 0;
     MPI_Get_processor_name(name, &len);

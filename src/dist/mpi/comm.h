@@ -24,6 +24,7 @@ public:
 
     int rank() const { return rank_; }
     int size() const { return size_; }
+    int local_size() const { return local_size_; }   // ranks on this machine (sharing its cores)
     // Seconds a forward pass waits for a peer before it gives up (--dist-timeout).
     double timeout_s = 600.0;
     uint64_t bytes_sent = 0;     // payload bytes this rank has sent
@@ -41,7 +42,7 @@ public:
     [[noreturn]] void abort(const std::string& why);
 
 private:
-    int rank_ = 0, size_ = 1;
+    int rank_ = 0, size_ = 1, local_size_ = 1;
     std::string host_;
 };
 
