@@ -113,6 +113,7 @@ void Comm::recv_into(int from, Tag tag, void* data, size_t bytes, double timeout
 
 void Comm::all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>& in, Tag tag) {
     std::vector<MPI_Request> reqs;
+    std::vector<int> peer;   // the rank of each request
     for (int q = 0; q < size_; ++q) {
         if (q == rank_) continue;
         if (mine.size() > size_t(INT32_MAX) || in[size_t(q)].size() > size_t(INT32_MAX))
@@ -121,10 +122,22 @@ void Comm::all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<
         MPI_Irecv(in[size_t(q)].data(), int(in[size_t(q)].size()), MPI_BYTE, q, tag, MPI_COMM_WORLD, &reqs.back());
         reqs.emplace_back();
         MPI_Isend(mine.data(), int(mine.size()), MPI_BYTE, q, tag, MPI_COMM_WORLD, &reqs.back());
+        peer.insert(peer.end(), {q, q});
         bytes_sent += mine.size();
     }
+    // Names the ranks whose part has not arrived or been taken.
+    auto silent = [&] {
+        std::string who;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            int f = 0;
+            MPI_Test(&reqs[i], &f, MPI_STATUS_IGNORE);
+            const std::string q = std::to_string(peer[i]);
+            if (!f && who.find(q) == std::string::npos) who += (who.empty() ? "" : ", ") + q;
+        }
+        return who;
+    };
     poll([&] { int f = 0; MPI_Testall(int(reqs.size()), reqs.data(), &f, MPI_STATUSES_IGNORE); return f != 0; }, timeout_s,
-         [&] { abort(fmt::format("the {} exchange did not complete within {:.0f} s (a rank is stuck or gone)", tag_name(tag), timeout_s)); });
+         [&] { abort(fmt::format("no {} from rank {} within {:.0f} s (stuck or gone)", tag_name(tag), silent(), timeout_s)); });
 }
 
 }  // namespace kinfer::dist

@@ -47,7 +47,10 @@ private:
             step(e, tokens + off, want, out + (want_all ? off * V : 0));
         }
         if (r == last && r != 0) comm_.send(0, kTagLogits, lg.data(), lg.size() * sizeof(float));
-        if (r == 0 && last > 0) comm_.recv_into(last, kTagLogits, host, size_t(rows * V) * sizeof(float), comm_.timeout_s);
+        // Rank 0 waits on the whole pipeline, so longer than a rank waits on its neighbour: the
+        // rank next to a silent one is the first to give up, and it names the silent one.
+        if (r == 0 && last > 0)
+            comm_.recv_into(last, kTagLogits, host, size_t(rows * V) * sizeof(float), 2 * comm_.timeout_s + 1);
     }
 
     // One piece through this rank's layers; the last rank writes the logits of its last `want`
