@@ -2,9 +2,9 @@
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
 #include "cli/command.h"
-#include "cli/lib/split_session.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/session.h"

@@ -2,10 +2,10 @@
 // This file adds the line editor: libedit (history, cursor keys, Ctrl-C handling) when the build
 // found it and both stdin and stdout are terminals, otherwise plain line reads.
 #include "cli/command.h"
-#include "cli/lib/split_session.h"
 #include "cli/lib/chat_repl.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 
 #include <clocale>

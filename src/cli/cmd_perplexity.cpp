@@ -4,11 +4,11 @@
 // --kl-divergence-base the base model's log-probabilities are saved; a second run with
 // --kl-divergence compares another model against them.
 #include "cli/command.h"
-#include "cli/lib/split_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/session.h"

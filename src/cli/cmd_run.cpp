@@ -2,10 +2,10 @@
 // optionally wrapped in the model's chat format (--chat); tokens stream to stdout as they come
 // and one timing line goes to stderr (or everything as one JSON object with --json).
 #include "cli/command.h"
-#include "cli/lib/split_session.h"
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 
 #include <cstdio>
