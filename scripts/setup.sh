@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config libcli11-dev libfmt-dev doctest-dev libstb-dev
       nlohmann-json3-dev clang libclang-rt-14-dev python3 python3-jinja2 tmux libedit-dev
-      python3-torch python3-numpy)
+      python3-torch python3-numpy openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 #include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/session.h"
@@ -115,6 +116,7 @@ int run_bench(const BenchArgs& a) {
     so.n_batch = a.batch;
     so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*m, a.experts, so);
+    auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;
         for (int p : a.n_prompt)
@@ -161,6 +163,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     add_cache_type_flag(app, a->cache_type);
     runtime::add_expert_flags(app, a->experts);
+    add_split_flags(app);
     return [a] { return run_bench(*a); };
 });
 

@@ -7,6 +7,7 @@
 #include "cli/lib/expert_session.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 
 #include <clocale>
@@ -136,6 +137,7 @@ int run_chat(GenArgs& args, bool dash) {
     so.n_threads = args.n_threads;
     so.cache_type = cache_type_of(args.cache_type);
     auto devices = attach_experts(*model, args.experts, so);
+    auto split = attach_split(*model, so);
     model::Session session(*model, so);
     if (!habits().log_disable)
         std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld, seed %lld. /help for commands, Ctrl-D to quit.\n",
@@ -155,6 +157,7 @@ std::function<int()> setup_chat(CLI::App& app) {
     auto a = std::make_shared<GenArgs>();
     a->n_predict = -1;   // a reply ends at end of generation (or Ctrl-C), not after a token count
     add_generation_flags(app, *a);
+    add_split_flags(app);
     return [a, &app] { return run_chat(*a, take_extras(app, *a)); };
 }
 

@@ -7,6 +7,7 @@
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/layer_stats.h"
@@ -86,6 +87,7 @@ int run_eval(const EvalArgs& a) {
     so.mla_decompressed = a.mla == "decompressed";
     so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*model, a.experts, so);
+    auto split = cli::attach_split(*model, so);
     model::Session s(*model, so);
 
     if (a.dump_layers || a.dump_layer >= 0) {
@@ -189,6 +191,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     runtime::add_expert_flags(app, a->experts);
+    add_split_flags(app);
     return [a] { return run_eval(*a); };
 });
 

@@ -8,6 +8,7 @@
 #include "cli/lib/info_report.h"
 #include "common/error.h"
 #include "common/safe_file.h"
+#include "dist/plan.h"
 #include "gguf/reader.h"
 
 #include <cstdio>
@@ -20,9 +21,11 @@ struct InfoArgs {
     int64_t context = 4096;
     bool json = false;
     bool no_tensors = false;
-    bool plan = false;                 // --plan: only the memory plan
+    bool plan = false;                 // --plan: the memory plan (with --ranks: the rank plan instead)
     int64_t batch = 512;
     std::string cache_type = "f16";
+    int ranks = 0;                     // --ranks: the rank plan of `mpirun -np RANKS kinfer ... --split SPLIT`
+    std::string split = "pipeline";
 };
 
 void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -38,12 +41,24 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
     app.add_flag("--json", a->json, "Print one JSON object instead of text");
     app.add_flag("--no-tensors", a->no_tensors, "Leave out the per-tensor table");
     app.add_flag("--plan", a->plan, "Print only the memory plan of a run at -c N: weights, latent cache per token "
-                 "and per type, KDA + conv state, scratch, the expected peak RSS");
+                 "and per type, KDA + conv state, scratch, the expected peak RSS; with --ranks, how that many "
+                 "processes split the model instead");
     app.add_option("-b,--batch-size", a->batch, "Prefill chunk for the plan's scratch")->capture_default_str()
         ->check(kinfer::cli::int_in(1, kinfer::cli::kMaxBatch));
     kinfer::cli::add_cache_type_flag(app, a->cache_type);
+    app.add_option("--ranks", a->ranks, "With --plan: the rank plan for this many processes (mpirun -np): layers, "
+                   "experts, bytes, bytes moved per token")
+        ->check(kinfer::cli::int_in(1, 4096));
+    app.add_option("--split", a->split, "With --plan --ranks: pipeline or experts")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"pipeline", "experts"}));
     return std::function<int()>([a] {
         kinfer::check_input_file(a->file, "info");   // a FIFO or device would block the open
+        if (a->plan && a->ranks > 0) {
+            auto m = kinfer::model::Model::load(a->file);
+            write_out(kinfer::dist::format_plan(kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(a->split), a->ranks), *m));
+            return std::fflush(stdout) == 0 ? 0 : 1;
+        }
         auto f = kinfer::gguf::File::open(a->file);
         if (a->plan) {
             kinfer::cli::PlanOptions po;

@@ -10,6 +10,7 @@
 #include "cli/lib/kld_file.h"
 #include "cli/lib/perplexity_stats.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/session.h"
@@ -115,6 +116,7 @@ int run_perplexity(const PplArgs& a) {
     so.n_threads = a.threads;
     so.cache_type = cache_type_of(a.cache_type);
     auto devices = attach_experts(*model, a.experts, so);
+    auto split = cli::attach_split(*model, so);
     model::Session s(*model, so);
 
     std::unique_ptr<ppl::KldWriter> writer;
@@ -261,6 +263,7 @@ KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL dive
     app.add_flag("--kl-divergence", a->kld, "compare this model with the saved base (KLD, delta-p, same top token)");
     app.add_flag("--no-escape", a->no_escape, "take the text's backslashes literally");
     app.add_flag("--json", a->json, "print only a JSON summary on stdout (the per-chunk lines go to stderr)");
+    add_split_flags(app);
     return [a] { return run_perplexity(*a); };
 });
 

@@ -8,6 +8,7 @@
 #include "cli/lib/generate.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "model/session_file.h"
@@ -118,6 +119,7 @@ int run(RunArgs& a, bool dash) {
     so.n_threads = a.gen.n_threads;
     so.cache_type = cache_type_of(a.gen.cache_type);
     auto devices = attach_experts(*model, a.gen.experts, so);
+    auto split = attach_split(*model, so);
     model::Session session(*model, so);
     text::Sampler sampler(sampler_params(a.gen), n_vocab);
     for (text::Token id : ids) sampler.accept(id);   // the penalties see the prompt too (llama.cpp does)
@@ -230,6 +232,7 @@ int run(RunArgs& a, bool dash) {
 std::function<int()> setup_run(CLI::App& app) {
     auto a = std::make_shared<RunArgs>();
     add_generation_flags(app, a->gen);
+    add_split_flags(app);
     app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
     app.add_option("-f,--file", a->prompt_file, "read the prompt from a file (its bytes as they are, like stdin)");
     app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat format");

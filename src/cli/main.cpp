@@ -4,6 +4,7 @@
 // (an unknown command or flag, a value out of range); a signal ends it with 128 + the signal.
 #include "cli/command.h"
 #include "cli/lib/habits.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 
 #include <cstdio>
@@ -68,6 +69,9 @@ std::string usage_message(const CLI::ParseError& e) {
 
 int main(int argc, char** argv) {
     using namespace kinfer::cli;
+    // Under mpirun every rank but 0 serves rank 0's sessions and parses no command line.
+    DistScope dist(&argc, &argv);
+    if (dist.worker()) return dist.serve();
     CLI::App app{"kinfer: inference for Kimi K3 and Kimi Linear models"};
     app.require_subcommand(1);
     app.footer(kFooter);

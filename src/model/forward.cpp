@@ -177,4 +177,16 @@ float* final_stream(const FwdEnv& env, Residual& r, const LayerHook& hook) {
     return h;
 }
 
+void output_logits(const FwdEnv& env, const float* h, int64_t first, float* host) {
+    const HParams& hp = env.hp;
+    backend::Backend& be = env.pl.output();
+    backend::Workspace& ws = env.ws_of(be);
+    const int64_t rows = env.n - first;
+    float* hn = ws.get(size_t(rows * hp.n_embd));
+    be.rms_norm(h + first * hp.n_embd, env.pl.weights().output_norm, hn, rows, hp.n_embd, hp.rms_eps);
+    float* lg = be.host_memory() ? host : ws.get(size_t(rows * hp.n_vocab));
+    be.matmul(mat_of(env.pl.weights().output), hn, rows, lg);
+    if (!be.host_memory()) be.download(host, lg, size_t(rows * hp.n_vocab) * sizeof(float));
+}
+
 }  // namespace kinfer::model

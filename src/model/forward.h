@@ -35,5 +35,8 @@ void forward_layers(const FwdEnv& env, int first, int last, Residual& r, const L
 // The final stream h [n x d] (before output_norm) on the output backend: K3 mixes it out of
 // the residual (output_res_score), Kimi Linear takes p itself.
 float* final_stream(const FwdEnv& env, Residual& r, const LayerHook& hook);
+// output_norm and the output head for rows [first, n) of h, on the output backend; the
+// [(n - first) x n_vocab] logits land in host memory.
+void output_logits(const FwdEnv& env, const float* h, int64_t first, float* host);
 
 }  // namespace kinfer::model

@@ -8,6 +8,7 @@
 // device slot runs on the device backend, host RAM or the mapping on the CPU backend. Results
 // are always combined on the layer's backend.
 #include "model/forward_ctx.h"
+#include "model/split.h"
 #include "runtime/expert_store.h"
 #include "runtime/routing_trace.h"
 
@@ -22,11 +23,18 @@ namespace {
 // entry[off[e] .. off[e + 1]), in entry order (a counting sort of the selections).
 struct ByExpert {
     std::vector<int64_t> off, entry;
-    ByExpert(const std::vector<int32_t>& sel, int64_t E) : off(size_t(E + 1), 0), entry(sel.size()) {
-        for (int32_t e : sel) ++off[size_t(e) + 1];
+    // keep (optional, [E]): only these experts' entries are listed (--split experts: the
+    // experts this rank owns); the others' lists are empty.
+    ByExpert(const std::vector<int32_t>& sel, int64_t E, const std::vector<char>* keep = nullptr)
+        : off(size_t(E + 1), 0) {
+        auto kept = [&](int32_t e) { return !keep || (*keep)[size_t(e)]; };
+        for (int32_t e : sel)
+            if (kept(e)) ++off[size_t(e) + 1];
         for (int64_t e = 0; e < E; ++e) off[size_t(e + 1)] += off[size_t(e)];
+        entry.resize(size_t(off[size_t(E)]));
         std::vector<int64_t> next(off.begin(), off.end() - 1);
-        for (size_t i = 0; i < sel.size(); ++i) entry[size_t(next[size_t(sel[i])]++)] = int64_t(i);
+        for (size_t i = 0; i < sel.size(); ++i)
+            if (kept(sel[i])) entry[size_t(next[size_t(sel[i])]++)] = int64_t(i);
     }
     int64_t n_expert() const { return int64_t(off.size()) - 1; }
     std::span<const int64_t> of(int64_t e) const {
@@ -232,7 +240,11 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
 
     // Group tokens by expert so each expert's weights are read once per chunk.
     float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
-    const ByExpert by_expert(sel, E);
+    model::Split* split = c.opt.split && c.opt.split->shards_experts() ? c.opt.split : nullptr;
+    std::vector<char> mine;
+    if (split)
+        for (int64_t e = 0; e < E; ++e) mine.push_back(split->owns_expert(il, int(e)));
+    const ByExpert by_expert(sel, E, split ? &mine : nullptr);
     float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
     const bool shared_done = !store && c.env.pl.experts_with_layer(il);
     if (store) routed_through_store(c, il, L, by_expert, z, wsel.data(), ys);
@@ -242,6 +254,8 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         be.glu(shg, shu, n, ffs, c.glu());
         be.matmul(mat_of(L.ffn_down_shexp), shg, n, sh_out);
     }
+    // The other ranks' experts' rows, so every rank sums the whole set.
+    if (split) split->gather_slots(il, sel, be, ys, n, K, lat);
     // Sum the slots in selection order, as ggml's chain of adds does.
     float* yl = s.get(size_t(n * lat));
     be.sum_slots(ys, n, K, lat, yl);

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "model/forward.h"
 #include "model/placement.h"
+#include "model/split.h"
 
 #include <algorithm>
 #include <cstring>
@@ -76,9 +77,11 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
                  need, be.name(), per_token, backend::cache_type_name(opt_.cache_type), have);
     }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
+    if (opt_.split) opt_.split->open(opt_);
 }
 
 Session::~Session() {
+    if (opt_.split) opt_.split->close();
     for (auto& st : states_) {
         for (backend::Buffer* b : {&st.kda, &st.conv})
             if (b->valid()) st.be->free(*b);
@@ -147,20 +150,18 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     reserve_rows(n_past_ + n);
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
     try {
-        Residual r = embd ? embed_rows(env, embd) : embed(env, tokens);
-        forward_layers(env, 0, hp.n_layer, r, on_layer);
-        float* h = final_stream(env, r, on_layer);
-
-        // Logits of every row (eval) or only the last one (generation), on the output backend.
-        backend::Backend& be = placement_->output();
-        backend::Workspace& ws = env.ws_of(be);
-        const int64_t first = want_all ? 0 : n - 1, rows = n - first;
-        float* hn = ws.get(size_t(rows * hp.n_embd));
-        be.rms_norm(h + first * hp.n_embd, placement_->weights().output_norm, hn, rows, hp.n_embd, hp.rms_eps);
+        // Logits of every row (eval) or only the last one (generation).
+        const int64_t rows = want_all ? n : 1;
         float* host = want_all ? out_all : logits_.data();
-        float* lg = be.host_memory() ? host : ws.get(size_t(rows * hp.n_vocab));
-        be.matmul(mat_of(placement_->weights().output), hn, rows, lg);
-        if (!be.host_memory()) be.download(host, lg, size_t(rows * hp.n_vocab) * sizeof(float));
+        if (opt_.split) {
+            if (embd) fail("--split runs token prompts only: image embeddings are not sent between ranks yet");
+            opt_.split->begin(tokens, n, n_past_, want_all);
+            opt_.split->forward(env, tokens, want_all, host);
+        } else {
+            Residual r = embd ? embed_rows(env, embd) : embed(env, tokens);
+            forward_layers(env, 0, hp.n_layer, r, on_layer);
+            output_logits(env, final_stream(env, r, on_layer), n - rows, host);
+        }
         if (want_all) std::memcpy(logits_.data(), host + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
     } catch (const std::exception& e) {
         // Some layers' states may have advanced: never compute on from them.

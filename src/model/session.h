@@ -35,6 +35,7 @@ class Workspace;
 namespace kinfer::model {
 
 class Placement;
+class Split;
 
 struct SessionOptions {
     int64_t n_ctx = 4096;         // most tokens the MLA cache holds (-c)
@@ -66,6 +67,9 @@ struct SessionOptions {
     bool cpu_moe = false;         // --cpu-moe: routed experts of device layers run on the CPU
     int n_cpu_moe = 0;            // --n-cpu-moe N: those of the first N layers do
     std::vector<std::string> overrides{};   // -ot REGEX=DEV: whole layers to a backend (model/placement.h)
+
+    // Across processes (--split, src/dist): runs each chunk over the ranks (nullptr: alone).
+    Split* split = nullptr;
 };
 
 // Called after every layer with the residual stream of the chunk's n tokens ([n x n_embd], host

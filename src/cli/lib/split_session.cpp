@@ -1,0 +1,86 @@
+#include "cli/lib/split_session.h"
+
+#include "cli/lib/flag_check.h"
+#include "dist/plan.h"
+#include "model/split.h"
+
+#include <cstdio>
+#include <cstdlib>
+#ifdef KINFER_HAVE_MPI
+#include "dist/mpi/rank_split.h"
+#include "runtime/thread_pool.h"
+
+#include <algorithm>
+#endif
+
+namespace kinfer::cli {
+
+SplitFlags& split_flags() {
+    static SplitFlags f;
+    return f;
+}
+
+void add_split_flags(CLI::App& app) {
+    SplitFlags& f = split_flags();
+    app.add_option("--split", f.split,
+                   "under mpirun: pipeline (each rank runs a range of layers) or experts (each rank runs a share of "
+                   "every MoE layer's routed experts); default pipeline when there are several ranks")
+        ->check(CLI::IsMember({"pipeline", "experts"}))
+        ->group("Across processes (mpirun)");
+    app.add_option("--dist-timeout", f.timeout_s, "under mpirun: seconds a rank waits on a peer mid-pass before the job ends")
+        ->check(real_in(0, 1e6, true))
+        ->group("Across processes (mpirun)");
+    app.add_option("--micro-batch", f.micro_batch,
+                   "under mpirun, --split pipeline: send each prefill chunk through the ranks in pieces of N tokens so "
+                   "that they overlap (the logits then equal one process run with -b N)")
+        ->check(int_in(0, kMaxBatch))
+        ->group("Across processes (mpirun)");
+    app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent and peak RSS at exit")
+        ->group("Across processes (mpirun)");
+}
+
+#ifdef KINFER_HAVE_MPI
+
+std::unique_ptr<model::Split> attach_split(const model::Model& m, model::SessionOptions& so) {
+    dist::Comm* c = dist::Comm::get();
+    if (!c || c->size() < 2) return nullptr;
+    const SplitFlags& f = split_flags();
+    c->timeout_s = f.timeout_s;
+    // Ranks on one machine share its cores: by default each gets its share of them.
+    if (so.n_threads <= 0) so.n_threads = std::max(1, runtime::ThreadPool::default_threads() / c->local_size());
+    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch);
+    so.split = s.get();
+    return s;
+}
+
+DistScope::DistScope(int* argc, char*** argv) { dist::Comm::start(argc, argv); }
+
+DistScope::~DistScope() {
+    if (dist::Comm* c = dist::Comm::get()) {
+        if (c->rank() == 0) dist::release_workers(*c, split_flags().stats);
+        c->finish();
+    }
+}
+
+bool DistScope::worker() const {
+    const dist::Comm* c = dist::Comm::get();
+    return c && c->rank() != 0;
+}
+
+int DistScope::serve() { return dist::serve(*dist::Comm::get()); }
+
+#else
+
+std::unique_ptr<model::Split> attach_split(const model::Model&, model::SessionOptions&) {
+    if (!split_flags().split.empty() && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK")))
+        std::fprintf(stderr, "kinfer: note: this kinfer was built without MPI; --split is ignored and every rank runs alone\n");
+    return nullptr;
+}
+DistScope::DistScope(int*, char***) {}
+DistScope::~DistScope() = default;
+bool DistScope::worker() const { return false; }
+int DistScope::serve() { return 0; }
+
+#endif
+
+}  // namespace kinfer::cli

@@ -1,0 +1,82 @@
+#include "dist/mpi/protocol.h"
+
+#include "common/error.h"
+
+#include <cstring>
+
+namespace kinfer::dist {
+
+namespace {
+
+// The fixed parts, copied as they are: every rank is the same binary on the same ABI.
+struct OpenFixed {
+    Op op;
+    int32_t kind;
+    int64_t n_ctx, n_batch;
+    int32_t n_threads;
+    uint8_t kda_chunked, mla_decompressed;
+    double timeout_s;
+    int64_t micro_batch;
+};
+struct ForwardFixed {
+    Op op;
+    int32_t want_all;
+    int64_t pos0, n;
+};
+
+template <class T>
+std::vector<uint8_t> with_tail(const T& fixed, const void* tail, size_t tail_bytes) {
+    std::vector<uint8_t> m(sizeof(T) + tail_bytes);
+    std::memcpy(m.data(), &fixed, sizeof(T));
+    if (tail_bytes) std::memcpy(m.data() + sizeof(T), tail, tail_bytes);
+    return m;
+}
+
+template <class T>
+T fixed_of(std::span<const uint8_t> m, const char* what) {
+    if (m.size() < sizeof(T)) fail("{} command: {} bytes, too short", what, m.size());
+    T t;
+    std::memcpy(&t, m.data(), sizeof(T));
+    return t;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const OpenCmd& c) {
+    OpenFixed f{Op::open, int32_t(c.kind), c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
+                 c.micro_batch};
+    return with_tail(f, c.model_path.data(), c.model_path.size());
+}
+
+std::vector<uint8_t> encode(const ForwardCmd& c) {
+    ForwardFixed f{Op::forward, c.want_all, c.pos0, int64_t(c.tokens.size())};
+    return with_tail(f, c.tokens.data(), c.tokens.size() * sizeof(int32_t));
+}
+
+std::vector<uint8_t> encode(Op plain) { return with_tail(plain, nullptr, 0); }
+
+Op op_of(std::span<const uint8_t> m) { return fixed_of<Op>(m, "a"); }
+
+OpenCmd decode_open(std::span<const uint8_t> m) {
+    const auto f = fixed_of<OpenFixed>(m, "open");
+    OpenCmd c;
+    c.kind = SplitKind(f.kind);
+    c.n_ctx = f.n_ctx, c.n_batch = f.n_batch, c.n_threads = f.n_threads;
+    c.kda_chunked = f.kda_chunked, c.mla_decompressed = f.mla_decompressed, c.timeout_s = f.timeout_s;
+    c.micro_batch = f.micro_batch;
+    c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f, m.size() - sizeof f);
+    return c;
+}
+
+ForwardCmd decode_forward(std::span<const uint8_t> m) {
+    const auto f = fixed_of<ForwardFixed>(m, "forward");
+    if (f.n <= 0 || m.size() != sizeof f + size_t(f.n) * sizeof(int32_t))
+        fail("forward command: {} bytes for {} tokens", m.size(), f.n);
+    ForwardCmd c;
+    c.pos0 = f.pos0, c.want_all = f.want_all != 0;
+    c.tokens.resize(size_t(f.n));
+    std::memcpy(c.tokens.data(), m.data() + sizeof f, size_t(f.n) * sizeof(int32_t));
+    return c;
+}
+
+}  // namespace kinfer::dist

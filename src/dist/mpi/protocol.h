@@ -1,0 +1,40 @@
+// What rank 0 tells the other ranks (tag kTagCommand): open a session like mine, run this chunk,
+// drop the session, quit. Each message starts with its Op; the rest is a fixed little struct
+// and, for open and forward, a tail (the model path, the token ids).
+#pragma once
+#include "dist/plan.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kinfer::dist {
+
+enum class Op : int32_t { open = 1, forward = 2, close = 3, quit = 4 };
+
+struct OpenCmd {
+    SplitKind kind = SplitKind::pipeline;
+    int64_t n_ctx = 0, n_batch = 0;
+    int32_t n_threads = 0;
+    bool kda_chunked = false, mla_decompressed = false;
+    double timeout_s = 0;
+    int64_t micro_batch = 0;     // pipeline: tokens per micro-batch (0: the whole chunk)
+    std::string model_path;
+};
+
+struct ForwardCmd {
+    int64_t pos0 = 0;
+    bool want_all = false;
+    std::vector<int32_t> tokens;
+};
+
+std::vector<uint8_t> encode(const OpenCmd& c);
+std::vector<uint8_t> encode(const ForwardCmd& c);
+std::vector<uint8_t> encode(Op plain);   // close, quit
+
+Op op_of(std::span<const uint8_t> m);    // throws on a message too short to hold one
+OpenCmd decode_open(std::span<const uint8_t> m);
+ForwardCmd decode_forward(std::span<const uint8_t> m);
+
+}  // namespace kinfer::dist

@@ -1,0 +1,78 @@
+#include "dist/mpi/rank_split.h"
+
+#include "dist/mpi/protocol.h"
+#include "model/session.h"
+
+#include <cstdio>
+#include <sys/resource.h>
+
+namespace kinfer::dist {
+
+namespace {
+
+void tell_workers(Comm& c, const std::vector<uint8_t>& m) {
+    for (int q = 1; q < c.size(); ++q) c.send(q, kTagCommand, m.data(), m.size());
+}
+
+}  // namespace
+
+RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind)
+    : comm_(comm), model_(m), plan_(Plan::make(m, kind, comm.size())) {}
+
+void RankSplit::open(const model::SessionOptions& o) {
+    if (comm_.rank() != 0) return;
+    if (o.experts || o.routing_replay || o.routing_record || o.n_gpu_layers || o.cpu_moe || o.n_cpu_moe)
+        usage_fail("--split does not combine with the expert store, routing traces, -ngl or --cpu-moe yet");
+    OpenCmd c;
+    c.kind = plan_.kind;
+    c.n_ctx = o.n_ctx, c.n_batch = o.n_batch, c.n_threads = o.n_threads;
+    c.kda_chunked = o.kda_chunked, c.mla_decompressed = o.mla_decompressed;
+    c.timeout_s = comm_.timeout_s;
+    c.micro_batch = micro_batch;
+    c.model_path = model_.path();
+    tell_workers(comm_, encode(c));
+}
+
+void RankSplit::close() {
+    if (comm_.rank() == 0) tell_workers(comm_, encode(Op::close));
+}
+
+void RankSplit::begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_all) {
+    if (comm_.rank() != 0) return;
+    ForwardCmd c;
+    c.pos0 = pos0, c.want_all = want_all;
+    c.tokens.assign(tokens, tokens + n);
+    tell_workers(comm_, encode(c));
+}
+
+std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch) {
+    auto s = kind == SplitKind::pipeline ? make_pipeline_split(comm, m) : make_expert_split(comm, m);
+    s->micro_batch = micro_batch;
+    return s;
+}
+
+RankStats own_stats(const Comm& comm) {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return RankStats{comm.bytes_sent, uint64_t(ru.ru_maxrss) * 1024};
+}
+
+void release_workers(Comm& comm, bool print_stats) {
+    if (comm.rank() != 0) return;
+    tell_workers(comm, encode(Op::quit));
+    std::vector<RankStats> all{own_stats(comm)};
+    for (int q = 1; q < comm.size(); ++q) {
+        all.emplace_back();
+        comm.recv_into(q, kTagStats, &all.back(), sizeof(RankStats), comm.timeout_s);
+    }
+    if (!print_stats) return;
+    uint64_t total = 0;
+    for (int q = 0; q < comm.size(); ++q) {
+        std::fprintf(stderr, "kinfer: rank %d: sent %llu bytes, peak RSS %.1f MiB\n", q, (unsigned long long)all[size_t(q)].bytes_sent,
+                     double(all[size_t(q)].max_rss) / 1048576.0);
+        total += all[size_t(q)].bytes_sent;
+    }
+    std::fprintf(stderr, "kinfer: %d ranks sent %llu bytes in all\n", comm.size(), (unsigned long long)total);
+}
+
+}  // namespace kinfer::dist

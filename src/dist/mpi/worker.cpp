@@ -1,0 +1,69 @@
+// Ranks other than 0: wait for rank 0's commands and mirror its sessions. A worker has no
+// terminal of its own: it prints nothing except the one line that ends the job on an error.
+#include "dist/mpi/protocol.h"
+#include "dist/mpi/rank_split.h"
+#include "model/session.h"
+
+namespace kinfer::dist {
+
+namespace {
+
+struct Worker {
+    Comm& comm;
+    std::unique_ptr<model::Model> model;
+    std::unique_ptr<RankSplit> split;
+    std::unique_ptr<model::Session> session;
+
+    void open(const OpenCmd& c) {
+        session.reset();
+        if (!model || model->path() != c.model_path) {
+            split.reset();
+            model.reset();
+            model = model::Model::load(c.model_path);
+        }
+        split = make_split(comm, *model, c.kind, c.micro_batch);
+        comm.timeout_s = c.timeout_s;
+        model::SessionOptions so;
+        so.n_ctx = c.n_ctx, so.n_batch = c.n_batch, so.n_threads = c.n_threads;
+        so.kda_chunked = c.kda_chunked, so.mla_decompressed = c.mla_decompressed;
+        so.split = split.get();
+        session = std::make_unique<model::Session>(*model, so);
+    }
+
+    void forward(const ForwardCmd& c) {
+        if (!session) fail("a forward command before any session was opened");
+        // Rank 0 reset its session (a new chat, the next perplexity window): do the same.
+        if (c.pos0 == 0 && session->n_past() != 0) session->reset();
+        if (c.pos0 != session->n_past())
+            fail("rank 0 runs position {} but this rank's session is at {} (a saved state loaded on rank 0 only?)",
+                 c.pos0, session->n_past());
+        std::vector<float> all;
+        session->prefill(c.tokens, c.want_all ? &all : nullptr);
+    }
+};
+
+}  // namespace
+
+int serve(Comm& comm) {
+    Worker w{comm, nullptr, nullptr, nullptr};
+    try {
+        for (;;) {
+            const std::vector<uint8_t> m = comm.recv(0, kTagCommand, -1.0);
+            switch (op_of(m)) {
+                case Op::open: w.open(decode_open(m)); break;
+                case Op::forward: w.forward(decode_forward(m)); break;
+                case Op::close: w.session.reset(); break;
+                case Op::quit: {
+                    const RankStats st = own_stats(comm);
+                    comm.send(0, kTagStats, &st, sizeof st);
+                    return 0;
+                }
+                default: fail("unknown command {} from rank 0", int(op_of(m)));
+            }
+        }
+    } catch (const std::exception& e) {
+        comm.abort(e.what());
+    }
+}
+
+}  // namespace kinfer::dist

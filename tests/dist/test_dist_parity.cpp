@@ -1,0 +1,82 @@
+// mpirun -np 2 / -np 3 on localhost against one process: the logits of every golden tiny model
+// must be the same bytes with --split pipeline and --split experts, in one batch and token by
+// token, and the greedy continuation must be the same ids.
+#include "dist_util.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+using namespace kinfer::test;
+
+namespace {
+
+struct EvalOut {
+    std::string logits;   // raw float32 bytes
+    std::string greedy;   // stdout: the greedy ids
+};
+
+EvalOut eval(const std::string& prefix, const std::string& model, const std::string& mode, const std::string& dir,
+             const std::string& tag, const std::string& extra) {
+    const std::string out = dir + "/" + tag + ".f32";
+    const std::string cmd = prefix + kinfer_bin() + " eval -m " + model + " --tokens " + data("prompt64.ids.txt") +
+                            " --mode " + mode + " -t 1 --logits " + out + " --greedy 8 " + extra;
+    const auto r = run_command(stderr_to(cmd, dir + "/" + tag + ".err"));
+    INFO(cmd);
+    INFO(read_bytes(dir + "/" + tag + ".err"));
+    REQUIRE(r.rc == 0);
+    return {read_bytes(out), r.out};
+}
+
+// Every split and rank count of `ranks` against the single-process run of one model and mode.
+void check_model(const std::string& model, const std::string& mode, std::initializer_list<int> ranks) {
+    const std::string dir = scratch_dir("parity");
+    const EvalOut one = eval("", model, mode, dir, "one", "");
+    REQUIRE(one.logits.size() > 0);
+    for (const char* split : {"pipeline", "experts"}) {
+        for (int np : ranks) {
+            CAPTURE(model);
+            CAPTURE(mode);
+            CAPTURE(split);
+            CAPTURE(np);
+            const EvalOut many = eval(mpirun(np), model, mode, dir, std::string(split) + std::to_string(np),
+                                      std::string("--split ") + split);
+            CHECK(many.logits.size() == one.logits.size());
+            CHECK(many.logits == one.logits);   // bit for bit
+            CHECK(many.greedy == one.greedy);
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("dist: shipped tiny models, -np 2 and 3, both splits, batch and decode: logits bit-identical") {
+    if (!have_mpirun()) return;
+    for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"})
+        for (const char* mode : {"batch", "decode"}) check_model(data(std::string("models/") + m + ".gguf"), mode, {2, 3});
+}
+
+TEST_CASE("dist: every golden tiny model at -np 3, both splits: logits bit-identical") {
+    if (!have_mpirun()) return;
+    for (const char* arch : {"k3-tiny-a", "kl-tiny-a"})
+        for (const char* q : {"F32", "Q8_0", "MXFP4_MOE"}) {
+            const std::string rel = std::string("llama.cpp/models/") + arch + "-" + q + ".gguf";
+            if (!have_golden(rel)) continue;
+            check_model(golden(rel), "batch", {3});
+        }
+}
+
+TEST_CASE("dist: --micro-batch N keeps pieces in flight and equals one process with -b N") {
+    if (!have_mpirun()) return;
+    const std::string dir = scratch_dir("micro");
+    for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        CAPTURE(m);
+        const std::string model = data(std::string("models/") + m + ".gguf");
+        const EvalOut one = eval("", model, "batch", dir, "one", "-b 16");
+        const EvalOut many = eval(mpirun(3), model, "batch", dir, "micro", "-b 64 --micro-batch 16 --split pipeline");
+        REQUIRE(one.logits.size() > 0);
+        CHECK(many.logits == one.logits);
+        CHECK(many.greedy == one.greedy);
+    }
+    std::filesystem::remove_all(dir);
+}
