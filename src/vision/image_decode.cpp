@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +59,43 @@ bool header_size(std::span<const uint8_t> b, int64_t& w, int64_t& h) {
     return false;
 }
 
+// stb_image 2.27 (Debian's) writes past its Huffman size table when a JPEG DHT segment declares
+// more than 256 codes (newer stb refuses it as "bad DHT header"); refuse those files first.
+bool jpeg_huffman_ok(std::span<const uint8_t> b) {
+    // stb takes any run of 0xFF fill bytes before a marker, the first one (SOI) included.
+    size_t i = 0;
+    while (i < b.size() && b[i] == 0xFF) ++i;
+    if (i == 0 || i >= b.size() || b[i] != 0xD8) return true;   // not a JPEG
+    ++i;
+    while (i + 4 <= b.size()) {
+        if (b[i] != 0xFF) {   // entropy-coded data (after SOS): on to the next marker
+            ++i;
+            continue;
+        }
+        const uint8_t m = b[i + 1];
+        if (m == 0x00 || m == 0xFF || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) {   // no length
+            i += m == 0xFF ? 1 : 2;
+            continue;
+        }
+        if (m == 0xD9) break;
+        const size_t len = size_t(b[i + 2]) << 8 | b[i + 3];
+        if (m == 0xC4) {
+            // As stb reads it: tables until the segment length is used up, each 1 + 16 count
+            // bytes and then that many values (a short segment reads on past its end).
+            size_t at = i + 4;
+            const size_t end = i + 2 + len;
+            while (at < end && at < b.size()) {
+                size_t n = 0;   // bytes past the end of the file read as 0, as stb's get8 does
+                for (size_t k = 1; k <= 16 && at + k < b.size(); ++k) n += b[at + k];
+                if (n > 256) return false;
+                at += 17 + n;
+            }
+        }
+        i += 2 + std::max<size_t>(len, 2);
+    }
+    return true;
+}
+
 }  // namespace
 
 Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool keep_alpha, int64_t max_pixels) {
@@ -67,11 +105,12 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool
     const int len = int(bytes.size());
     // Read the header first: the size is checked before stb allocates the pixels.
     int w = 0, h = 0, comp = 0;
+    if (!jpeg_huffman_ok(bytes)) fail("{}: corrupt JPEG: a Huffman table declares more than 256 codes", name);
     if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
         int64_t hw = 0, hh = 0;
         if (header_size(bytes, hw, hh)) {
             if (hw <= 0 || hh <= 0) fail("{}: the header says the image is {} x {} pixels", name, hw, hh);
-            if (hw * hh > max_pixels)
+            if (hw > max_pixels || hh > max_pixels || hw * hh > max_pixels)   // each < 2^32: no overflow
                 fail("{}: {} x {} pixels is larger than the {} pixels kinfer accepts", name, hw, hh, max_pixels);
         }
         fail("{}: not an image kinfer can read (PNG, JPEG, BMP, GIF, ...): {}", name, stbi_failure_reason());

@@ -77,6 +77,8 @@ TEST_CASE("vision: bad images are refused with one line naming the file") {
         {"zero.png", forged_png(0, 10)},
         {"text.png", {'h', 'e', 'l', 'l', 'o', '\n'}},
         {"one_pixel.png", png_of(1, 1, 3, 9)},
+        // A DHT declaring 16 x 32 = 512 codes: stb 2.27 would write past its 257-entry table.
+        {"bad_huffman.jpg", {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x13, 0x00, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32}},
         {"thin.png", png_of(1, 40, 1, 9)},
     };
     const vision::PreprocConfig cfg{14, 2, 1568, 200704, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
