@@ -13,11 +13,27 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
 namespace bq = kinfer::quant;
+
+// The byte offsets the decoders below read at, tied to quant/blocks.h's structs: a layout change
+// there stops the build here instead of mis-decoding (the pieces read bytes, not struct fields,
+// because the quant arrays are unaligned inside a row).
+static_assert(offsetof(bq::block_q8_0, qs) == 2 && offsetof(bq::block_q4_0, qs) == 2 &&
+              offsetof(bq::block_iq4_nl, qs) == 2 && offsetof(bq::block_mxfp4, qs) == 1);
+static_assert(offsetof(bq::block_q5_0, qh) == 2 && offsetof(bq::block_q5_0, qs) == 6);
+static_assert(offsetof(bq::block_q4_K, dmin) == 2 && offsetof(bq::block_q4_K, scales) == 4 &&
+              offsetof(bq::block_q4_K, qs) == 16);
+static_assert(offsetof(bq::block_q5_K, scales) == 4 && offsetof(bq::block_q5_K, qh) == 16 &&
+              offsetof(bq::block_q5_K, qs) == 48);
+static_assert(offsetof(bq::block_q6_K, qh) == 128 && offsetof(bq::block_q6_K, scales) == 192 &&
+              offsetof(bq::block_q6_K, d) == 208);
+static_assert(offsetof(bq::block_iq4_xs, scales_h) == 2 && offsetof(bq::block_iq4_xs, scales_l) == 4 &&
+              offsetof(bq::block_iq4_xs, qs) == 8);
 
 __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
     // The quant arrays are only 1- or 2-byte aligned inside a row: byte loads, combined.
