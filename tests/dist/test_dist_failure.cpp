@@ -23,7 +23,7 @@ TEST_CASE("dist: a rank that cannot open the model ends every rank, naming the r
     for (const char* split : {"pipeline", "experts"}) {
         CAPTURE(split);
         const auto t0 = std::chrono::steady_clock::now();
-        const auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 1 --wdir " + data("") + " " + kinfer_bin() +
+        const auto r = run_command(mpirun_bare() + "-np 1 --wdir " + data("") + " " + kinfer_bin() +
                                    " eval -m models/k3-tiny-a-Q4_K_M.gguf --tokens prompt64.ids.txt -t 1 --split " + split +
                                    " : -np 1 --wdir " + empty + " " + kinfer_bin());
         const double secs = seconds_since(t0);
