@@ -37,6 +37,18 @@ void Backend::matmul_many(std::span<const std::pair<Mat, float*>> outs, const fl
     matmul_tasks({&in, 1}, tasks);
 }
 
+void Backend::mla_cache_store(const LatentPages&, int64_t, int64_t, const float*, int64_t) {
+    fail("backend {}: op mla_cache_store is not implemented", name());
+}
+void Backend::mla_cache_load(const LatentPages&, int64_t, int64_t, float*) {
+    fail("backend {}: op mla_cache_load is not implemented", name());
+}
+void Backend::mla_attend_tiled(const LatentPages&, const float*, float*, const MlaShape&) {
+    fail("backend {}: op mla_attend_tiled is not implemented", name());
+}
+void Backend::mla_attend_tiled_mha(const Mat&, const Mat&, const LatentPages&, const float*, float*, const MlaShape&) {
+    fail("backend {}: op mla_attend_tiled_mha is not implemented", name());
+}
 void Backend::gelu(float*, int64_t, bool) { fail("backend {}: op gelu is not implemented", name()); }
 void Backend::rope_2d(float*, int64_t, int64_t, int64_t, const int32_t*, const int32_t*, float, int64_t) {
     fail("backend {}: op rope_2d is not implemented", name());

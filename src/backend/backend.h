@@ -193,16 +193,16 @@ public:
     virtual void mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
                                          const MlaShape& s) = 0;
 
-    // Paged latent cache (LatentPages): rows [pos0, pos0 + n) are written from / read into f32
+    // Paged latent cache (LatentPages; a backend without these ops refuses them by name): rows [pos0, pos0 + n) are written from / read into f32
     // rows ld floats apart (0: R), converted to and from the cache type.
-    virtual void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld = 0) = 0;
-    virtual void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) = 0;
+    virtual void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld = 0);
+    virtual void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows);
     // The tiled (flash-attention) forms over a paged cache: online softmax over key tiles, no row
     // of probabilities per query. Absorbed: Q [n][H][r + dr] -> lat [n][H][r]. Decompressed:
     // k_b / v_b as above, q [n][H][dn + dr] -> o [n][H][dv].
-    virtual void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) = 0;
+    virtual void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s);
     virtual void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
-                                      const MlaShape& s) = 0;
+                                      const MlaShape& s);
 
     // ---- ops: MoE and AttnRes -----------------------------------------------------------------
     // probs [n][E] router logits -> sigmoid scores in place; top-K of (score + bias), ties to the
