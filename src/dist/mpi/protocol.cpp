@@ -17,6 +17,8 @@ struct OpenFixed {
     uint8_t kda_chunked, mla_decompressed;
     double timeout_s;
     int64_t micro_batch;
+    int32_t cache_type;
+    int64_t cache_page_rows, tiled_min_keys;
 };
 struct ForwardFixed {
     Op op;
@@ -44,7 +46,7 @@ T fixed_of(std::span<const uint8_t> m, const char* what) {
 
 std::vector<uint8_t> encode(const OpenCmd& c) {
     OpenFixed f{Op::open, int32_t(c.kind), c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
-                 c.micro_batch};
+                 c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys};
     return with_tail(f, c.model_path.data(), c.model_path.size());
 }
 
@@ -64,6 +66,7 @@ OpenCmd decode_open(std::span<const uint8_t> m) {
     c.n_ctx = f.n_ctx, c.n_batch = f.n_batch, c.n_threads = f.n_threads;
     c.kda_chunked = f.kda_chunked, c.mla_decompressed = f.mla_decompressed, c.timeout_s = f.timeout_s;
     c.micro_batch = f.micro_batch;
+    c.cache_type = f.cache_type, c.cache_page_rows = f.cache_page_rows, c.tiled_min_keys = f.tiled_min_keys;
     c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f, m.size() - sizeof f);
     return c;
 }

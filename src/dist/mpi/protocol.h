@@ -20,6 +20,10 @@ struct OpenCmd {
     bool kda_chunked = false, mla_decompressed = false;
     double timeout_s = 0;
     int64_t micro_batch = 0;     // pipeline: tokens per micro-batch (0: the whole chunk)
+    // The latent cache as rank 0 has it (type, page size, tiled-kernel threshold): every rank's
+    // MLA layers must round and tile alike, or the split stops being bit-identical.
+    int32_t cache_type = 0;
+    int64_t cache_page_rows = 256, tiled_min_keys = 1024;
     std::string model_path;
 };
 

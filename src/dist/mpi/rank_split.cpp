@@ -29,6 +29,7 @@ void RankSplit::open(const model::SessionOptions& o) {
     c.kda_chunked = o.kda_chunked, c.mla_decompressed = o.mla_decompressed;
     c.timeout_s = comm_.timeout_s;
     c.micro_batch = micro_batch;
+    c.cache_type = int32_t(o.cache_type), c.cache_page_rows = o.cache_page_rows, c.tiled_min_keys = o.tiled_min_keys;
     c.model_path = model_.path();
     tell_workers(comm_, encode(c));
 }

@@ -26,6 +26,10 @@ struct Worker {
         model::SessionOptions so;
         so.n_ctx = c.n_ctx, so.n_batch = c.n_batch, so.n_threads = c.n_threads;
         so.kda_chunked = c.kda_chunked, so.mla_decompressed = c.mla_decompressed;
+        if (c.cache_type < 0 || c.cache_type > int32_t(backend::CacheType::q8_0))
+            fail("open command: cache type {} unknown", c.cache_type);
+        so.cache_type = backend::CacheType(c.cache_type);
+        so.cache_page_rows = c.cache_page_rows, so.tiled_min_keys = c.tiled_min_keys;
         so.split = split.get();
         session = std::make_unique<model::Session>(*model, so);
     }
