@@ -72,7 +72,10 @@ std::vector<GoldenTensor> golden_mixture(const std::string& model, const std::st
 
 std::string shape_of(const gguf::TensorInfo& t) {
     std::string s;
-    for (uint32_t d = 0; d < t.n_dims; ++d) s += (d ? "x" : "") + std::to_string(t.ne[d]);
+    for (int d = 0; d < int(t.n_dims); ++d) {
+        if (d) s += "x";
+        s += std::to_string(t.ne[d]);
+    }
     return s;
 }
 
