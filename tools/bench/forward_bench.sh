@@ -4,6 +4,9 @@
 # round after the other) so that a busy machine slows both alike; the last table gives the ratio.
 #
 #   tools/bench/forward_bench.sh [MODEL.gguf] [THREADS]        (env: P=512 N=128 R=3 ROUNDS=2 LLAMA_BENCH=...)
+#
+# KINFER_BASE=/path/to/older/kinfer adds a third contestant (before / after a change, e.g. a build
+# of an earlier commit), run in the same rounds, with its own ratio column.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
@@ -20,6 +23,9 @@ echo "model $model, $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS roun
 if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then "$out/membw" "$threads"; fi
 for round in $(seq "$ROUNDS"); do
   "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> >(grep "GB/s" >&2) | tee -a "$out/kinfer.md"
+  if [ -n "${KINFER_BASE:-}" ]; then
+    "$KINFER_BASE" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/base.md"
+  fi
   if [ -n "${LLAMA_BENCH:-}" ]; then
     "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/llama.md"
   fi
@@ -29,12 +35,18 @@ done
 summ() { awk -F'|' '/^\| [a-z]/ && $7 ~ /[pt][pg][0-9]/ { gsub(/ /,"",$7); split($8,a," "); s[$7]+=a[1]; c[$7]++ }
                      END { for (k in s) printf "%s %.2f\n", k, s[k]/c[k] }' "$1" | sort; }
 echo
-echo "| test | kinfer t/s | llama.cpp t/s | ratio |"
-echo "| ---: | ---: | ---: | ---: |"
+echo "| test | kinfer t/s | llama.cpp t/s | ratio |${KINFER_BASE:+ base t/s | kinfer / base | base / llama.cpp |}"
+echo "| ---: | ---: | ---: | ---: |${KINFER_BASE:+ ---: | ---: | ---: |}"
 summ "$out/kinfer.md" > "$out/k.txt"
 if [ -s "$out/llama.md" ]; then summ "$out/llama.md" > "$out/l.txt"; else : > "$out/l.txt"; fi
+if [ -s "$out/base.md" ]; then summ "$out/base.md" > "$out/b.txt"; else : > "$out/b.txt"; fi
+ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; else echo "-"; fi; }
 while read -r test k; do
   l="$(awk -v t="$test" '$1==t {print $2}' "$out/l.txt")"
-  if [ -n "$l" ]; then r="$(awk -v a="$k" -v b="$l" 'BEGIN{printf "%.2f", a/b}')"; else l="-"; r="-"; fi
-  echo "| $test | $k | $l | $r |"
+  line="| $test | $k | ${l:--} | $(ratio "$k" "$l") |"
+  if [ -n "${KINFER_BASE:-}" ]; then
+    b="$(awk -v t="$test" '$1==t {print $2}' "$out/b.txt")"
+    line="$line ${b:--} | $(ratio "$k" "$b") | $(ratio "$b" "$l") |"
+  fi
+  echo "$line"
 done < "$out/k.txt"
