@@ -73,7 +73,7 @@ TEST_CASE("info: report of the tiny hand-made file") {
     auto r = kinfer::cli::info_report(*f, opt);
     CHECK(r["architecture"] == "kimi-k3");
     CHECK(r["name"] == "tiny");
-    CHECK(r["layer_kinds"] == nlohmann::json({"KDA", "KDA", "KDA", "MLA"}));
+    CHECK(r["layer_kinds"] == nlohmann::ordered_json({"KDA", "KDA", "KDA", "MLA"}));
     CHECK(r["tensors"].size() == 3);
     CHECK(r["tensors"][0]["kind"] == "attention_kda");
     CHECK(r["tensors"][1]["kind"] == "dense_ffn");

@@ -111,7 +111,9 @@ TEST_CASE("gguf: metadata matches llama.cpp's gguf-kv.json listings") {
         CAPTURE(gguf);
         auto f = File::open(gguf);
         nlohmann::json j = nlohmann::json::parse(std::ifstream(p));
-        for (auto& [key, v] : j.items()) {
+        for (auto& item : j.items()) {   // no structured binding: clang 14 cannot capture one in CAPTURE
+            const std::string key = item.key();
+            const auto& v = item.value();
             CAPTURE(key);
             const auto* val = f->find(key);
             REQUIRE(val != nullptr);

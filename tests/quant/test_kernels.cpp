@@ -1,5 +1,6 @@
 // Dot products (SIMD vs scalar reference, and vs the dequantized float dot), activation
 // quantizers, fp16/bf16 conversion, the round-trip error table and the gemm helper.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -321,7 +322,8 @@ TEST_CASE("fp16 / bf16 / e8m0 conversions") {
         if (fp32_to_fp16(f) != h) { CHECK(fp32_to_fp16(f) == h); break; }
     }
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("f16c")) {
+    unsigned cpuid_a = 0, cpuid_b = 0, cpuid_c = 0, cpuid_d = 0;   // F16C: CPUID.1:ECX bit 29 (clang 14 has no "f16c" builtin name)
+    if (__get_cpuid(1, &cpuid_a, &cpuid_b, &cpuid_c, &cpuid_d) && (cpuid_c & (1u << 29))) {
         // Against the F16C instruction (round to nearest even) on random and boundary bit patterns.
         std::mt19937 rng(5);
         int bad = 0;

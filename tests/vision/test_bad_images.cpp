@@ -82,7 +82,9 @@ TEST_CASE("vision: bad images are refused with one line naming the file") {
         {"thin.png", png_of(1, 40, 1, 9)},
     };
     const vision::PreprocConfig cfg{14, 2, 1568, 200704, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
-    for (const auto& [name, bytes] : bad) {
+    for (const auto& nb : bad) {   // no structured binding: clang 14 cannot capture one in a lambda
+        const auto& name = nb.first;
+        const auto& bytes = nb.second;
         CAPTURE(name);
         const std::string path = t.write(name, bytes);
         const std::string msg = error_of([&] {

@@ -92,7 +92,8 @@ TEST_CASE("moonshot rule 1: never upscale, shrink to the patch budget and the si
 }
 
 TEST_CASE("moonshot rule 1: PIL-style bicubic within one level of the exact resample") {
-    for (auto [w, h, nw, nh] : {std::array<int, 4>{40, 30, 17, 11}, {23, 31, 23, 9}, {64, 48, 61, 47}, {12, 12, 12, 12}}) {
+    for (const std::array<int, 4>& sz : {std::array<int, 4>{40, 30, 17, 11}, {23, 31, 23, 9}, {64, 48, 61, 47}, {12, 12, 12, 12}}) {
+        const int w = sz[0], h = sz[1], nw = sz[2], nh = sz[3];   // not a structured binding: clang 14 (CAPTURE)
         CAPTURE(w);
         CAPTURE(nw);
         CAPTURE(nh);
