@@ -55,10 +55,7 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
     for (int il = 0; il < hp.n_layer; ++il) {
         auto& st = states_[size_t(il)];
         st.be = &placement_->layer(il);
-        if (hp.is_kda(il)) {
-            st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
-            st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
-        } else {
+        if (!hp.is_kda(il)) {
             st.mla = true;
             st.latent = backend::LatentPages{opt_.cache_type, hp.mla_cache_dim(), opt_.cache_page_rows, row_bytes, nullptr, 0};
         }
@@ -76,8 +73,23 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
             fail("-c {}: the latent cache needs {} bytes on {} ({} bytes per token at {}), {} bytes are free", opt_.n_ctx,
                  need, be.name(), per_token, backend::cache_type_name(opt_.cache_type), have);
     }
+    // The KDA and conv states, after every check that can refuse the session: a constructor
+    // that throws runs no destructor, so whatever was allocated is freed here before rethrowing.
+    try {
+        for (int il = 0; il < hp.n_layer; ++il) {
+            auto& st = states_[size_t(il)];
+            if (st.mla) continue;
+            st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
+            st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
+        }
+        if (opt_.split) opt_.split->open(opt_);
+    } catch (...) {
+        for (auto& st : states_)
+            for (backend::Buffer* b : {&st.kda, &st.conv})
+                if (b->valid()) st.be->free(*b);
+        throw;
+    }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
-    if (opt_.split) opt_.split->open(opt_);
 }
 
 Session::~Session() {

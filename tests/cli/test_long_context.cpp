@@ -103,8 +103,12 @@ TEST_CASE("long context: info --plan is within 10 % of the measured peak RSS") {
     const double planned = j["planned_rss_bytes"].get<double>(), measured = double(kb) * 1024;
     std::printf("info --plan: planned %.2f MiB, measured peak RSS %.2f MiB (%+.1f %%)\n", planned / 1048576,
                 measured / 1048576, 100 * (planned / measured - 1));
-    CHECK(planned > measured * 0.9);
-    CHECK(planned < measured * 1.1);
+    // Under the sanitizers the process's RSS includes their shadow memory and quarantine: the
+    // plan is held to the measurement in the Release suites only.
+    if (!sanitized()) {
+        CHECK(planned > measured * 0.9);
+        CHECK(planned < measured * 1.1);
+    }
     CHECK(j["latent_bytes_per_token"]["f16"].get<long long>() == 2 * 96 * 2);
     CHECK(j["latent_bytes_per_token"]["f32"].get<long long>() == 2 * 96 * 4);
     CHECK(j["latent_bytes_per_token"]["q8_0"].get<long long>() == 2 * 3 * 34);

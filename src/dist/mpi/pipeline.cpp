@@ -44,7 +44,8 @@ private:
             const bool final_piece = off + e.n == env.n;
             // Rows of this piece whose logits are wanted, written at `out + its row`.
             const int64_t want = want_all ? e.n : final_piece ? 1 : 0;
-            step(e, tokens + off, want, out + (want_all ? off * V : 0));
+            // A middle rank keeps no logits (out is null): no offset is applied to it.
+            step(e, tokens + off, want, out ? out + (want_all ? off * V : 0) : nullptr);
         }
         if (r == last && r != 0) comm_.send(0, kTagLogits, lg.data(), lg.size() * sizeof(float));
         // Rank 0 waits on the whole pipeline, so longer than a rank waits on its neighbour: the
