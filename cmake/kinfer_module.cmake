@@ -21,3 +21,21 @@ function(kinfer_module name dir)
     endif()
   endforeach()
 endfunction()
+
+# kinfer_heavy_headers(TARGET [CLI]): precompile the header-only libraries that dominate compile
+# time (nlohmann/json, fmt, and CLI11 for the command files: CLI11 alone costs several seconds per
+# file that includes it). CI builds the tree three times on two cores, so this is most of its wall
+# time. C++ sources only; kernels are left alone (their per-file -m flags would void the PCH).
+option(KINFER_PCH "Precompile the heavy third-party headers" ON)
+function(kinfer_heavy_headers target)
+  if(NOT KINFER_PCH)
+    return()
+  endif()
+  set(hdrs <string> <vector> <nlohmann/json.hpp> <fmt/format.h>)
+  if("CLI" IN_LIST ARGN)
+    list(APPEND hdrs <CLI/CLI.hpp>)
+  endif()
+  list(TRANSFORM hdrs PREPEND "$<$<COMPILE_LANGUAGE:CXX>:")
+  list(TRANSFORM hdrs APPEND ">")
+  target_precompile_headers(${target} PRIVATE ${hdrs})
+endfunction()
