@@ -162,7 +162,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',')->check(int_in(1, kMaxThreads));
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     add_cache_type_flag(app, a->cache_type);
-    runtime::add_expert_flags(app, a->experts);
+    cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     return [a] { return run_bench(*a); };
 });

@@ -149,7 +149,7 @@ int run_chat(GenArgs& args, bool dash) {
     InterruptScope guard;
     auto reader = make_reader(interactive);
     const int rc = repl.run(*reader);
-    if (devices->experts) devices->experts->finish();   // --verbose-experts report, profile counts
+    devices->finish();   // --verbose-experts report, profile counts
     return rc;
 }
 

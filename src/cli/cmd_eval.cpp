@@ -190,7 +190,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
     add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
-    runtime::add_expert_flags(app, a->experts);
+    cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     return [a] { return run_eval(*a); };
 });

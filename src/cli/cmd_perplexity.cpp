@@ -174,7 +174,7 @@ int run_perplexity(const PplArgs& a) {
     const double secs = seconds_since(t0);
     const double tps = double(n_chunk) * double(n_ctx) / secs;
     if (writer) writer->finish();
-    if (devices->experts) devices->experts->finish();
+    devices->finish();
 
     nlohmann::json js;
     js["model"] = a.model;
@@ -250,7 +250,7 @@ int run_perplexity(const PplArgs& a) {
 KINFER_COMMAND("perplexity", "llama-perplexity-compatible perplexity and KL divergence", [](CLI::App& app) {
     auto a = std::make_shared<PplArgs>();
     app.add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    runtime::add_expert_flags(app, a->experts);
+    cli::add_expert_flags(app, a->experts);
     app.add_option("-f,--file", a->file, "text to evaluate (one trailing newline dropped, escapes processed, as llama-perplexity does)");
     app.add_option("-c,--ctx-size", a->n_ctx, "window size in tokens; the second half of each window is scored")->capture_default_str()
         ->check(int_in(4, kMaxCtx));

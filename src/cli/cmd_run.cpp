@@ -189,7 +189,7 @@ int run(RunArgs& a, bool dash) {
     });
     if (format) channels.flush();
     thinking_line.clear();
-    if (devices->experts) devices->experts->finish();
+    devices->finish();
 
     if (a.json) {
         nlohmann::json j;

@@ -19,16 +19,6 @@ namespace {
 
 constexpr uint64_t kMaxNameLen = 63;  // ggml's GGML_MAX_NAME (64) including the terminator
 
-size_t scalar_size(ValueType t) {
-    switch (t) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-        case ValueType::UINT16: case ValueType::INT16: return 2;
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-        default: return 0;  // STRING, ARRAY: variable
-    }
-}
-
 bool is_integer(ValueType t) {
     switch (t) {
         case ValueType::UINT8: case ValueType::INT8: case ValueType::UINT16: case ValueType::INT16:
@@ -214,7 +204,7 @@ int64_t Value::int_at(size_t i) const {
     check_index(*this, i);
     if (!is_integer(elem_type_))
         value_fail(*this, fmt::format("has type {}, expected an integer array", type_desc(*this)));
-    IntVal r = load_int(elem_type_, data_ + i * scalar_size(elem_type_));
+    IntVal r = load_int(elem_type_, data_ + i * value_type_size(elem_type_));
     if (!r.negative && r.mag > uint64_t(std::numeric_limits<int64_t>::max()))
         value_fail(*this, fmt::format("element {} holds {}, which does not fit in int64", i, r.mag));
     return int64_t(r.mag);
@@ -224,7 +214,7 @@ double Value::float_at(size_t i) const {
     check_index(*this, i);
     if (!is_integer(elem_type_) && !is_float(elem_type_))
         value_fail(*this, fmt::format("has type {}, expected a numeric array", type_desc(*this)));
-    return load_float(elem_type_, data_ + i * scalar_size(elem_type_));
+    return load_float(elem_type_, data_ + i * value_type_size(elem_type_));
 }
 
 std::string_view Value::string_at(size_t i) const {
@@ -393,7 +383,7 @@ void File::parse() {
                 }
                 v.nbytes_ = c.pos() - start;
             } else {
-                size_t es = scalar_size(v.elem_type_);
+                size_t es = value_type_size(v.elem_type_);
                 if (v.count_ > c.remaining() / es)
                     c.fail_at(n_at, "expected an array length the remaining {} bytes can hold, got {} elements of {} bytes",
                               c.remaining(), v.count_, es);
@@ -404,7 +394,7 @@ void File::parse() {
                 c.skip(v.nbytes_, "array data");
             }
         } else {
-            size_t n = scalar_size(v.type_);
+            size_t n = value_type_size(v.type_);
             v.data_ = c.ptr();
             v.nbytes_ = n;
             c.skip(n, value_type_name(v.type_));

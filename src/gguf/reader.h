@@ -19,6 +19,16 @@ enum class ValueType : uint32_t {
     STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
+// Bytes of one element of a fixed-size value type; 0 for STRING, ARRAY and unknown types.
+constexpr size_t value_type_size(ValueType t) {
+    switch (t) {
+        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
+        case ValueType::UINT16: case ValueType::INT16: return 2;
+        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
+        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
+        default: return 0;
+    }
+}
 
 // A metadata value: a view into the mapped file (valid while the File lives).
 class Value {

@@ -17,17 +17,6 @@ constexpr size_t kDefaultAlignment = 32;
 
 size_t pad_to(uint64_t n, size_t align) { return size_t((align - n % align) % align); }
 
-// Byte size of one element of a fixed-size GGUF value type; 0 for STRING / ARRAY / unknown.
-size_t fixed_size(ValueType t) {
-    switch (t) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-        case ValueType::UINT16: case ValueType::INT16: return 2;
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-        default: return 0;
-    }
-}
-
 // Little-endian appends (kinfer only targets little-endian hosts, as ggml does).
 // resize + memcpy rather than insert(): GCC 12 reports a bogus -Wstringop-overflow for the latter.
 void append_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
@@ -97,7 +86,7 @@ void Writer::add_string(std::string_view k, std::string_view v) {
 }
 
 void Writer::add_array(std::string_view k, ValueType elem, const void* data, size_t n) {
-    const size_t es = fixed_size(elem);
+    const size_t es = value_type_size(elem);
     if (es == 0) fail("{}: metadata key '{}': add_array needs a fixed-size element type, got {}", path_, k, uint32_t(elem));
     std::vector<uint8_t> e;
     e.reserve(16 + n * es);
@@ -152,7 +141,7 @@ void Writer::add_value(std::string_view k, const Value& v) {
         for (size_t i = 0; i < v.size(); ++i) append_str(e, v.string_at(i));
         return add_encoded(k, std::move(e));
     }
-    const size_t es = fixed_size(et);
+    const size_t es = value_type_size(et);
     if (es == 0) fail("{}: metadata key '{}': arrays of {} cannot be copied", path_, k, uint32_t(et));
     if (v.raw() == nullptr && v.size() != 0) fail("{}: metadata key '{}': array payload missing", path_, k);
     if (v.raw_size() != v.size() * es)

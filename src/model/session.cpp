@@ -84,9 +84,7 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
         }
         if (opt_.split) opt_.split->open(opt_);
     } catch (...) {
-        for (auto& st : states_)
-            for (backend::Buffer* b : {&st.kda, &st.conv})
-                if (b->valid()) st.be->free(*b);
+        free_states();
         throw;
     }
     logits_.assign(size_t(hp.n_vocab), 0.0f);
@@ -94,12 +92,18 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
 
 Session::~Session() {
     if (opt_.split) opt_.split->close();
+    free_states();
+    ws_.clear();   // before the backends they allocate from
+}
+
+void Session::free_states() {
     for (auto& st : states_) {
         for (backend::Buffer* b : {&st.kda, &st.conv})
             if (b->valid()) st.be->free(*b);
         for (backend::Buffer& b : st.pages) st.be->free(b);
+        st.kda = st.conv = backend::Buffer{};
+        st.pages.clear();
     }
-    ws_.clear();   // before the backends they allocate from
 }
 
 void Session::reserve_rows(int64_t rows) {

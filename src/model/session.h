@@ -141,6 +141,7 @@ private:
     void forward(const int32_t* tokens, int64_t n, bool want_all, float* out_all, const float* embd = nullptr);
     void clear_states();
     void reserve_rows(int64_t rows);   // grows every latent cache to hold rows positions
+    void free_states();                // the KDA / conv buffers and latent pages (destructor, failed constructor)
 
     const Model& model_;
     SessionOptions opt_;

@@ -25,16 +25,6 @@ using gguf::ValueType;
 
 namespace {
 
-size_t scalar_width(ValueType t) {
-    switch (t) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-        case ValueType::UINT16: case ValueType::INT16: return 2;
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-        default: return 0;
-    }
-}
-
 struct Kv {
     std::string key;
     ValueType type = ValueType::UINT32;
@@ -109,7 +99,7 @@ void set_number(uint8_t* p, ValueType t, int32_t v, uint8_t sel) {
         case ValueType::FLOAT32: { float f = float(v) / float(1 + sel); std::memcpy(p, &f, 4); break; }
         case ValueType::FLOAT64: { double d = double(v) / double(1 + sel); std::memcpy(p, &d, 8); break; }
         case ValueType::BOOL: p[0] = uint8_t(v & 1); break;
-        default: { const int64_t w = v; std::memcpy(p, &w, scalar_width(t)); break; }   // little-endian truncation
+        default: { const int64_t w = v; std::memcpy(p, &w, gguf::value_type_size(t)); break; }   // little-endian truncation
     }
 }
 
@@ -123,23 +113,23 @@ void apply(Base& b, const uint8_t* e) {
         Kv& k = b.kv[idx % b.kv.size()];
         if (op == 1) { b.kv.erase(b.kv.begin() + (idx % b.kv.size())); return; }
         if (op == 0) {
-            if (scalar_width(k.type)) set_number(k.bytes.data(), k.type, val, sel);
-            else if (k.type == ValueType::ARRAY && scalar_width(k.elem) && k.count)
-                set_number(k.bytes.data() + (sel % k.count) * scalar_width(k.elem), k.elem, val, 0);
+            if (gguf::value_type_size(k.type)) set_number(k.bytes.data(), k.type, val, sel);
+            else if (k.type == ValueType::ARRAY && gguf::value_type_size(k.elem) && k.count)
+                set_number(k.bytes.data() + (sel % k.count) * gguf::value_type_size(k.elem), k.elem, val, 0);
             else if (k.type == ValueType::STRING) k.strs[0] = std::to_string(val);
             return;
         }
         // op 7: resize a numeric array (new entries copy the last one) or turn a scalar into an array
         const uint64_t n = uint64_t(val) % 64;
-        if (k.type == ValueType::ARRAY && scalar_width(k.elem)) {
-            const size_t w = scalar_width(k.elem);
+        if (k.type == ValueType::ARRAY && gguf::value_type_size(k.elem)) {
+            const size_t w = gguf::value_type_size(k.elem);
             std::vector<uint8_t> last(k.bytes.end() - std::min<size_t>(w, k.bytes.size()), k.bytes.end());
             if (last.size() < w) last.assign(w, 0);
             k.bytes.resize(std::min<uint64_t>(n, k.count) * w);
             while (k.bytes.size() < n * w) k.bytes.insert(k.bytes.end(), last.begin(), last.end());
             k.count = n;
-        } else if (scalar_width(k.type)) {
-            const size_t w = scalar_width(k.type);
+        } else if (gguf::value_type_size(k.type)) {
+            const size_t w = gguf::value_type_size(k.type);
             std::vector<uint8_t> one = k.bytes;
             k.elem = k.type;
             k.type = ValueType::ARRAY;

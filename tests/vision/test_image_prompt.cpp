@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -126,15 +127,19 @@ TEST_CASE("vision: text logits and greedy ids with images match llama.cpp per ca
         CHECK(g.worst_ratio <= 1.0f);
         CHECK(g.ids_equal);
 
-        // 2. Our own image rows (within 2e-3 of llama.cpp's, the floor of README 7.6): this random
-        //    MoE amplifies that noise (0.03 .. 0.75 on these cases, the largest where an expert
-        //    choice flips), so the bound is loose; ids are compared while the margin exceeds twice
-        //    the movement measured.
-        const CaseResult own0 = run_case(*model, ip, ip.rows(), cd, dir, c, 1e9f);
-        const CaseResult own = run_case(*model, ip, ip.rows(), cd, dir, c, 2 * own0.worst_abs);
+        // 2. Our own image rows (within 2e-3 of llama.cpp's, the floor of README 7.6). Issue 18's
+        //    target (llama.cpp's spread or 1e-4) is NOT met: this random MoE amplifies that noise
+        //    to 0.04 .. 0.76 on these cases (the largest, rgba, where an expert choice flips). The
+        //    bounds below are fixed per case at 1.25x what was measured (not derived from the
+        //    run), so a regression fails; greedy ids are compared where the margin exceeds twice
+        //    the case's bound.
+        const std::map<std::string, float> own_bound{{"photo", 0.05f}, {"tall", 0.09f}, {"gray", 0.11f},
+                                                     {"rgba", 0.95f},  {"wide", 0.26f}, {"two", 0.08f}};
+        const float bound = own_bound.at(c);
+        const CaseResult own = run_case(*model, ip, ip.rows(), cd, dir, c, 2 * bound);
         MESSAGE(c << " (kinfer's image rows): worst logit |diff| " << own.worst_abs << "; greedy ids equal "
-                  << own.compared << " (compared while the margin > " << 2 * own0.worst_abs << ")");
-        CHECK(own.worst_abs <= 1.0f);
+                  << own.compared << " (compared while the margin > " << 2 * bound << ")");
+        CHECK(own.worst_abs <= bound);
         CHECK(own.ids_equal);
     }
 }

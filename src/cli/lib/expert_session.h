@@ -8,6 +8,10 @@
 
 #include <memory>
 
+namespace CLI {
+class App;
+}
+
 namespace kinfer::cli {
 
 // What attach_experts sets up for a run; keep it alive as long as the sessions using it.
@@ -19,6 +23,9 @@ struct RunDevices {
         if (experts) experts->finish();
     }
 };
+
+// Declares --device, -ngl, --cpu-moe, -ot and the --expert-* / --routing-* flags on a command.
+void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f);
 
 // so.experts / prefetch_next / routing_record / routing_replay / backends / n_gpu_layers /
 // cpu_moe / n_cpu_moe are set either way (so.n_threads must be set before the call: a device

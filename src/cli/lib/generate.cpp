@@ -1,6 +1,7 @@
 #include "cli/lib/generate.h"
 
 #include "cli/lib/cache_flags.h"
+#include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
 #include "common/safe_file.h"
@@ -28,7 +29,7 @@ using text::Token;
 // ---- flags ----
 
 void add_generation_flags(CLI::App& app, GenArgs& a) {
-    runtime::add_expert_flags(app, a.experts);
+    add_expert_flags(app, a.experts);
     app.add_option("-m,--model", a.model, "GGUF model (default: the shipped demo model models/kinfer-demo.gguf)");
     app.add_option("-n,--n-predict", a.n_predict,
                    "tokens to generate; -1: until end of generation or a full context (chat: the context bounds it)")
