@@ -136,5 +136,5 @@ if [ "$FAILED_CASES" -ne 0 ]; then
     echo "$FAILED_CASES doctest case(s) failed"
     exit 1
 fi
-echo "== all suites passed (doctest cases, summed over the three ctest runs)"
+echo "== all suites passed (doctest cases, summed over the ctest runs)"
 echo "ctest: $PASSED passed, 0 failed, $SKIPPED skipped"
