@@ -14,18 +14,19 @@ function(kinfer_module name dir)
   target_link_libraries(${name} PUBLIC ${ARGN})
   foreach(f ${srcs})
     if(f MATCHES "_avx2\\.cpp$")
-      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mbmi2")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mbmi2" SKIP_UNITY_BUILD_INCLUSION ON)
     elseif(f MATCHES "_avx512\\.cpp$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
-        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2"
+        SKIP_UNITY_BUILD_INCLUSION ON)
     endif()
   endforeach()
 endfunction()
 
 # kinfer_heavy_headers(TARGET [CLI]): precompile the header-only libraries that dominate compile
 # time (nlohmann/json, fmt, and CLI11 for the command files: CLI11 alone costs several seconds per
-# file that includes it). CI builds the tree three times on two cores, so this is most of its wall
-# time. C++ sources only; kernels are left alone (their per-file -m flags would void the PCH).
+# file that includes it, or per unity batch). CI builds the tree twice on two cores, so this is
+# most of its wall time. C++ sources only; kernels are left alone (their per-file -m flags would void the PCH).
 option(KINFER_PCH "Precompile the heavy third-party headers" ON)
 function(kinfer_heavy_headers target)
   if(NOT KINFER_PCH)

@@ -68,6 +68,7 @@ inline bool have_golden(const std::string& rel) {
 #include <array>
 #include <cstdlib>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace kinfer::test {
 
@@ -92,5 +93,10 @@ inline CommandResult run_command(const std::string& cmd) {
 // True under the ASan/UBSan configuration (scripts/test.sh sets it), where slow end-to-end
 // tests shrink their workload.
 inline bool sanitized() { return std::getenv("KINFER_SANITIZED") != nullptr; }
+
+// A path in the temp directory unique to this process and name (the suites run in parallel).
+inline std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("kinfer-test-" + std::to_string(::getpid()) + "-" + name)).string();
+}
 
 }  // namespace kinfer::test

@@ -17,9 +17,6 @@ std::string chat_cmd(const std::string& model, const std::string& input, const s
            " -t 2 " + args;
 }
 
-std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("kinfer_test_" + std::to_string(getpid()) + "_" + name)).string();
-}
 
 }  // namespace
 

@@ -5,10 +5,11 @@
 //
 // Input: <template> \0 <format name> \0 <flags byte> <messages>, messages separated by \x1e,
 // fields (role, content, reasoning, name) by \x1f. The reply split gets the messages' bytes.
-#include "text/chat_template.cpp"
-#include "text/pretokenize.cpp"
-#include "text/tokenizer.cpp"
-#include "text/unicode.cpp"
+#include "gguf/reader.h"
+#include "text/chat_template.h"
+#include "text/pretokenize.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include "fuzz_util.h"
 

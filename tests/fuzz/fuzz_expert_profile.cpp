@@ -2,7 +2,7 @@
 // file must either load, after which the summary, its text, a merge with itself and a save +
 // load round trip work and agree; or throw kinfer::Error. Crashes, hangs, sanitizer reports,
 // other exceptions and broken round trips are bugs.
-#include "runtime/expert_profile.cpp"
+#include "runtime/expert_profile.h"
 
 #include "fuzz_util.h"
 

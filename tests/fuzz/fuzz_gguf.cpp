@@ -3,11 +3,10 @@
 // or throws kinfer::Error, or throw kinfer::Error itself. Crashes, hangs, sanitizer reports and
 // other exception types are bugs.
 //
-// The reader and the report are compiled into this translation unit so that they carry the
-// fuzzer's coverage instrumentation and the sanitizers (the libraries are built without them);
-// their copies in libkinfer_gguf.a are then never pulled in by the linker.
-#include "gguf/reader.cpp"
-#include "cli/lib/info_report.cpp"
+// The reader and the report come from the libraries, which the fuzzing build compiles with the
+// fuzzer's coverage instrumentation and the sanitizers (KINFER_FUZZ in CMakeLists.txt).
+#include "gguf/reader.h"
+#include "cli/lib/info_report.h"
 
 #include <cstdint>
 #include <cstring>

@@ -7,8 +7,8 @@
 // Input: <config.json> \0 <model.safetensors.index.json>; without a \0 there is no index and the
 // directory's one shard (a small fixed safetensors file named model-00001-of-00001.safetensors)
 // is used directly.
-#include "convert/hf_config.cpp"
-#include "convert/safetensors.cpp"
+#include "convert/hf_config.h"
+#include "convert/safetensors.h"
 
 #include "convert/tensor_plan.h"
 #include "fuzz_util.h"

@@ -2,11 +2,11 @@
 // a canvas of whole patches with every pixel normalised into [-1, 1], or throw kinfer::Error.
 // Crashes, hangs, sanitizer reports and other exception types are bugs.
 //
-// The decoder (stb_image, compiled here with the fuzzing flags) and the preprocessing are
-// compiled into this translation unit; only fmt is linked.
-#include "vision/image_decode.cpp"
-#include "vision/preprocess.cpp"
-#include "vision/stb_image_impl.cpp"
+// The decoder (stb_image) and the preprocessing come from libkinfer_vision, which the fuzzing
+// build compiles with the coverage instrumentation and the sanitizers.
+#include "common/error.h"
+#include "vision/image_decode.h"
+#include "vision/preprocess.h"
 
 #include <cstdint>
 #include <vector>

@@ -3,7 +3,7 @@
 // chunk by chunk works until it throws at the end of the file; or throw kinfer::Error. Crashes,
 // hangs, sanitizer reports (including an allocation far beyond the file's size) and other
 // exceptions are bugs.
-#include "cli/lib/kld_file.cpp"
+#include "cli/lib/kld_file.h"
 
 #include "fuzz_util.h"
 

@@ -2,7 +2,7 @@
 // either load, after which replay onto the trace's own shape and onto every shape check_replay
 // accepts stays in range, and save + load gives the same trace; or throw kinfer::Error.
 // Crashes, hangs, sanitizer reports, other exceptions and broken round trips are bugs.
-#include "runtime/routing_trace.cpp"
+#include "runtime/routing_trace.h"
 
 #include "fuzz_util.h"
 

@@ -2,9 +2,9 @@
 // byte ranges lie inside the buffer, or throw kinfer::Error. Crashes, hangs, sanitizer reports
 // and other exception types are bugs.
 //
-// The parser is compiled into this translation unit, so the target links none of the kinfer
-// libraries and the fuzz build compiles only what the two parsers use (tests/CMakeLists.txt).
-#include "convert/safetensors.cpp"
+// The parser comes from libkinfer_convert, which the fuzzing build compiles with the coverage
+// instrumentation and the sanitizers.
+#include "convert/safetensors.h"
 
 #include <cstdint>
 #include <algorithm>

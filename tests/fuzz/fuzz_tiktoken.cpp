@@ -4,9 +4,10 @@
 // decode, or throw kinfer::Error. For a tokenizer whose 256 single bytes all have ranks,
 // decode(encode(s)) must give s back. Crashes, hangs, sanitizer reports, other exceptions and
 // broken round trips are bugs.
-#include "text/pretokenize.cpp"
-#include "text/tokenizer.cpp"
-#include "text/unicode.cpp"
+#include "gguf/reader.h"
+#include "text/pretokenize.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include "fuzz_util.h"
 

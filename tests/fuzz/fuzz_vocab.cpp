@@ -3,9 +3,10 @@
 // encode and decode (ids in range, special tokens found), or throw kinfer::Error. Crashes,
 // hangs, sanitizer reports and other exceptions are bugs. The seeds are vocabulary-only GGUFs
 // (header + tokenizer keys, no tensors).
-#include "text/pretokenize.cpp"
-#include "text/tokenizer.cpp"
-#include "text/unicode.cpp"
+#include "gguf/reader.h"
+#include "text/pretokenize.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include "fuzz_util.h"
 

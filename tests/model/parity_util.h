@@ -2,6 +2,8 @@
 // llama.cpp's dumps (../shared/golden/llama.cpp/logits, tests/data/logits).
 #pragma once
 #include "common/error.h"
+#include "model/model.h"
+#include "test_util.h"
 #include "model/session.h"
 
 #include <nlohmann/json.hpp>
@@ -10,10 +12,19 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace kinfer::test {
+
+// A golden tiny model at F32 (llama.cpp/models/NAME-F32.gguf), or null when ../shared is absent
+// (have_golden has counted the skip).
+inline std::unique_ptr<model::Model> f32_model(const char* name) {
+    const std::string rel = std::string("llama.cpp/models/") + name + "-F32.gguf";
+    if (!have_golden(rel)) return nullptr;
+    return model::Model::load(golden(rel));
+}
 
 inline std::vector<float> read_f32(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

@@ -20,12 +20,6 @@ using namespace kinfer::test;
 
 namespace {
 
-std::unique_ptr<model::Model> f32_model(const char* name) {
-    const std::string rel = std::string("llama.cpp/models/") + name + "-F32.gguf";
-    if (!have_golden(rel)) return nullptr;
-    return model::Model::load(golden(rel));
-}
-
 // 160 tokens (prompt64 two and a half times): 4 prefill chunks of 40, then decodes.
 std::vector<int32_t> ids160() {
     auto ids = read_ids(golden("llama.cpp/prompts/prompt64.ids.txt"));
@@ -209,9 +203,6 @@ TEST_CASE("parity at length: k3-tiny-a F32, 16K tokens, tiled MLA, f32 and f16 c
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("kinfer-test-long-" + std::to_string(::getpid()) + "-" + name)).string();
-}
 
 std::vector<uint8_t> read_bytes(const std::string& p) {
     std::ifstream f(p, std::ios::binary);

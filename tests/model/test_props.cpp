@@ -57,14 +57,6 @@ TEST_CASE("KDA: chunked (WY) form == recurrence") {
     }
 }
 
-namespace {
-std::unique_ptr<model::Model> f32_model(const char* name) {
-    const std::string rel = std::string("llama.cpp/models/") + name + "-F32.gguf";
-    if (!have_golden(rel)) return nullptr;
-    return model::Model::load(golden(rel));
-}
-}  // namespace
-
 TEST_CASE("KDA: whole model, chunked prefill == recurrent prefill") {
     for (const char* name : {"k3-tiny-a", "kl-tiny-a"}) {
         auto m = f32_model(name);
