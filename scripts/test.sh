@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
-FUZZ_SECONDS=${KINFER_FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${KINFER_FUZZ_SECONDS:-20}
 # The sanitizer and fuzzing builds compile at -O1 with line tables only: half the compile time of
 # -O2 -g on the json-heavy files (CI has two cores and a 15-minute budget), same diagnostics.
 DEBUG_FLAGS=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")

@@ -73,7 +73,7 @@ void check_greedy(const std::vector<int32_t>& mine, const nlohmann::json& j, dou
                     ref.size(), margins[i]);
         CHECK_MESSAGE(margins[i] < soft_margin, tag << ": greedy pick " << i << " differs with margin " << margins[i]);
     } else {
-        std::printf("%-36s greedy: %zu/%zu equal\n", tag.c_str(), i, ref.size());
+            std::printf("%-36s greedy: %zu/%zu equal\n", tag.c_str(), i, ref.size());
     }
 }
 
@@ -133,15 +133,21 @@ static void run_p700(const std::string& model) {
     print_diff(name + " p700 batch", d);
     CHECK(d.max_abs <= 1e-4);
 
-    // Decode: token by token, compare the last 32 positions llama.cpp stored.
-    auto dpos = j["decode_positions"].get<std::vector<int>>();
-    auto ref_d = read_f32(golden(dir + "p700.decode.f32"));
-    auto dec = eval_logits(*m, ids, false);
-    sel.clear();
-    for (int p : dpos) sel.insert(sel.end(), dec.begin() + p * V, dec.begin() + (p + 1) * V);
-    d = compare(sel.data(), ref_d.data(), int(dpos.size()), V);
-    print_diff(name + " p700 decode", d);
-    CHECK(d.max_abs <= 1e-4);
+    // Decode: token by token, compare the last 32 positions llama.cpp stored. Under the
+    // sanitizers the 700 single-token steps are left to the Release suite (the p64 cases run
+    // the decode path there; this case keeps the batch and the greedy continuation).
+    if (sanitized()) {
+        MESSAGE("sanitizer build: the p700 token-by-token half runs in the Release suite only");
+    } else {
+        auto dpos = j["decode_positions"].get<std::vector<int>>();
+        auto ref_d = read_f32(golden(dir + "p700.decode.f32"));
+        auto dec = eval_logits(*m, ids, false);
+        sel.clear();
+        for (int p : dpos) sel.insert(sel.end(), dec.begin() + p * V, dec.begin() + (p + 1) * V);
+        d = compare(sel.data(), ref_d.data(), int(dpos.size()), V);
+        print_diff(name + " p700 decode", d);
+        CHECK(d.max_abs <= 1e-4);
+    }
 
     model::Session s(*m, {.n_ctx = 768, .n_threads = 2});
     check_greedy(greedy(s, ids, 32), j, 0.01, name + " p700");
