@@ -6,7 +6,10 @@
 #   KINFER=build/bin/kinfer tools/train/chat_finetune.sh [OUT_DIR]     (default OUT_DIR = build-chat)
 #   then: cp OUT_DIR/kinfer-demo.gguf models/   (after looking at OUT_DIR/samples.txt)
 #
-# Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), PY, KINFER, START (the GGUF to start from).
+# Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), LR (1e-3), PLAIN_ROWS (2), PACK (1: several
+# dialogues per row), PY, KINFER, START (the GGUF to start from; a second round starts from the
+# first's F32 GGUF). Shipping a round: cp OUT_DIR/kinfer-demo.gguf models/ and
+# OUT_DIR/reference.json tests/data/demo/, then tools/train/chat_card.py ROUND_DIRS for the card.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -29,7 +32,8 @@ echo "== 2/5 dialogues"
 "$py" "$here/chat_data.py" --corpora "$corp" --out "$out/data"
 echo "== 3/5 fine-tune (${STEPS:-400} steps at most, ${BUDGET_MIN:-45} min)"
 nice -n 10 "$py" "$here/finetune_chat.py" --gguf "$out/start-f32.gguf" --chat "$out/data/chat.jsonl" --corpora "$corp" \
-    --kinfer "$kinfer" --out "$out/run" --steps "${STEPS:-400}" --time-budget-min "${BUDGET_MIN:-45}" --threads "$THREADS"
+    --kinfer "$kinfer" --out "$out/run" --steps "${STEPS:-400}" --time-budget-min "${BUDGET_MIN:-45}" --threads "$THREADS" \
+    --lr "${LR:-1e-3}" --plain-rows "${PLAIN_ROWS:-2}" ${PACK:+--pack}
 echo "== 4/5 GGUF (F32, then the shipped Q8_0)"
 "$kinfer" convert "$out/run/kinfer-demo" -o "$out/model-f32.gguf" --outtype f32 2>/dev/null
 "$kinfer" quantize "$out/model-f32.gguf" "$out/kinfer-demo.gguf" Q8_0 "$THREADS" >"$out/quantize.log" 2>&1
@@ -52,4 +56,7 @@ done
         echo
     done
 } | tee "$out/samples.txt"
+echo "== the test's reference: PyTorch perplexity of the exported checkpoint on tests/data/demo/heldout-head.txt"
+"$py" "$here/eval_ppl.py" --hf "$out/run/kinfer-demo" --text "$root/tests/data/demo/heldout-head.txt" -c 256 --max-chunks 4 \
+    --threads "$THREADS" --json "$out/reference.json" | tail -1
 echo "done: $out/kinfer-demo.gguf, figures in $out/run/finetune.json and $out/ppl-*.json"

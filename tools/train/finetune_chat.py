@@ -105,13 +105,24 @@ def load_dialogues(kinfer: str, model: str, chat: str, tmp: str, eos: int, max_l
     return out
 
 
-def chat_batch(dialogues, rng, n, seq, pad):
+def chat_batch(dialogues, rng, n, seq, pad, pack=False):
+    """n rows of seq + 1 tokens. With pack, each row holds as many whole random dialogues as fit
+    (most are far shorter than seq, so a row of one dialogue is mostly padding and the step trains
+    on few reply tokens); a packed dialogue starts with its own system message, as a new chat does."""
     x = np.full((n, seq + 1), pad, dtype=np.int64)
     w = np.zeros((n, seq), dtype=np.float32)
     for i in range(n):
-        ids, m = dialogues[rng.integers(len(dialogues))]
-        x[i, :len(ids)] = ids
-        w[i, :len(ids) - 1] = m[1:]   # position j predicts token j+1: weight by the target's mask
+        pos = 0
+        while True:
+            ids, m = dialogues[rng.integers(len(dialogues))]
+            if pos + len(ids) > seq + 1:
+                break
+            x[i, pos:pos + len(ids)] = ids
+            # position j predicts token j+1: weight by the target's mask
+            w[i, pos:pos + len(ids) - 1] = m[1:]
+            pos += len(ids)
+            if not pack:
+                break
     return x, w
 
 
@@ -164,6 +175,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--pack", action="store_true", help="pack several dialogues into each row")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -199,7 +211,7 @@ def main() -> int:
         lr = args.lr * (step + 1) / args.warmup if step < args.warmup else args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for gr in opt.param_groups:
             gr["lr"] = lr
-        xc, wc = chat_batch(data["train"], rng, args.chat_rows, args.seq, pad)
+        xc, wc = chat_batch(data["train"], rng, args.chat_rows, args.seq, pad, args.pack)
         xp, wp = plain_batch(plain, rng, args.plain_rows, args.seq)
         loss_c = weighted_loss(model, xc, wc, args.chunk)
         loss_p = weighted_loss(model, xp, wp, args.chunk)
@@ -226,7 +238,7 @@ def main() -> int:
     hf = os.path.join(args.out, "kinfer-demo")
     export_hf(model, hf, os.path.join(tok_dir, "tiktoken.model"), os.path.join(tok_dir, "tokenizer_config.json"))
     json.dump({"steps": step, "train_minutes": round(elapsed / 60, 2), "chat_rows": args.chat_rows,
-               "plain_rows": args.plain_rows, "seq": args.seq, "lr": args.lr,
+               "plain_rows": args.plain_rows, "seq": args.seq, "lr": args.lr, "pack": args.pack,
                "train_dialogues": len(data["train"]), "heldout_dialogues": len(data["heldout"]),
                "heldout_chat_loss_before": round(before, 4), "heldout_chat_loss_after": round(after, 4),
                "heldout_chat_dialogues_scored": min(160, len(data["heldout"]))},

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Writes the "Chat" section of models/README.md (the demo model's card) from what
+chat_finetune.sh measured in each fine-tuning round: ROUND_DIR/run/finetune.json and
+train.log.jsonl, ROUND_DIR/ppl-start.json / ppl-after.json and ROUND_DIR/samples.txt. Rounds are
+given in the order they ran (each started from the one before). The section sits between two
+marker lines and is replaced on every run; the rest of the card (model_card.py) is left alone.
+
+  python3 tools/train/chat_card.py ROUND_DIR [ROUND_DIR ...] [-o models/README.md]
+"""
+import argparse
+import json
+import os
+
+BEGIN = "<!-- chat section: written by tools/train/chat_card.py -->"
+END = "<!-- end of chat section -->"
+
+
+def load_json(path):
+    # Older rounds captured perplexity's progress line before the JSON document (since fixed:
+    # progress goes to stderr); the document is what follows the last "[N]..." prefix.
+    text = open(path, encoding="utf-8").read()
+    return json.loads(text[text.index("{"):])
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.abspath(os.path.join(here, "..", ".."))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rounds", nargs="+")
+    ap.add_argument("-o", "--output", default=os.path.join(root, "models", "README.md"))
+    a = ap.parse_args()
+
+    lines = [BEGIN, "## Chat", ""]
+    w = lines.append
+    first_ppl = load_json(os.path.join(a.rounds[0], "ppl-start.json"))
+    last_ppl = load_json(os.path.join(a.rounds[-1], "ppl-after.json"))
+    w("The pre-trained model above only continues text. It was then fine-tuned to answer in Kimi K3's chat")
+    w("template (`tools/train/chat_finetune.sh`): dialogues made from the same corpora by `chat_data.py` (a word")
+    w("-> its Devil's Dictionary definition, a Bible reference -> its verse, a fortune's question -> its answer,")
+    w("a few greetings; one or two turns, with and without a short think block, every reply ending its turn),")
+    w("mixed with plain-text rows so that the model keeps its English. Only the replies are scored. The held-out")
+    w("dialogues use words, verses and fortunes that training never saw.")
+    w("")
+    w("| round | started from | steps | minutes | lr | rows per step (chat + plain) | packed | held-out chat loss before -> after |")
+    w("|---:|---|---:|---:|---:|---:|---|---:|")
+    for i, d in enumerate(a.rounds):
+        fj = load_json(os.path.join(d, "run", "finetune.json"))
+        start = "the pre-trained model" if i == 0 else f"round {i}"
+        w(f"| {i + 1} | {start} | {fj['steps']} | {fj['train_minutes']:.1f} | {fj['lr']:g} | "
+          f"{fj['chat_rows']} + {fj['plain_rows']} of {fj['seq']} tokens | {'yes' if fj.get('pack') else 'no'} | "
+          f"{fj['heldout_chat_loss_before']:.3f} -> {fj['heldout_chat_loss_after']:.3f} |")
+    fj = load_json(os.path.join(a.rounds[-1], "run", "finetune.json"))
+    w("")
+    w(f"Dialogues: {fj['train_dialogues']} for training, {fj['heldout_dialogues']} held out "
+      f"(the chat loss is the mean over the replies of the first {fj['heldout_chat_dialogues_scored']}).")
+    w("")
+    w("Plain-text perplexity on the held-out 5 % (`kinfer perplexity -c 512`), before and after the fine-tune:")
+    w(f"{first_ppl['ppl']:.2f} -> {last_ppl['ppl']:.2f} (+/- {last_ppl['ppl_error']:.2f}). The chat skill is paid")
+    w("for with some of the plain-text fit; the perplexity table above is the pre-trained model's.")
+    w("")
+    w("Replies (`kinfer run --chat -p ... -n 200 --seed 1`, thinking hidden as in `kinfer chat`):")
+    w("")
+    w("```")
+    w(open(os.path.join(a.rounds[-1], "samples.txt"), encoding="utf-8").read().rstrip())
+    w("```")
+    w("")
+    w("The replies have the right form (a definition in Bierce's pattern, a verse under its reference, a greeting)")
+    w("and end their turn, but what they say is mostly invented: a 17 M-parameter model tuned for under two hours")
+    w("on two CPU cores has not learned to recall the definitions and verses it was shown.")
+    w("")
+    w("Whatever the model does, `kinfer chat` stays usable: a think block still open after")
+    w("`--reasoning-budget N` tokens is closed by the sampler, hidden thinking shows a live")
+    w("`[thinking... N tokens]` line, and a reply stops at the context's end with a message.")
+    w(END)
+
+    card = open(a.output, encoding="utf-8").read()
+    if BEGIN in card:
+        head, rest = card.split(BEGIN, 1)
+        card = head + "\n".join(lines) + rest.split(END, 1)[1]
+    elif "\n## Licence" in card:
+        head, tail = card.split("\n## Licence", 1)
+        card = head + "\n".join(lines) + "\n\n## Licence" + tail
+    else:
+        card = card.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    tmp = a.output + ".tmp"
+    open(tmp, "w", encoding="utf-8").write(card)
+    os.replace(tmp, a.output)
+    print(f"chat_card: wrote the chat section of {a.output} ({len(a.rounds)} round(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
