@@ -257,6 +257,9 @@ void check_shard_name(const std::string& index, const std::string& tensor, const
     if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
         shard == "." || shard == "..")
         fail("{}: tensor '{}': shard name '{}' is not a plain file name", index, tensor, shard);
+    // NAME_MAX: a longer name cannot exist, and the filesystem calls would fail on it.
+    if (shard.size() > 255)
+        fail("{}: tensor '{}': shard name of {} bytes is longer than a file name can be (255)", index, tensor, shard.size());
 }
 
 }  // namespace
@@ -264,11 +267,13 @@ void check_shard_name(const std::string& index, const std::string& tensor, const
 Checkpoint Checkpoint::open(const std::string& dir) {
     Checkpoint c;
     c.dir_ = dir;
-    if (!fs::is_directory(dir)) fail("{}: not a directory", dir);
+    std::error_code dir_ec;
+    if (!fs::is_directory(dir, dir_ec)) fail("{}: not a directory{}", dir, dir_ec ? " (" + dir_ec.message() + ")" : "");
     const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
     std::map<std::string, std::string> weight_map;   // tensor -> shard
     std::vector<std::string> shard_names;
-    const bool have_index = fs::is_regular_file(index_path);
+    std::error_code index_ec;
+    const bool have_index = fs::is_regular_file(index_path, index_ec);
     if (have_index) {
         std::ifstream in(index_path, std::ios::binary);
         json idx;
@@ -299,7 +304,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
 
     for (const auto& n : shard_names) {
         const std::string p = (fs::path(dir) / n).string();
-        if (!fs::is_regular_file(p)) {
+        std::error_code ec;   // the non-throwing form: a bad path is this error, not a filesystem_error
+        if (!fs::is_regular_file(p, ec)) {
             std::string first;
             for (const auto& [t, s] : weight_map)
                 if (s == n) { first = t; break; }
