@@ -274,6 +274,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     std::vector<std::string> shard_names;
     std::error_code index_ec;
     const bool have_index = fs::is_regular_file(index_path, index_ec);
+    if (index_ec && index_ec != std::errc::no_such_file_or_directory)
+        fail("{}: cannot be checked: {}", index_path.string(), index_ec.message());
     if (have_index) {
         std::ifstream in(index_path, std::ios::binary);
         json idx;
@@ -309,7 +311,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
             std::string first;
             for (const auto& [t, s] : weight_map)
                 if (s == n) { first = t; break; }
-            fail("{}: shard listed in {} is missing (holds tensor '{}' and others)", p, index_path.string(), first);
+            fail("{}: shard listed in {} is missing (holds tensor '{}' and others){}", p, index_path.string(), first,
+                 ec && ec != std::errc::no_such_file_or_directory ? ": " + ec.message() : "");
         }
         c.shards_.push_back(SafetensorsFile::open(p));
     }

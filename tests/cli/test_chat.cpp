@@ -17,7 +17,6 @@ std::string chat_cmd(const std::string& model, const std::string& input, const s
            " -t 2 " + args;
 }
 
-
 }  // namespace
 
 TEST_CASE("chat: piped turns, /stats, /save, /load, /regen, /clear") {

@@ -14,7 +14,6 @@ using namespace kinfer::test;
 
 namespace {
 
-
 // The shipped 64-token prompt repeated to n tokens, written as an id file.
 std::string ids_file(size_t n) {
     std::ifstream in(data("prompt64.ids.txt"));

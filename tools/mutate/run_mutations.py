@@ -41,28 +41,38 @@ M=[
   "y[i].d = uint16_t(_cvtss_sh(amax / 127.f, 0));", "y[i].d = uint16_t(_cvtss_sh(amax / 128.f, 0));",
   ["test_model"], "{B}/tests/test_model -tc='parity: k3-tiny-a Q8_0 p64'"),
 ]
-only = sys.argv[1:] 
+only = sys.argv[1:]
+files = sorted({m[1] for m in M})
+dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", *files], capture_output=True, text=True).stdout
+if dirty:
+    sys.exit(f"run_mutations: these files have uncommitted changes; commit or stash them first:\n{dirty}")
 os.makedirs(f"{root}/{build}/mutations", exist_ok=True)
 out = open(f"{root}/{build}/mutations.txt", "a")
-for name,f,old,new,targets,test in M:
-    if only and name.split()[0] not in only: continue
-    p=f"{root}/{f}"; s=open(p).read()
-    assert s.count(old)>=1, (name, old)
-    open(p,'w').write(s.replace(old,new,1))
+for name, f, old, new, targets, test in M:
+    tag = name.split()[0]
+    if only and tag not in only:
+        continue
+    path = f"{root}/{f}"
+    src = open(path).read()
+    if old not in src:
+        sys.exit(f"run_mutations: {tag}: the code to break is no longer in {f} (update the entry): {old}")
+    open(path, "w").write(src.replace(old, new, 1))
+    t0 = time.time()
     try:
-        t0=time.time()
-        b=subprocess.run(f"cd {root} && nice -n 19 cmake --build {build} -j2 --target {' '.join(targets)} > {root}/{build}/mutations/build.log 2>&1", shell=True)
-        if b.returncode: res=f"BUILD FAILED"
+        b = subprocess.run(f"cd {root} && nice -n 19 cmake --build {build} -j2 --target {' '.join(targets)}"
+                           f" > {root}/{build}/mutations/build.log 2>&1", shell=True)
+        if b.returncode:
+            res = f"BUILD FAILED (see {build}/mutations/build.log)"
         else:
-            log_path = f"{root}/{build}/mutations/{name.split()[0]}.log"
-            r=subprocess.run(f"cd {root} && {test.replace('{B}', build)} > {log_path} 2>&1", shell=True)
-            log=open(log_path).read()
-            m=re.findall(r"test cases:.*", log)
-            res=("CAUGHT (test failed)" if r.returncode else "NOT CAUGHT (tests passed)")+" | "+" ; ".join(x.strip() for x in m)
+            log_path = f"{root}/{build}/mutations/{tag}.log"
+            r = subprocess.run(f"cd {root} && {test.replace('{B}', build)} > {log_path} 2>&1", shell=True)
+            counts = " ; ".join(x.strip() for x in re.findall(r"test cases:.*", open(log_path).read()))
+            res = ("CAUGHT (test failed)" if r.returncode else "NOT CAUGHT (tests passed)") + " | " + counts
     finally:
-        open(p,'w').write(s)
-    line=f"{name} [{f}] -> {res} ({time.time()-t0:.0f} s)"
-    print(line, flush=True); out.write(line+"\n"); out.flush()
-subprocess.run(f"cd {root} && git status --short src quant", shell=True)
+        open(path, "w").write(src)
+    line = f"{name} [{f}] -> {res} ({time.time() - t0:.0f} s)"
+    print(line, flush=True)
+    out.write(line + "\n")
+    out.flush()
 # Leave the build as the tree is: rebuild what the mutations touched.
 subprocess.run(f"cd {root} && cmake --build {build} -j2 > /dev/null", shell=True)
