@@ -3,50 +3,94 @@
 # LLAMA_BENCH points at a llama-bench binary. The two run alternately (-r repetitions each, one
 # round after the other) so that a busy machine slows both alike; the last table gives the ratio.
 #
-#   tools/bench/forward_bench.sh [MODEL.gguf] [THREADS]        (env: P=512 N=128 R=3 ROUNDS=2 LLAMA_BENCH=...)
+#   tools/bench/forward_bench.sh [MODEL.gguf ...] [THREADS]   (env: P=512 N=128 R=3 ROUNDS=2 LLAMA_BENCH=...)
+#
+# Without a model it runs the default set from $MODELS (default /work/bench-models): k3-bench at
+# Q4_K_M, then the real-width models k3-wide and kl-wide (tools/bench/make_wide_model.py) at Q4_K_M
+# and MXFP4_MOE; files that are not there are listed with the command that makes them.
+#
+# Decode is judged against the machine's best read bandwidth (tools/bench/membw.cpp, the fastest of
+# its 1 / 4 / 8-stream reads, not memcpy): "of read" = weight bytes a token reads x tokens/s / that.
 #
 # KINFER_BASE=/path/to/older/kinfer adds a third contestant (before / after a change, e.g. a build
 # of an earlier commit), run in the same rounds, with its own ratio column.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
-model="${1:-/work/bench-models/k3-bench-Q4_K_M.gguf}"
-threads="${2:-$(nproc)}"
 P="${P:-512}"; N="${N:-128}"; R="${R:-3}"; ROUNDS="${ROUNDS:-2}"
+MODELS="${MODELS:-/work/bench-models}"
 source "$here/tools/bench/common.sh"
 need_kinfer
-need_file "$model"
+
+models=()
+threads="$(nproc)"
+for a in "$@"; do
+  if [[ "$a" =~ ^[0-9]+$ ]]; then threads="$a"; else models+=("$a"); fi
+done
+if [ ${#models[@]} -eq 0 ]; then
+  for m in k3-bench-Q4_K_M k3-wide-Q4_K_M k3-wide-MXFP4_MOE kl-wide-Q4_K_M kl-wide-MXFP4_MOE; do
+    f="$MODELS/$m.gguf"
+    if [ -f "$f" ]; then models+=("$f"); continue; fi
+    base="${m%-*}"; type="${m##*-}"; [ "$type" = MOE ] && { base="${m%-MXFP4_MOE}"; type=MXFP4_MOE; }
+    if [ "$base" = k3-bench ]; then how="tools/bench/make_bench_model.py"; else how="tools/bench/make_wide_model.py --model $base"; fi
+    echo "skipping $f: not there (make it: $how && kinfer quantize $MODELS/$base-F32.gguf $f $type)" >&2
+  done
+  [ ${#models[@]} -gt 0 ] || { echo "no model to run" >&2; exit 1; }
+fi
+for m in "${models[@]}"; do need_file "$m"; done
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-echo "model $model, $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-# The machine's memory copy bandwidth, the yardstick for decode's GB/s (kinfer bench prints those on stderr).
-if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then "$out/membw" "$threads"; fi
-for round in $(seq "$ROUNDS"); do
-  "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> >(grep "GB/s" >&2) | tee -a "$out/kinfer.md"
-  if [ -n "${KINFER_BASE:-}" ]; then
-    "$KINFER_BASE" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/base.md"
-  fi
-  if [ -n "${LLAMA_BENCH:-}" ]; then
-    "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$out/llama.md"
-  fi
-done
+echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The machine's read bandwidth, the yardstick for decode's GB/s (kinfer bench prints those on stderr).
+best_read=""
+if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then
+  "$out/membw" "$threads" | tee "$out/membw.txt"
+  best_read="$(grep -o '[0-9.]* GB/s from' "$out/membw.txt" | awk '{ if ($1 > b) b = $1 } END { print b }')"
+fi
 
-# Mean t/s per test over the rounds, and kinfer / llama.cpp.
+# Mean t/s per test over the rounds.
 summ() { awk -F'|' '/^\| [a-z]/ && $7 ~ /[pt][pg][0-9]/ { gsub(/ /,"",$7); split($8,a," "); s[$7]+=a[1]; c[$7]++ }
                      END { for (k in s) printf "%s %.2f\n", k, s[k]/c[k] }' "$1" | sort; }
-echo
-echo "| test | kinfer t/s | llama.cpp t/s | ratio |${KINFER_BASE:+ base t/s | kinfer / base | base / llama.cpp |}"
-echo "| ---: | ---: | ---: | ---: |${KINFER_BASE:+ ---: | ---: | ---: |}"
-summ "$out/kinfer.md" > "$out/k.txt"
-if [ -s "$out/llama.md" ]; then summ "$out/llama.md" > "$out/l.txt"; else : > "$out/l.txt"; fi
-if [ -s "$out/base.md" ]; then summ "$out/base.md" > "$out/b.txt"; else : > "$out/b.txt"; fi
 ratio() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; else echo "-"; fi; }
-while read -r test k; do
-  l="$(awk -v t="$test" '$1==t {print $2}' "$out/l.txt")"
-  line="| $test | $k | ${l:--} | $(ratio "$k" "$l") |"
-  if [ -n "${KINFER_BASE:-}" ]; then
-    b="$(awk -v t="$test" '$1==t {print $2}' "$out/b.txt")"
-    line="$line ${b:--} | $(ratio "$k" "$b") | $(ratio "$b" "$l") |"
-  fi
-  echo "$line"
-done < "$out/k.txt"
+
+for model in "${models[@]}"; do
+  name="$(basename "$model" .gguf)"
+  d="$out/$name"; mkdir -p "$d"
+  echo; echo "## $name"
+  for round in $(seq "$ROUNDS"); do
+    "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> >(grep "GB/s" | tee -a "$d/gbs.txt" >&2) | tee -a "$d/kinfer.md"
+    if [ -n "${KINFER_BASE:-}" ]; then
+      "$KINFER_BASE" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$d/base.md"
+    fi
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$d/llama.md"
+    fi
+  done
+  sleep 0.2   # let the stderr filter finish writing gbs.txt
+  mb="$(grep -o '[0-9.]* MB of weights per token' "$d/gbs.txt" 2>/dev/null | head -1 | cut -d' ' -f1 || true)"
+  summ "$d/kinfer.md" > "$d/k.txt"
+  if [ -s "$d/llama.md" ]; then summ "$d/llama.md" > "$d/l.txt"; else : > "$d/l.txt"; fi
+  if [ -s "$d/base.md" ]; then summ "$d/base.md" > "$d/b.txt"; else : > "$d/b.txt"; fi
+  {
+    echo
+    echo "| model | test | kinfer t/s | llama.cpp t/s | ratio | decode GB/s | of read |${KINFER_BASE:+ base t/s | kinfer / base |}"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |${KINFER_BASE:+ ---: | ---: |}"
+    while read -r test k; do
+      l="$(awk -v t="$test" '$1==t {print $2}' "$d/l.txt")"
+      gbs="-"; frac="-"
+      if [[ "$test" == tg* ]] && [ -n "$mb" ]; then
+        gbs="$(awk -v m="$mb" -v t="$k" 'BEGIN{printf "%.1f", m * t / 1000}')"
+        [ -n "$best_read" ] && frac="$(ratio "$gbs" "$best_read")"
+      fi
+      line="| $name | $test | $k | ${l:--} | $(ratio "$k" "$l") | $gbs | $frac |"
+      if [ -n "${KINFER_BASE:-}" ]; then
+        b="$(awk -v t="$test" '$1==t {print $2}' "$d/b.txt")"
+        line="$line ${b:--} | $(ratio "$k" "$b") |"
+      fi
+      echo "$line"
+    done < "$d/k.txt"
+  } >> "$out/summary.md"
+done
+echo
+[ -n "$best_read" ] && echo "best read bandwidth (membw, $threads threads): $best_read GB/s"
+cat "$out/summary.md"
