@@ -1,6 +1,7 @@
 // gemm / gemv over the trait table's best vec_dot (see matmul.h).
 #include "quant/matmul.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -9,6 +10,13 @@ namespace kinfer::quant {
 namespace {
 const Traits& act_traits(Type w) { return traits(traits(w).vec_dot_type); }
 }  // namespace
+
+namespace {
+std::atomic<int> g_decode_streams{0};
+}  // namespace
+
+void set_decode_streams(int streams) { g_decode_streams.store(streams < 0 ? 0 : streams, std::memory_order_relaxed); }
+int decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }
 
 size_t act_row_size(Type w, int64_t n) { return row_size(act_traits(w), n); }
 

@@ -27,6 +27,15 @@ void quantize_acts(Type w, const float* x, int64_t m, int64_t n, void* out);
 void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, int64_t m, float* y,
           int64_t ldy, int64_t row_begin, int64_t row_end);
 
+// Decode's stream layout: how many places of its row range one core reads at once. The rows a
+// kernel computes together (2 on AVX2, 4 on AVX-512) come from that many segments of the range
+// (rows i, i + K, i + 2K, ...); 1 takes them side by side. Which is fastest depends on the machine
+// (how many reads one core keeps in flight), so it is measured, not fixed (see
+// backend::cpu::calibrate_decode_streams). Every value gives the same bits: each row's arithmetic is
+// that of the one-row kernel. 0 (the start) = the ISA's default, the rows of one group.
+void set_decode_streams(int streams);
+int decode_streams();
+
 // The decode case (one activation row): y[r] = dot(W row r, acts).
 inline void gemv(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, float* y,
                  int64_t row_begin, int64_t row_end) {

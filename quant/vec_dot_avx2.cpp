@@ -7,6 +7,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kernels.h"
+#include "quant/matmul.h"
 
 namespace kinfer::quant::avx2 {
 

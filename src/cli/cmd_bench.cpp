@@ -1,6 +1,9 @@
 // kinfer bench: llama-bench-shaped speed table. pp<N>: one prefill of N tokens into an empty
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
+#include "backend/cpu/matmul.h"
+#include "backend/cpu_backend.h"
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
@@ -14,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -128,6 +132,17 @@ int run_bench(const BenchArgs& a) {
         so.n_ctx = ctx;
         so.n_threads = nt;
         model::Session s(*m, so);
+        if (std::any_of(tests.begin(), tests.end(), [](auto t) { return t.second > 0; })) {
+            // Decode's stream layout for this machine and thread count (same bits whichever wins).
+            const auto ds = backend::cpu::calibrate_decode_streams(s.backends().cpu().pool());
+            if (ds.from_env) std::fprintf(stderr, "decode layout: %d stream(s) per core (KINFER_DECODE_STREAMS)\n", ds.chosen);
+            else if (!ds.gbps.empty()) {
+                std::string tried;
+                for (auto [n, r] : ds.gbps) tried += fmt::format("{}{}: {:.1f}", tried.empty() ? "" : ", ", n, r);
+                std::fprintf(stderr, "decode layout: %d stream(s) per core, %d threads (Q4_K read GB/s by streams: %s; %.0f ms)\n",
+                             ds.chosen, nt, tried.c_str(), ds.ms);
+            }
+        }
         for (auto [p, g] : tests) {
             run_once(*m, s, p, g, rng);   // warm-up: page in the weights, size the scratch
             std::vector<double> tps;

@@ -141,8 +141,11 @@ TEST_CASE("vec_dot_multi: several activation rows give vec_dot's bits exactly") 
     MESSAGE("multi-row calls compared: ", compared);
 }
 
-TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly") {
+TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly, in every decode stream layout") {
     int compared = 0;
+    // Each layout (quant::set_decode_streams) groups other rows together; every row must still
+    // come out with the one-row kernel's bits, and every row must be written.
+    for (int streams : {0, 1, 2, 4, 8})
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
         if (!cpu_supports(isa)) continue;
         for (Type w : kWeightTypes) {
@@ -154,12 +157,15 @@ TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly") {
                 const auto a = random_row(n, 7);
                 std::vector<uint8_t> aq(act_row_size(w, n));
                 quantize_acts(w, a.data(), 1, n, aq.data());
-                for (int nx : {1, 2, 3, 4, 5, 7, 8, 9}) {
+                for (int nx : {1, 2, 3, 4, 5, 7, 8, 9, 17, 31}) {
+                    INFO("streams ", streams, ", ", nx, " rows of ", n);
                     const auto x = random_row(n * nx, 200 + uint32_t(nx));
                     const auto wq = quantize(w, x);
                     const size_t rb = wq.size() / size_t(nx);
-                    std::vector<float> out(static_cast<size_t>(nx));
+                    std::vector<float> out(static_cast<size_t>(nx), std::nanf(""));
+                    set_decode_streams(streams);
                     rows(n, wq.data(), rb, nx, aq.data(), out.data());
+                    set_decode_streams(0);
                     for (int r = 0; r < nx; ++r) CHECK(out[size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data()));
                     ++compared;
                 }

@@ -4,7 +4,10 @@
 #include "quant/fp16.h"
 #include "quant/matmul.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -221,6 +224,73 @@ void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, siz
         jobs[i] = MatJob{Ws[i], &conv[k], n, ys[i], 0};
     }
     matmul_jobs(pool, jobs, count);
+}
+
+DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
+    DecodeStreams d;
+    if (const char* env = std::getenv("KINFER_DECODE_STREAMS"); env && *env) {
+        const int s = std::atoi(env);
+        if (s != 1 && s != 2 && s != 4 && s != 8) fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
+        quant::set_decode_streams(s);
+        d.chosen = s;
+        d.from_env = true;
+        return d;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    quant::set_decode_streams(0);
+    if (quant::active_isa() < quant::Isa::avx2) return d;   // the scalar kernels have one layout
+    // Twice the last-level cache, within 32-64 MiB (a VM may report its host's whole L3), so the
+    // product streams from memory as decode does; rows as wide as K3's hidden size (7168 = 28
+    // super-blocks).
+    long llc = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(64) << 20);
+    Mat W;
+    W.type = quant::Type::Q4_K;
+    W.cols = 7168;
+    W.row_bytes = quant::row_size(quant::traits(W.type), W.cols);
+    W.rows = int64_t(want / W.row_bytes) / 64 * 64;
+    W.name = "decode-calibration";
+    // Every byte written (fresh zero pages would all map to one page and read from cache); the
+    // super-block scales are small fp16 values so the float sums stay finite.
+    std::vector<uint8_t> buf(W.bytes());
+    std::memset(buf.data(), 0x5a, buf.size());
+    const size_t sb = quant::traits(W.type).type_size;
+    for (size_t off = 0; off + sb <= buf.size(); off += sb) {
+        buf[off] = 0x00, buf[off + 1] = 0x1c;       // d = 2^-8
+        buf[off + 2] = 0x00, buf[off + 3] = 0x1c;   // dmin
+    }
+    W.data = buf.data();
+    std::vector<float> x(size_t(W.cols)), y(size_t(W.rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.125f;
+    QuantActs xq;
+    quantize_acts(&pool, W.type, x.data(), 1, W.cols, W.cols, xq);
+    auto rate = [&](int streams) {
+        quant::set_decode_streams(streams);
+        const auto a = std::chrono::steady_clock::now();
+        matmul_q(pool, W, xq, 1, y.data());
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+        return double(W.bytes()) / s / 1e9;
+    };
+    rate(2);   // warm-up: the pool's threads, the activations in cache
+    // Rounds over all layouts, best of each: a machine whose speed drifts slows them alike.
+    const int layouts[] = {1, 2, 4, 8};
+    for (int s : layouts) d.gbps.push_back({s, 0.0});
+    for (int round = 0; round < 3; ++round)
+        for (auto& [s, r] : d.gbps) r = std::max(r, rate(s));
+    const int def = quant::active_isa() >= quant::Isa::avx512 ? 4 : 2;
+    double def_rate = 0;
+    for (auto [s, r] : d.gbps)
+        if (s == def) def_rate = r;
+    d.chosen = def;
+    double best = def_rate;
+    for (auto [s, r] : d.gbps)
+        if (r > best && r > def_rate * 1.03) best = r, d.chosen = s;
+    quant::set_decode_streams(d.chosen);
+    d.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return d;
 }
 
 void matmul(runtime::ThreadPool& pool, const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {
