@@ -3,6 +3,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_tiled.h"
 #include "backend/cpu/latent_cache.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/kda_kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/device_memory.h"
@@ -19,7 +20,9 @@ namespace kinfer::backend {
 
 namespace ops = cpu::ops;
 
-CpuBackend::CpuBackend(int n_threads) : pool_(std::make_shared<runtime::ThreadPool>(n_threads)), name_("cpu") {}
+CpuBackend::CpuBackend(int n_threads) : pool_(std::make_shared<runtime::ThreadPool>(n_threads)), name_("cpu") {
+    cpu::apply_decode_streams_env();   // a layout fixed by the user holds in run / chat too
+}
 
 CpuBackend::CpuBackend(std::shared_ptr<runtime::ThreadPool> pool, std::string name)
     : pool_(std::move(pool)), name_(std::move(name)) {}

@@ -4,6 +4,7 @@
 #include "test_util.h"
 
 #include "backend/cpu/matmul.h"
+#include "backend/registry.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "quant/matmul.h"
@@ -59,6 +60,12 @@ TEST_CASE("decode streams: KINFER_DECODE_STREAMS sets the layout without measuri
         CHECK(d.chosen == 4);
         CHECK(d.gbps.empty());
         CHECK(quant::decode_streams() == 4);
+    }
+    {
+        EnvGuard env("1");
+        quant::set_decode_streams(0);
+        backend::Backends b(1);   // a CPU backend starting puts the user's layout in force
+        CHECK(quant::decode_streams() == 1);
     }
     {
         EnvGuard env("3");

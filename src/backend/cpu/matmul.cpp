@@ -226,12 +226,18 @@ void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, siz
     matmul_jobs(pool, jobs, count);
 }
 
+int apply_decode_streams_env() {
+    const char* env = std::getenv("KINFER_DECODE_STREAMS");
+    if (!env || !*env) return 0;
+    const int s = std::atoi(env);
+    if (s != 1 && s != 2 && s != 4 && s != 8) fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
+    quant::set_decode_streams(s);
+    return s;
+}
+
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     DecodeStreams d;
-    if (const char* env = std::getenv("KINFER_DECODE_STREAMS"); env && *env) {
-        const int s = std::atoi(env);
-        if (s != 1 && s != 2 && s != 4 && s != 8) fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
-        quant::set_decode_streams(s);
+    if (const int s = apply_decode_streams_env()) {
         d.chosen = s;
         d.from_env = true;
         return d;

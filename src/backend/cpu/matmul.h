@@ -85,6 +85,9 @@ struct DecodeStreams {
     bool from_env = false;
 };
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool);
+// KINFER_DECODE_STREAMS, when set, put in force (every CPU backend does this when it starts);
+// returns it, or 0 when unset (the layout in force stays). Throws on a value other than 1, 2, 4, 8.
+int apply_decode_streams_env();
 
 // Dequantized row r of W into out[W.cols].
 void dequant_row(const Mat& W, int64_t r, float* out);
