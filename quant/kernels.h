@@ -92,6 +92,9 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DECLARE_VEC_DOT_MULTI) }
 namespace avx2 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
 namespace avx512 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
 #undef KINFER_DECLARE_VEC_DOT_ROWS
+// Weight rows those kernels compute together (the unit decode_streams() groups, quant/matmul.h).
+namespace avx2 { int weight_rows_per_group(); }
+namespace avx512 { int weight_rows_per_group(); }
 
 // Tiled variants (VecDotTileFn): AVX-512 VNNI only (vec_dot_tiles_avx512.cpp), for the formats
 // dotted against Q8_0.

@@ -1,6 +1,8 @@
 // gemm / gemv over the trait table's best vec_dot (see matmul.h).
 #include "quant/matmul.h"
 
+#include "quant/kernels.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,17 @@ std::atomic<int> g_decode_streams{0};
 
 void set_decode_streams(int streams) { g_decode_streams.store(streams < 0 ? 0 : streams, std::memory_order_relaxed); }
 int decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }
+
+int default_decode_streams(Isa isa) {
+    return isa == Isa::avx512 ? avx512::weight_rows_per_group() : isa == Isa::avx2 ? avx2::weight_rows_per_group() : 1;
+}
+
+std::vector<int> decode_stream_layouts(Isa isa) {
+    if (isa == Isa::scalar) return {};
+    std::vector<int> out{1};
+    for (int s = default_decode_streams(isa); s <= 8; s *= 2) out.push_back(s);
+    return out;
+}
 
 size_t act_row_size(Type w, int64_t n) { return row_size(act_traits(w), n); }
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "quant/types.h"
 
@@ -35,6 +36,11 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
 // that of the one-row kernel. 0 (the start) = the ISA's default, the rows of one group.
 void set_decode_streams(int streams);
 int decode_streams();
+// The layouts that differ on an ISA's kernels: 1, then multiples of the rows one group computes
+// (2 on AVX2, 4 on AVX-512) up to 8; the group itself first after 1 is the default. Empty for the
+// scalar kernels, which compute one row at a time.
+std::vector<int> decode_stream_layouts(Isa isa);
+int default_decode_streams(Isa isa);
 
 // The decode case (one activation row): y[r] = dot(W row r, acts).
 inline void gemv(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, float* y,

@@ -32,8 +32,8 @@ __m256i acc_s8(__m256i acc, __m256i x, __m256i y, __m256i s16) {
 // Q4_K against several activation rows pairs the two 32-weight halves of a group into one madd
 // (acc_u8x2 in vec_dot_simd_prims.inc): AVX2 cores with one vector integer multiplier (Zen 1 issues
 // maddubs and madd on one pipe) are bound by those multiplies in prefill (measured on Zen 1: Q4_K
-// GEMM 18.4 -> 16.0 ns per 256 weights per token; Q5_K / Q6_K and decode gained nothing). AVX-512 VNNI scales inside
-// vpdpwssd and keeps acc_u8.
+// GEMM 18.4 -> 16.0 ns per 256 weights per token; Q5_K / Q6_K and decode gained nothing).
+// AVX-512 VNNI scales inside vpdpwssd and keeps acc_u8.
 #define KINFER_SIMD_PAIRED_SCALES 1
 
 #include "quant/vec_dot_simd_prims.inc"

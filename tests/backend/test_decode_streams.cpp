@@ -40,11 +40,14 @@ TEST_CASE("decode streams: calibration measures every layout and keeps one") {
         CHECK(d.gbps.empty());
         return;
     }
-    REQUIRE(d.gbps.size() == 4);
+    // Every layout that differs on this ISA, each measured; the one kept is one of them.
+    const std::vector<int> want = quant::decode_stream_layouts(quant::active_isa());
+    REQUIRE(d.gbps.size() == want.size());
     bool found = false;
-    for (auto [s, r] : d.gbps) {
-        CHECK(r > 0);
-        found = found || s == d.chosen;
+    for (size_t i = 0; i < want.size(); ++i) {
+        CHECK(d.gbps[i].first == want[i]);
+        CHECK(d.gbps[i].second > 0);
+        found = found || want[i] == d.chosen;
     }
     CHECK(found);
     CHECK(quant::decode_streams() == d.chosen);
@@ -71,6 +74,17 @@ TEST_CASE("decode streams: KINFER_DECODE_STREAMS sets the layout without measuri
         EnvGuard env("3");
         CHECK_THROWS_WITH_AS(backend::cpu::calibrate_decode_streams(pool), doctest::Contains("expected 1, 2, 4 or 8"), Error);
     }
+    {
+        EnvGuard env("4x");   // not a number, though it starts like one
+        CHECK_THROWS_WITH_AS(backend::cpu::apply_decode_streams_env(), doctest::Contains("expected 1, 2, 4 or 8"), Error);
+    }
+}
+
+TEST_CASE("decode streams: the layouts of each ISA") {
+    CHECK(quant::decode_stream_layouts(quant::Isa::scalar).empty());
+    CHECK(quant::decode_stream_layouts(quant::Isa::avx2) == std::vector<int>{1, 2, 4, 8});
+    CHECK(quant::decode_stream_layouts(quant::Isa::avx512) == std::vector<int>{1, 4, 8});
+    CHECK(quant::default_decode_streams(quant::Isa::avx2) == 2);
 }
 
 TEST_CASE("decode streams: a Q4_K_M model decodes the same logits in every layout") {

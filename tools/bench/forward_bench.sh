@@ -27,10 +27,10 @@ for a in "$@"; do
   if [[ "$a" =~ ^[0-9]+$ ]]; then threads="$a"; else models+=("$a"); fi
 done
 if [ ${#models[@]} -eq 0 ]; then
-  for m in k3-bench-Q4_K_M k3-wide-Q4_K_M k3-wide-MXFP4_MOE kl-wide-Q4_K_M kl-wide-MXFP4_MOE; do
-    f="$MODELS/$m.gguf"
+  for pair in k3-bench:Q4_K_M k3-wide:Q4_K_M k3-wide:MXFP4_MOE kl-wide:Q4_K_M kl-wide:MXFP4_MOE; do
+    base="${pair%:*}"; type="${pair#*:}"
+    f="$MODELS/$base-$type.gguf"
     if [ -f "$f" ]; then models+=("$f"); continue; fi
-    base="${m%-*}"; type="${m##*-}"; [ "$type" = MOE ] && { base="${m%-MXFP4_MOE}"; type=MXFP4_MOE; }
     if [ "$base" = k3-bench ]; then how="tools/bench/make_bench_model.py"; else how="tools/bench/make_wide_model.py --model $base"; fi
     echo "skipping $f: not there (make it: $how && kinfer quantize $MODELS/$base-F32.gguf $f $type)" >&2
   done
@@ -58,7 +58,8 @@ for model in "${models[@]}"; do
   d="$out/$name"; mkdir -p "$d"
   echo; echo "## $name"
   for round in $(seq "$ROUNDS"); do
-    "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> >(grep "GB/s" | tee -a "$d/gbs.txt" >&2) | tee -a "$d/kinfer.md"
+    "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> "$d/stderr.txt" | tee -a "$d/kinfer.md"
+    grep "GB/s" "$d/stderr.txt" | tee -a "$d/gbs.txt" >&2 || true
     if [ -n "${KINFER_BASE:-}" ]; then
       "$KINFER_BASE" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$d/base.md"
     fi
@@ -66,7 +67,6 @@ for model in "${models[@]}"; do
       "$LLAMA_BENCH" -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$d/llama.md"
     fi
   done
-  sleep 0.2   # let the stderr filter finish writing gbs.txt
   mb="$(grep -o '[0-9.]* MB of weights per token' "$d/gbs.txt" 2>/dev/null | head -1 | cut -d' ' -f1 || true)"
   summ "$d/kinfer.md" > "$d/k.txt"
   if [ -s "$d/llama.md" ]; then summ "$d/llama.md" > "$d/l.txt"; else : > "$d/l.txt"; fi

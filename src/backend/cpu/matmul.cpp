@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <string_view>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -229,8 +231,11 @@ void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, siz
 int apply_decode_streams_env() {
     const char* env = std::getenv("KINFER_DECODE_STREAMS");
     if (!env || !*env) return 0;
-    const int s = std::atoi(env);
-    if (s != 1 && s != 2 && s != 4 && s != 8) fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
+    const std::string_view v(env);
+    int s = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), s);
+    if (ec != std::errc() || end != v.data() + v.size() || (s != 1 && s != 2 && s != 4 && s != 8))
+        fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
     quant::set_decode_streams(s);
     return s;
 }
@@ -244,7 +249,9 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     quant::set_decode_streams(0);
-    if (quant::active_isa() < quant::Isa::avx2) return d;   // the scalar kernels have one layout
+    const quant::Isa isa = quant::active_isa();
+    const std::vector<int> layouts = quant::decode_stream_layouts(isa);
+    if (layouts.empty()) return d;   // the scalar kernels have one layout
     // Twice the last-level cache, within 32-64 MiB (a VM may report its host's whole L3), so the
     // product streams from memory as decode does; rows as wide as K3's hidden size (7168 = 28
     // super-blocks).
@@ -280,20 +287,16 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
         return double(W.bytes()) / s / 1e9;
     };
-    rate(2);   // warm-up: the pool's threads, the activations in cache
+    const int def = quant::default_decode_streams(isa);
+    rate(def);   // warm-up: the pool's threads, the activations in cache
     // Rounds over all layouts, best of each: a machine whose speed drifts slows them alike.
-    const int layouts[] = {1, 2, 4, 8};
     for (int s : layouts) d.gbps.push_back({s, 0.0});
     for (int round = 0; round < 3; ++round)
         for (auto& [s, r] : d.gbps) r = std::max(r, rate(s));
-    const int def = quant::active_isa() >= quant::Isa::avx512 ? 4 : 2;
-    double def_rate = 0;
-    for (auto [s, r] : d.gbps)
-        if (s == def) def_rate = r;
-    d.chosen = def;
-    double best = def_rate;
-    for (auto [s, r] : d.gbps)
-        if (r > best && r > def_rate * 1.03) best = r, d.chosen = s;
+    // The default stays unless another layout is clearly (> 3 %) faster.
+    const auto def_it = std::find_if(d.gbps.begin(), d.gbps.end(), [&](const auto& e) { return e.first == def; });
+    const auto best_it = std::max_element(d.gbps.begin(), d.gbps.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    d.chosen = best_it->second > def_it->second * 1.03 ? best_it->first : def;
     quant::set_decode_streams(d.chosen);
     d.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return d;

@@ -74,10 +74,11 @@ void dot4_f32(const float* a, const float* const* b, int64_t n, float* out);
 void mad_f32(float* y, const float* x, float a, int64_t n);
 
 // Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K product over
-// a matrix larger than the last-level cache runs on all of pool's threads with each layout, and the
-// fastest stays (the default unless another is > 3 % faster). Tens of milliseconds (a 32-64 MiB
-// matrix, read 13 times), so `kinfer bench` runs it, not every load. KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout without measuring.
-// Results are bit-identical whatever it picks; only decode speed differs.
+// a matrix larger than the last-level cache runs on all of pool's threads with each of the ISA's
+// layouts (quant::decode_stream_layouts), and the fastest stays (the default unless another is
+// > 3 % faster). Tens of milliseconds (a 32-64 MiB matrix, read 3 times per layout), so
+// `kinfer bench` runs it, not every load. KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout
+// without measuring. Results are bit-identical whatever it picks; only decode speed differs.
 struct DecodeStreams {
     int chosen = 0;                                  // streams per core now in force
     std::vector<std::pair<int, double>> gbps;        // (streams, GB/s read) per layout tried
