@@ -66,7 +66,11 @@ void CpuBackend::need(const void* p, size_t bytes, const char* op, const char* a
         fail("{}: op {} was handed {} memory for {} ({} bytes at {}): it is not this backend's", name_, op,
              dev ? dev : "host", arg, bytes, p);
     }
+    need_landed(p, bytes, op, arg);
 }
+
+// Host memory has no copy engine: whatever was written is there.
+void CpuBackend::need_landed(const void*, size_t, const char*, const char*) const {}
 
 void CpuBackend::need(const Mat& W, const char* op) const {
     if (!owns(W.data, W.bytes())) {
@@ -74,6 +78,7 @@ void CpuBackend::need(const Mat& W, const char* op) const {
         fail("{}: op {} was handed {} memory for weight {} ({} bytes): it is not this backend's", name_, op,
              dev ? dev : "host", W.name, W.bytes());
     }
+    need_landed(W.data, W.bytes(), op, W.name ? W.name : "weight");
 }
 
 // ---- copies ----

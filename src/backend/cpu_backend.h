@@ -84,6 +84,9 @@ protected:
     }
     // Every page of c is this backend's memory and rows [0, rows) exist.
     void need_pages(const LatentPages& c, int64_t rows, const char* op) const;
+    // Called by need() once the range is known to be ours: a backend with a copy engine throws
+    // when a copy the compute stream has not waited for is still writing the range.
+    virtual void need_landed(const void* p, size_t bytes, const char* op, const char* arg) const;
 
 private:
     std::shared_ptr<runtime::ThreadPool> pool_;

@@ -52,8 +52,28 @@ void SimBackend::download(void* host_dst, const void* src, size_t bytes) {
     std::memcpy(host_dst, src, bytes);
 }
 
+Buffer SimBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
+    uint8_t* p = device_.alloc_pinned(bytes);
+    if (!p) fail("{}: cannot allocate {} of pinned host memory for {}", name(), runtime::format_bytes(double(bytes)), what);
+    return Buffer{p, bytes, 0};
+}
+
+void SimBackend::free_pinned_host(Buffer& b) {
+    device_.free_pinned(b.ptr, b.bytes);
+    b = Buffer{};
+}
+
+// The compute stream runs on the calling thread: a copy still queued on the engine when an op
+// reads its destination means nobody made the stream wait for it (a race on a GPU).
+void SimBackend::need_landed(const void* p, size_t bytes, const char* op, const char* arg) const {
+    if (const uint64_t t = device_.unfinished_copy(p, bytes))
+        fail("{}: op {} reads {} ({} bytes at {}) while copy #{} is still writing it: the compute stream must "
+             "wait(Event) for that copy first", name(), op, arg, bytes, p, t);
+}
+
 Event SimBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
-    need(dst, bytes, "upload_async", "dst");
+    // Not need(): a copy queued behind another one into the same bytes is ordered by the engine.
+    if (!owns(dst, bytes)) fail("{}: upload_async into memory that is not this device's ({} bytes at {})", name(), bytes, dst);
     const runtime::DeviceBuffer whole{0, device_.capacity()};
     const size_t off = size_t(static_cast<uint8_t*>(dst) - device_.base());
     return Event{device_.copy_async(whole, off, host_src, bytes)};

@@ -3,7 +3,11 @@
 // kernels run on that arena, and every op refuses a pointer outside the arena, naming the op and
 // the tensor. While it exists, its arena is registered as device memory, so the CPU backend
 // refuses arena pointers in turn. That is how a CPU-only machine catches the host/device mix-ups
-// a GPU would crash on.
+// a GPU would crash on. Two more things a GPU gets silently wrong or slow are errors or counts
+// here: an op reading device memory that an upload_async (or an expert copy) is still writing,
+// because the compute stream was not made to wait for its event, is refused naming the op, the
+// argument and the copy; and copies from host memory that is not pinned are counted
+// (device().pageable_copies()). Pinned host memory comes from the device's own allocator.
 #pragma once
 #include "backend/cpu_backend.h"
 #include "runtime/device_sim.h"
@@ -26,11 +30,16 @@ public:
 
     void upload(void* dst, const void* host_src, size_t bytes) override;
     void download(void* host_dst, const void* src, size_t bytes) override;
+    Buffer alloc_pinned_host(size_t bytes, std::string_view what) override;
+    void free_pinned_host(Buffer& b) override;
     Event upload_async(void* dst, const void* host_src, size_t bytes) override;
     void wait(Event e) override;
 
     // The memory and copy engine, for the expert store's slot pool.
     runtime::SimDevice& device() { return device_; }
+
+protected:
+    void need_landed(const void* p, size_t bytes, const char* op, const char* arg) const override;
 
 private:
     runtime::SimDevice device_;

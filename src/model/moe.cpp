@@ -13,6 +13,7 @@
 #include "runtime/routing_trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 
 namespace kinfer::model {
@@ -172,6 +173,14 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
         Mat gate = mat_of(L.ffn_gate_exps).slice(e), up = mat_of(L.ffn_up_exps).slice(e), down = mat_of(L.ffn_down_exps).slice(e);
         gate.data = hold.ref.part[0], up.data = hold.ref.part[1], down.data = hold.ref.part[2];
         backend::Backend& xb = hold.ref.tier == runtime::Tier::device ? *dev : c.env.bk.cpu();
+        if (hold.ref.ready) {
+            // The copy into its slot is still in flight: the device's compute stream waits for
+            // it, not this thread (on the simulated device, whose stream is this thread, both).
+            const auto t0 = std::chrono::steady_clock::now();
+            xb.wait(backend::Event{hold.ref.ready});
+            store->add_stall(il, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - t0).count()));
+        }
         if (&xb == &c.be) {
             glu_ffn(xb, c.ws, c.glu(), gate, up, down, zg, m, yg);
         } else {

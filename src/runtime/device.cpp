@@ -2,8 +2,10 @@
 
 #include "common/error.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 namespace kinfer::runtime {
@@ -29,6 +31,13 @@ size_t parse_bytes(std::string_view s) {
     if (!(v >= 0) || !std::isfinite(v)) fail("'{}' is not a valid size", str);
     return size_t(std::llround(v * mul));
 }
+
+// Plain page-aligned memory: what a device without a pinning API copies from.
+uint8_t* Device::alloc_pinned(size_t bytes) {
+    return static_cast<uint8_t*>(std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) & ~size_t(4095)));
+}
+
+void Device::free_pinned(uint8_t* p, size_t) { std::free(p); }
 
 std::string format_bytes(double b) {
     if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));

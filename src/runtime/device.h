@@ -34,8 +34,16 @@ public:
     virtual DeviceBuffer alloc(size_t bytes) = 0;
     virtual void free(DeviceBuffer b) = 0;
 
+    // Host memory the copy engine reads at full speed (CUDA: cudaHostAlloc; a copy from pageable
+    // memory is staged by the driver and does not overlap). Page aligned; nullptr when the
+    // system refuses. The expert store's host tier comes from here whenever it feeds a device.
+    virtual uint8_t* alloc_pinned(size_t bytes);
+    virtual void free_pinned(uint8_t* p, size_t bytes);
+
     // Queues a host -> device copy on the copy engine and returns at once; src must stay valid
-    // until wait(ticket) returns. Copies complete in the order they were queued.
+    // until wait(ticket) returns. Copies complete in the order they were queued. A ticket is
+    // what backend::Event carries: the device backend's wait(Event{ticket}) makes its compute
+    // stream wait for the copy.
     virtual uint64_t copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) = 0;
     virtual bool done(uint64_t ticket) = 0;
     virtual void wait(uint64_t ticket) = 0;

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -86,6 +87,10 @@ void SimDevice::free(DeviceBuffer b) {
 uint64_t SimDevice::copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) {
     if (dst_offset + bytes > dst.bytes) fail("{}: copy of {} bytes at {} overflows a {}-byte buffer", name_, bytes, dst_offset, dst.bytes);
     std::lock_guard lk(mu_);
+    const auto* a = static_cast<const uint8_t*>(src);
+    bool pinned = false;
+    for (const auto& [p, n] : pinned_) pinned |= a >= p && a + bytes <= p + n;
+    if (!pinned) ++pageable_copies_, pageable_bytes_ += bytes;
     const uint64_t t = next_ticket_++;
     queue_.push_back({t, mem_.get() + dst.offset + dst_offset, src, bytes});
     cv_.notify_all();
@@ -100,6 +105,52 @@ bool SimDevice::done(uint64_t ticket) {
 void SimDevice::wait(uint64_t ticket) {
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return ticket <= completed_; });
+}
+
+uint8_t* SimDevice::alloc_pinned(size_t bytes) {
+    uint8_t* p = Device::alloc_pinned(bytes);
+    if (!p) return nullptr;
+    std::lock_guard lk(mu_);
+    pinned_.push_back({p, bytes});
+    return p;
+}
+
+void SimDevice::free_pinned(uint8_t* p, size_t bytes) {
+    if (!p) return;
+    {
+        std::lock_guard lk(mu_);
+        auto it = std::find_if(pinned_.begin(), pinned_.end(), [&](const auto& r) { return r.first == p; });
+        if (it == pinned_.end() || it->second != bytes)
+            fail("{}: free_pinned of {} bytes at {}: not a pinned allocation of this device", name_, bytes,
+                 static_cast<const void*>(p));
+        pinned_.erase(it);
+    }
+    Device::free_pinned(p, bytes);
+}
+
+uint64_t SimDevice::pageable_copies() const {
+    std::lock_guard lk(mu_);
+    return pageable_copies_;
+}
+
+uint64_t SimDevice::pageable_bytes() const {
+    std::lock_guard lk(mu_);
+    return pageable_bytes_;
+}
+
+size_t SimDevice::pinned_bytes() const {
+    std::lock_guard lk(mu_);
+    size_t n = 0;
+    for (const auto& r : pinned_) n += r.second;
+    return n;
+}
+
+uint64_t SimDevice::unfinished_copy(const void* p, size_t bytes) const {
+    const auto* a = static_cast<const uint8_t*>(p);
+    std::lock_guard lk(mu_);
+    for (const Copy& c : queue_)
+        if (a < c.dst + c.bytes && c.dst < a + bytes) return c.ticket;
+    return 0;
 }
 
 uint64_t SimDevice::bytes_copied() const {
@@ -120,14 +171,14 @@ void SimDevice::engine() {
     for (;;) {
         cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
         if (queue_.empty()) return;   // stop_ with nothing left
-        const Copy c = queue_.front();
-        queue_.pop_front();
+        const Copy c = queue_.front();   // stays queued until done: unfinished_copy() sees it
         lk.unlock();
         const auto t0 = clock::now();
         std::memcpy(c.dst, c.src, c.bytes);
         const double secs = double(c.bytes) / (spec_.gbps * 1e9);
         std::this_thread::sleep_until(t0 + std::chrono::duration<double>(secs));
         lk.lock();
+        queue_.pop_front();
         completed_ = c.ticket;
         bytes_copied_ += c.bytes;
         busy_ += secs;

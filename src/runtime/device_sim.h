@@ -2,6 +2,9 @@
 // it go through one copy-engine thread that takes bytes / bandwidth seconds per copy, like a
 // PCIe DMA engine. It lets the expert store's slot pool, eviction, copy overlap and stall
 // accounting run (and be tested) on a CPU-only machine: `--device sim:SIZE[,GBps]`.
+// It is strict where a GPU would be silently slow or wrong: it keeps a list of the pinned host
+// ranges it handed out and counts copies from anywhere else (pageable), and it can say which
+// queued copy is still writing a range (a compute op reading it has not waited for its event).
 #pragma once
 #include "runtime/device.h"
 
@@ -36,12 +39,20 @@ public:
     uint64_t copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) override;
     bool done(uint64_t ticket) override;
     void wait(uint64_t ticket) override;
+    uint8_t* alloc_pinned(size_t bytes) override;
+    void free_pinned(uint8_t* p, size_t bytes) override;
     const uint8_t* data(DeviceBuffer b) const override { return mem_.get() + b.offset; }
 
     const uint8_t* base() const { return mem_.get(); }   // the arena: [base, base + capacity)
     size_t free_bytes() const;       // sum of the free list
     uint64_t bytes_copied() const;   // total through the copy engine
     double busy_seconds() const;     // simulated time the copy engine spent copying
+    // Copies whose source was not pinned memory of this device, and their bytes.
+    uint64_t pageable_copies() const;
+    uint64_t pageable_bytes() const;
+    size_t pinned_bytes() const;     // pinned host memory handed out and not yet freed
+    // The ticket of a queued or running copy that writes into [p, p + bytes); 0 when none.
+    uint64_t unfinished_copy(const void* p, size_t bytes) const;
 
 private:
     struct Copy {
@@ -60,11 +71,13 @@ private:
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<Copy> queue_;
+    std::deque<Copy> queue_;        // not yet completed; the front one is being copied
     uint64_t next_ticket_ = 1;
     uint64_t completed_ = 0;        // copies finish in order: tickets <= completed_ are done
     uint64_t bytes_copied_ = 0;
     double busy_ = 0;
+    std::vector<std::pair<const uint8_t*, size_t>> pinned_;   // (start, bytes), unsorted
+    uint64_t pageable_copies_ = 0, pageable_bytes_ = 0;
     bool stop_ = false;
     std::thread thread_;
 };

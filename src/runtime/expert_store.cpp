@@ -88,13 +88,24 @@ ExpertStore::~ExpertStore() {
             if (x.dev_st == St::loading) opt_.device->wait(x.ticket);
         for (const auto& b : slots_) opt_.device->free(b);
     }
-    for (auto& x : entries_)
-        if (x.ram) std::free(x.ram);
+    for (size_t k = 0; k < entries_.size(); ++k)
+        if (entries_[k].ram) host_delete(entries_[k].ram, lay_.layers[k / size_t(lay_.n_expert)].bytes);
     for (auto& [sz, v] : ram_free_)
-        for (uint8_t* p : v) std::free(p);
+        for (uint8_t* p : v) host_delete(p, sz);
 }
 
 // ---- host tier ---------------------------------------------------------------------------
+
+// A device copies from pinned memory without staging it: the host tier feeding one is pinned.
+uint8_t* ExpertStore::host_new(size_t bytes) {
+    if (dev_on_) return opt_.device->alloc_pinned(host_alloc_size(bytes));
+    return static_cast<uint8_t*>(std::aligned_alloc(4096, host_alloc_size(bytes)));
+}
+
+void ExpertStore::host_delete(uint8_t* p, size_t bytes) {
+    if (dev_on_) opt_.device->free_pinned(p, host_alloc_size(bytes));
+    else std::free(p);
+}
 
 uint8_t* ExpertStore::host_alloc(size_t bytes, bool may_wait, std::unique_lock<std::mutex>& lk) {
     for (;;) {
@@ -105,7 +116,7 @@ uint8_t* ExpertStore::host_alloc(size_t bytes, bool may_wait, std::unique_lock<s
             return p;
         }
         if (ram_allocated_ + bytes <= ram_budget_) {
-            auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, host_alloc_size(bytes)));
+            uint8_t* p = host_new(bytes);
             if (!p) fail("expert store: out of memory allocating {} for an expert", format_bytes(double(bytes)));
             ram_allocated_ += bytes;
             return p;
@@ -113,7 +124,7 @@ uint8_t* ExpertStore::host_alloc(size_t bytes, bool may_wait, std::unique_lock<s
         bool freed = false;   // a recycled buffer of another size makes room
         for (auto& [sz, v] : ram_free_)
             if (sz != bytes && !v.empty()) {
-                std::free(v.back());
+                host_delete(v.back(), sz);
                 v.pop_back();
                 ram_allocated_ -= sz;
                 freed = true;
@@ -327,7 +338,15 @@ void ExpertStore::seed(std::unique_lock<std::mutex>& lk) {
         Entry& x = entries_[k];
         if (x.ram_st == St::ready) x.ram_seeded = true;
     }
-    std::vector<uint8_t> staging;
+    // One pinned staging buffer for the seeded experts' reads (freed however this ends).
+    struct Staging {
+        ExpertStore* s;
+        uint8_t* p = nullptr;
+        size_t bytes = 0;
+        ~Staging() {
+            if (p) s->host_delete(p, bytes);
+        }
+    } staging{this};
     for (uint32_t k : dev_keys) {
         const int l = int(k / uint32_t(E)), e = int(k % uint32_t(E));
         Entry& x = entries_[k];
@@ -339,10 +358,13 @@ void ExpertStore::seed(std::unique_lock<std::mutex>& lk) {
             if (x.ram_st == St::ready) {
                 src = x.ram;
             } else {
-                staging.resize(lay_.layers[size_t(l)].bytes + 64);
-                uint8_t* st = staging.data() + (64 - reinterpret_cast<uintptr_t>(staging.data()) % 64) % 64;
-                reader_->read(l, {{e, st}});
-                src = st;
+                if (!staging.p) {
+                    staging.bytes = lay_.max_expert_bytes();
+                    staging.p = host_new(staging.bytes);
+                    if (!staging.p) fail("expert store: out of memory for a {} staging buffer", format_bytes(double(staging.bytes)));
+                }
+                reader_->read(l, {{e, staging.p}});
+                src = staging.p;
             }
         }
         start_copy(l, e, src);
@@ -532,15 +554,8 @@ ExpertRef ExpertStore::acquire(int l, int e, int64_t n_tokens) {
                 }
             }
         }
-        if (x.dev_st == St::loading) {
-            waited = true;
-            const uint64_t t = x.ticket;
-            lk.unlock();
-            opt_.device->wait(t);
-            lk.lock();
-            finish_copy(l, e);
-        }
-        if (x.dev_st == St::ready) {
+        if (x.dev_st != St::absent) {   // ready, or a copy the compute stream waits for
+            if (x.dev_st == St::loading) r.ready = x.ticket;
             ++x.dev_pins;
             r.tier = Tier::device;
             const uint8_t* base = opt_.device->data(slots_[size_t(x.slot)]);
@@ -567,6 +582,19 @@ ExpertRef ExpertStore::acquire(int l, int e, int64_t n_tokens) {
     for (int p = 0; p < 3; ++p) r.part[p] = lay_.mapped(l, p, e);
     if (waited) st.stall_ns += ns_since(t0);
     return r;
+}
+
+void ExpertStore::wait(const ExpertRef& r) {
+    if (r.tier != Tier::device || r.ready == 0 || !dev_on_) return;
+    const auto t0 = Clock::now();
+    opt_.device->wait(r.ready);
+    add_stall(r.layer, ns_since(t0));
+}
+
+void ExpertStore::add_stall(int layer, uint64_t ns) {
+    if (layer < 0 || layer >= lay_.n_layer) return;
+    std::lock_guard lk(mu_);
+    stats_.layers[size_t(layer)].stall_ns += ns;
 }
 
 void ExpertStore::release(const ExpertRef& r) {

@@ -1,7 +1,9 @@
 // The expert store: the only way the MoE layer reaches routed expert weights (DESIGN.md 3.4, 5).
 // The unit is one expert of one layer (its gate, up and down slices). Tiers, slowest first:
 //   file    the GGUF, through the mapping (zero-copy) or pread / O_DIRECT (ExpertReader)
-//   host    a RAM cache with a byte budget (--expert-cache-ram); always on with pread / direct
+//   host    a RAM cache with a byte budget (--expert-cache-ram); always on with pread / direct.
+//           With a device tier its buffers are the device's pinned host memory
+//           (Device::alloc_pinned), so host -> device copies run at full speed and overlap
 //   device  a slot pool on a Device (--expert-cache / --device sim:SIZE[,GBps])
 // With no budget and no device the store is a view of the mapping: acquire() is pointer
 // arithmetic, no lock, no copy.
@@ -9,8 +11,11 @@
 // Per layer the forward pass calls route() with the router's choices as soon as they are known:
 // the store counts them (profile, policy), and sends the misses at once to its I/O thread (file ->
 // host) and to the device's copy engine (host -> device) while the hits compute. Then for each
-// expert: acquire() (waits only if that expert is still in flight; the wait is "stall" time),
-// compute, release(). An expert in flight is never requested twice: concurrent acquires of one
+// expert: acquire(), compute, release(). acquire() waits on the host only for file reads (an
+// expert still on its way from disk); a device copy still in flight is handed back as its copy
+// ticket (ExpertRef::ready), which the device backend's compute stream waits for
+// (Backend::wait(Event{ready}): cudaStreamWaitEvent on a GPU), so the host thread goes on to
+// queue the next expert's work. The waiting is "stall" time, reported through add_stall(). An expert in flight is never requested twice: concurrent acquires of one
 // expert wait for the single load. Errors (short read, I/O error) name layer, expert and offset;
 // the failed request throws kinfer::Error and the store stays usable.
 #pragma once
@@ -62,6 +67,9 @@ struct ExpertRef {
     int layer = -1, expert = -1;
     Tier tier = Tier::mapped;
     const uint8_t* part[3] = {nullptr, nullptr, nullptr};   // gate, up, down slices
+    // Device tier: the copy ticket the compute stream must wait for before reading part[]
+    // (backend::Event{ready}); 0 when the bytes are already there.
+    uint64_t ready = 0;
 };
 
 struct ExpertLayerStats {
@@ -71,7 +79,7 @@ struct ExpertLayerStats {
     uint64_t cpu_computed = 0;    // device misses the cost model left on the CPU
     uint64_t bytes_read = 0;      // file -> host
     uint64_t bytes_copied = 0;    // host -> device
-    uint64_t stall_ns = 0;        // acquire() waiting for bytes
+    uint64_t stall_ns = 0;        // waiting for bytes: file reads in acquire(), device copies (add_stall)
     uint64_t prefetched = 0, prefetch_used = 0;
 };
 
@@ -99,9 +107,15 @@ public:
     void prefetch(int layer, std::span<const int32_t> experts);
 
     // The bytes of expert e of layer; n_tokens (how many rows it will multiply) feeds the cost
-    // model. Blocks while the expert is in flight. Must be paired with release().
+    // model. Blocks while the expert is being read from the file; a device copy in flight comes
+    // back as r.ready instead (see above). Must be paired with release().
     ExpertRef acquire(int layer, int expert, int64_t n_tokens = 1);
     void release(const ExpertRef& r);
+    // Host-side wait for r.ready (tests, host code reading a device slot), counted as stall.
+    void wait(const ExpertRef& r);
+    // Time the compute stream spent waiting for an expert's copy (the forward pass measures it
+    // around Backend::wait).
+    void add_stall(int layer, uint64_t ns);
 
     ExpertStoreStats stats() const;
     const ExpertProfile& profile() const { return profile_; }   // read it once routing has stopped
@@ -137,6 +151,8 @@ private:
 
     // All below run with mu_ held (the unique_lock is passed where they may wait).
     uint8_t* host_alloc(size_t bytes, bool may_wait, std::unique_lock<std::mutex>& lk);
+    uint8_t* host_new(size_t bytes);              // pinned when there is a device tier
+    void host_delete(uint8_t* p, size_t bytes);
     void host_free(uint8_t* p, size_t bytes);
     bool evict_host_one();
     int dev_slot(bool may_wait, std::unique_lock<std::mutex>& lk);

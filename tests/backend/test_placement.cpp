@@ -114,6 +114,47 @@ TEST_CASE("a host pointer handed to a device op, or a device pointer to a CPU op
     dev.free(b);
 }
 
+TEST_CASE("a device op reading memory that a copy is still writing fails loudly; after wait(Event) it runs") {
+    backend::Backends bk(1);
+    // 1 MB/s: a 64 KiB copy takes ~65 ms, so it is surely still queued when the op runs.
+    backend::Backend& dev = bk.add_device("sim:1MiB,0.001");
+    const int64_t n = 16384;
+    backend::Buffer b = dev.alloc(size_t(2 * n) * sizeof(float), "test");
+    float* d = reinterpret_cast<float*>(b.ptr);
+    std::vector<float> host(static_cast<size_t>(n), 2.0f), back(static_cast<size_t>(n));
+    dev.upload(d + n, host.data(), size_t(n) * sizeof(float));
+    const backend::Event e = dev.upload_async(d, host.data(), size_t(n) * sizeof(float));
+    CHECK(e.ticket != 0);
+    CHECK_THROWS_WITH(dev.add(d + n, d, n), doctest::Contains("sim0: op add reads a"));
+    CHECK_THROWS_WITH(dev.add(d + n, d, n), doctest::Contains("must wait(Event) for that copy first"));
+    dev.add(d + n, d + n, 1);   // memory no copy is writing is fine meanwhile
+    dev.wait(e);
+    dev.add(d + n, d, n);
+    dev.download(back.data(), d + n, size_t(n) * sizeof(float));
+    CHECK(back[0] == 6.0f);                // doubled above, then + 2
+    CHECK(back[size_t(n) - 1] == 4.0f);    // 2 + 2
+    dev.free(b);
+}
+
+TEST_CASE("pinned host memory: the sim device counts copies from anything else") {
+    backend::Backends bk(1);
+    backend::Backend& dev = bk.add_device("sim:1MiB");
+    auto* sim = dynamic_cast<runtime::SimDevice*>(bk.expert_device());
+    REQUIRE(sim != nullptr);
+    backend::Buffer b = dev.alloc(4096, "test");
+    backend::Buffer pin = dev.alloc_pinned_host(4096, "staging");
+    CHECK(sim->pinned_bytes() == 4096);
+    std::vector<uint8_t> pageable(4096, 7);
+    dev.wait(dev.upload_async(b.ptr, pin.ptr, 4096));
+    CHECK(sim->pageable_copies() == 0);
+    dev.wait(dev.upload_async(b.ptr, pageable.data(), 4096));
+    CHECK(sim->pageable_copies() == 1);
+    CHECK(sim->pageable_bytes() == 4096);
+    dev.free_pinned_host(pin);
+    CHECK(sim->pinned_bytes() == 0);
+    dev.free(b);
+}
+
 TEST_CASE("session state: save, load into a new session, continue: identical logits; bad bytes refused") {
     for (const std::string& path : models()) {
         CAPTURE(path);

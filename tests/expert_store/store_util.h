@@ -14,8 +14,10 @@ namespace kinfer::test {
 
 inline int n_layer_of(const gguf::File& f) { return int(f.get_int(f.architecture() + ".block_count")); }
 
-// True when every part of r holds exactly the bytes of the expert's slices in the mapping.
-inline bool same_bytes(const runtime::ExpertStore& s, const runtime::ExpertRef& r) {
+// True when every part of r holds exactly the bytes of the expert's slices in the mapping
+// (after waiting, on the host, for a device copy still in flight).
+inline bool same_bytes(runtime::ExpertStore& s, const runtime::ExpertRef& r) {
+    s.wait(r);
     const auto& L = s.layout().layers[size_t(r.layer)];
     for (int p = 0; p < 3; ++p)
         if (std::memcmp(r.part[p], s.layout().mapped(r.layer, p, r.expert), L.slice[p]) != 0) return false;

@@ -5,6 +5,7 @@
 
 #include "backend/registry.h"
 #include "model/session.h"
+#include "runtime/device_sim.h"
 
 #include <cstring>
 #include <filesystem>
@@ -42,6 +43,7 @@ void check_model(const std::string& path) {
         bool sim = false;
         size_t sim_slots = 0;
         bool prefetch = false;
+        double sim_gbps = 20;
     };
     std::vector<Config> cfgs;
     auto add = [&](std::string name, auto edit, bool sim = false, size_t slots = 0, bool pf = false) {
@@ -60,6 +62,10 @@ void check_model(const std::string& path) {
     add("sim, 1/layer + pread host, prefetch", [&](ExpertStoreOptions& o) { o.io = ExpertIo::pread; o.ram_budget = one_per_layer; }, true, size_t(nl), true);
     add("sim, cost model keeps misses on CPU", [](ExpertStoreOptions& o) { o.cpu_gbps = 1e4; o.reuse = 1; }, true, 8);
     add("sim, --n-cpu-moe 3", [](ExpertStoreOptions& o) { o.placement.n_cpu_moe = 3; }, true, size_t(lay.n_expert) * size_t(nl));
+    // Copies of ~1 ms each: every expert op on the device would find its slot still being written
+    // (and the strict device refuse it) unless the forward pass makes the stream wait for it.
+    add("sim, slow copies, 4 slots + pread host", [&](ExpertStoreOptions& o) { o.io = ExpertIo::pread; o.ram_budget = one_per_layer; }, true, 4);
+    cfgs.back().sim_gbps = double(lay.max_expert_bytes()) / 1e-3 / 1e9;
     ExpertProfile prof(nl, lay.n_expert);
     for (int l = 0; l < nl; ++l)
         for (int e = 0; e < lay.n_expert; ++e) prof.add(l, e, uint64_t((l * 31 + e * 17) % 23));
@@ -74,7 +80,7 @@ void check_model(const std::string& path) {
         ExpertStoreOptions o = c.o;
         if (c.sim) {
             bk = std::make_unique<backend::Backends>(kinfer::test::small_session(8).n_threads);
-            bk->add_device(fmt::format("sim:{},20", lay.max_expert_bytes() * c.sim_slots + (4u << 20)));
+            bk->add_device(fmt::format("sim:{},{}", lay.max_expert_bytes() * c.sim_slots + (4u << 20), c.sim_gbps));
             o.device = bk->expert_device();
             o.device_budget = lay.max_expert_bytes() * c.sim_slots;   // the rest is the device's scratch
         }
@@ -85,6 +91,8 @@ void check_model(const std::string& path) {
         const auto t = store.stats().total();
         CHECK(store.stats().tokens == 20 + 6);
         if (!store.zero_copy()) CHECK(t.uses > 0);
+        if (c.sim && o.io != ExpertIo::mmap)   // copies from the host tier: pinned, never staged
+            CHECK(dynamic_cast<SimDevice*>(o.device)->pageable_copies() == 0);
     }
 }
 

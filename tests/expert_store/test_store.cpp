@@ -428,17 +428,24 @@ TEST_CASE("store: device misses stall, prefetch hides them") {
     auto f = gguf::File::open(kModel);
     const int nl = n_layer_of(*f);
     const auto lay = ExpertLayout::from_file(*f, nl);
-    SimDevice dev({lay.max_expert_bytes() * 64, 0.05});   // 50 MB/s: copies take milliseconds
+    // Each copy takes ~20 ms: acquire() comes back long before the two copies of layer 3 land.
+    const double gbps = double(lay.max_expert_bytes()) / 0.02 / 1e9;
+    SimDevice dev({lay.max_expert_bytes() * 64, gbps});
     ExpertStoreOptions o;
     o.device = &dev;
     o.policy = PolicyKind::lru;
     ExpertStore s(*f, nl, o);
     const std::vector<int32_t> sel{1, 2};
     s.route(3, sel, 1);
-    for (int32_t e : sel) {
-        auto r = s.acquire(3, e);
+    std::vector<ExpertRef> refs;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int32_t e : sel) refs.push_back(s.acquire(3, e));
+    const double acquire_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(acquire_s < 0.02);   // the host thread did not wait for the copies (they need 40 ms)
+    for (const auto& r : refs) {
         CHECK(r.tier == Tier::device);
-        CHECK(same_bytes(s, r));
+        CHECK(r.ready != 0);   // the copy ticket the compute stream waits for
+        CHECK(same_bytes(s, r));   // waits for it on the host, counted as stall
         s.release(r);
     }
     auto st = s.stats().layers[3];
@@ -446,10 +453,11 @@ TEST_CASE("store: device misses stall, prefetch hides them") {
     CHECK(st.hits == 0);
     const std::vector<int32_t> next{5, 6};
     s.prefetch(4, next);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
     s.route(4, next, 1);
     for (int32_t e : next) {
         auto r = s.acquire(4, e);
+        CHECK(r.ready == 0);   // landed while we slept: nothing to wait for
         CHECK(same_bytes(s, r));
         s.release(r);
     }
@@ -461,4 +469,39 @@ TEST_CASE("store: device misses stall, prefetch hides them") {
     const std::string rep = s.report();
     CHECK(rep.find("hit rate") != std::string::npos);
     CHECK(rep.find("hottest") != std::string::npos);
+}
+
+TEST_CASE("store: with a device tier the host tier is the device's pinned memory; all of it is given back") {
+    auto f = gguf::File::open(kModel);
+    const int nl = n_layer_of(*f);
+    const auto lay = ExpertLayout::from_file(*f, nl);
+    size_t one_per_layer = 0;
+    for (const auto& L : lay.layers) one_per_layer += L.bytes;
+    SimDevice dev({lay.max_expert_bytes() * 8, 50.0});
+    {
+        ExpertStoreOptions o;
+        o.io = ExpertIo::pread;   // every expert comes through a host buffer
+        o.ram_budget = one_per_layer;
+        o.device = &dev;
+        ExpertStore s(*f, nl, o);
+        check_all(s);
+        CHECK(s.stats().total().bytes_copied > 0);
+        CHECK(dev.pinned_bytes() > 0);
+        CHECK(dev.pageable_copies() == 0);   // no copy was staged by a driver
+    }
+    CHECK(dev.pinned_bytes() == 0);
+    // Without a host tier the copies come from the mapping: pageable, and counted as such.
+    {
+        ExpertStoreOptions o;
+        o.device = &dev;
+        ExpertStore s(*f, nl, o);
+        check_all(s);
+    }
+    CHECK(dev.pageable_copies() > 0);
+    // Without a device the host tier is plain memory: the device's allocator is not asked.
+    ExpertStoreOptions o;
+    o.io = ExpertIo::pread;
+    ExpertStore s(*f, nl, o);
+    check_all(s);
+    CHECK(dev.pinned_bytes() == 0);
 }
