@@ -1,5 +1,6 @@
 // See converter.h.
 #include "convert/converter.h"
+#include "convert/plan_check.h"
 
 #include "common/error.h"
 #include "convert/gguf_metadata.h"
@@ -186,6 +187,7 @@ void convert_checkpoint(const ConvertOptions& opt, std::FILE* out, std::FILE* lo
         fmt::print(log, "kinfer convert: skipping {} vision tower / projector tensors (text model only), e.g. '{}'\n",
                    plan.skipped.size(), plan.skipped.front());
     const KvList kv = build_metadata(cfg, plan, opt.checkpoint_dir);
+    check_plan_loads(plan, kv, cfg);
     if (opt.dry_run) {
         print_plan(plan, kv, opt.retype ? opt.outtype_label : outtype_name(plan.outtype), out);
         return;

@@ -53,6 +53,7 @@ struct Plan {
     uint32_t file_type = 0;              // general.file_type (llama_ftype)
     std::vector<std::string> skipped;    // checkpoint tensors left out (vision tower, projector)
     uint64_t out_bytes = 0;              // tensor data, unpadded
+    std::string source;                  // the index file (or the directory), for messages
 };
 
 Plan make_plan(const Checkpoint& ck, const HfConfig& cfg, OutType outtype);

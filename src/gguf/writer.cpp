@@ -234,6 +234,20 @@ void Writer::pad_zeros(size_t n) {
     }
 }
 
+std::vector<uint8_t> Writer::metadata_image() const {
+    std::vector<uint8_t> h;
+    append_bytes(h, "GGUF", 4);
+    append<uint32_t>(h, kGgufVersion);
+    append<uint64_t>(h, 0);
+    append<uint64_t>(h, kv_.size());
+    for (const auto& kv : kv_) {
+        append_str(h, kv.key);
+        h.insert(h.end(), kv.enc.begin(), kv.enc.end());
+    }
+    h.resize(h.size() + pad_to(h.size(), alignment()), 0);
+    return h;
+}
+
 void Writer::write_header() {
     const size_t align = align_ = alignment();
     tmp_ = std::make_unique<TempFile>(path_);   // from here on the destructor removes it

@@ -75,6 +75,9 @@ public:
     size_t alignment() const;               // general.alignment if set, else 32
     // Size of the finished file as declared so far (header + padded data); for --dry-run.
     uint64_t expected_file_size() const;
+    // The metadata declared so far as a complete GGUF image with no tensors, for File::from_memory:
+    // convert reads its planned metadata back through the model loader before writing a byte.
+    std::vector<uint8_t> metadata_image() const;
 
     // ---- data ----
     // Appends bytes to the current tensor (declaration order); may be called in any number of

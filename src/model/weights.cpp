@@ -10,17 +10,6 @@ namespace kinfer::model {
 
 namespace {
 
-std::vector<int64_t> squeeze(const int64_t* ne, int n) {
-    std::vector<int64_t> s;
-    for (int i = 0; i < n; ++i)
-        if (ne[i] != 1) s.push_back(ne[i]);
-    return s;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-    return fmt::format("{{{}}}", fmt::join(s, ", "));
-}
-
 // Element-wise vectors are read as floats: F32 in place, anything else converted once.
 const float* as_floats(const gguf::TensorInfo& t, Weights& w) {
     if (t.type == quant::Type::F32) return reinterpret_cast<const float*>(t.data);
@@ -75,9 +64,7 @@ Weights load_weights(const gguf::File& f, const HParams& hp) {
             if (got_e != s.shape[e])
                 fail("{}: tensor '{}' holds {} experts, expert_count is {}", f.path(), s.name, got_e, s.shape[e]);
         }
-        auto want = squeeze(s.shape.data(), int(s.shape.size()));
-        auto got = squeeze(t->ne, t->n_dims);
-        if (want != got)
+        if (!shape_matches(s, t->ne, t->n_dims))
             fail("{}: tensor '{}' has shape {}, expected {}", f.path(), s.name, t->shape_str(), shape_str(s.shape));
 
         if (s.is_vector()) {

@@ -31,7 +31,7 @@ bool ExpertFlags::any_store() const {
            n_cpu_moe > 0 || !overrides.empty() || prefetch_next || verbose;
 }
 
-std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_layer, const ExpertFlags& fl,
+std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, const ExpertTensorNames& names, const ExpertFlags& fl,
                                                      int moe_layers, int n_expert, int n_used, Device* device) {
     if (!fl.any()) return nullptr;
     auto rt = std::unique_ptr<ExpertRuntime>(new ExpertRuntime());
@@ -53,7 +53,7 @@ std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_
     o.record = !fl.profile.empty() || fl.verbose;
     o.async = !fl.sync_io;
     o.cpu_gbps = fl.cpu_gbps;
-    const size_t total = ExpertLayout::from_file(f, n_layer).total_bytes();
+    const size_t total = ExpertLayout::from_file(f, names).total_bytes();
     if (!fl.ram_cache.empty()) o.ram_budget = budget_of(fl.ram_cache, total);
     if (device) {
         rt->device_ = device;
@@ -72,7 +72,7 @@ std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, int n_
         rt->seed_ = std::make_unique<ExpertProfile>(ExpertProfile::load(fl.profile));
         o.seed = rt->seed_.get();
     }
-    rt->store_ = std::make_unique<ExpertStore>(f, n_layer, o);
+    rt->store_ = std::make_unique<ExpertStore>(f, names, o);
     return rt;
 }
 

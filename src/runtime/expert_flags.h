@@ -52,7 +52,8 @@ public:
     // nullptr when no flag is set: the model then reads experts straight from the mapping.
     // hp_moe: MoE layers, experts and experts used, for the routing trace flags.
     // device: the device tier's copy engine and memory (the caller's backend set owns it).
-    static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, int n_layer, const ExpertFlags& flags,
+    // names: the routed expert tensors of each layer (model::expert_tensor_names).
+    static std::unique_ptr<ExpertRuntime> create(const gguf::File& f, const ExpertTensorNames& names, const ExpertFlags& flags,
                                                  int moe_layers = 0, int n_expert = 0, int n_used = 0,
                                                  Device* device = nullptr);
     ~ExpertRuntime();

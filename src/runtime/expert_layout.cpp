@@ -6,22 +6,22 @@
 
 namespace kinfer::runtime {
 
-ExpertLayout ExpertLayout::from_file(const gguf::File& f, int n_layer) {
+ExpertLayout ExpertLayout::from_file(const gguf::File& f, const ExpertTensorNames& names) {
     ExpertLayout lay;
+    const int n_layer = int(names.size());
     lay.n_layer = n_layer;
     lay.layers.resize(size_t(n_layer));
-    static const char* kParts[3] = {"gate", "up", "down"};
     for (int l = 0; l < n_layer; ++l) {
         ExpertLayer& L = lay.layers[size_t(l)];
         int found = 0;
         for (int p = 0; p < 3; ++p) {
-            const std::string name = fmt::format("blk.{}.ffn_{}_exps.weight", l, kParts[p]);
-            L.t[p] = f.find_tensor(name);
+            const std::string& name = names[size_t(l)][size_t(p)];
+            L.t[p] = name.empty() ? nullptr : f.find_tensor(name);
             found += L.t[p] != nullptr;
         }
         if (found == 0) continue;
         for (int p = 0; p < 3; ++p) {
-            const std::string name = fmt::format("blk.{}.ffn_{}_exps.weight", l, kParts[p]);
+            const std::string& name = names[size_t(l)][size_t(p)];
             const auto* t = L.t[p];
             if (!t) fail("{}: tensor '{}' missing (the layer has other expert tensors)", f.path(), name);
             if (t->n_dims != 3 || t->ne[2] <= 0)

@@ -29,8 +29,9 @@ ExpertLayerStats ExpertStoreStats::total() const {
     return s;
 }
 
-ExpertStore::ExpertStore(const gguf::File& f, int n_layer, ExpertStoreOptions opt)
-    : f_(f), opt_(std::move(opt)), lay_(ExpertLayout::from_file(f, n_layer)) {
+ExpertStore::ExpertStore(const gguf::File& f, const ExpertTensorNames& names, ExpertStoreOptions opt)
+    : f_(f), opt_(std::move(opt)), lay_(ExpertLayout::from_file(f, names)) {
+    const int n_layer = lay_.n_layer;
     reader_ = std::make_unique<ExpertReader>(f_, lay_, opt_.io);
     std::vector<bool> has(static_cast<size_t>(n_layer));
     for (int l = 0; l < n_layer; ++l) {

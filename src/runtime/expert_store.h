@@ -91,7 +91,8 @@ struct ExpertStoreStats {
 
 class ExpertStore {
 public:
-    ExpertStore(const gguf::File& f, int n_layer, ExpertStoreOptions opt);
+    // names: the routed expert tensors of each layer (model::expert_tensor_names).
+    ExpertStore(const gguf::File& f, const ExpertTensorNames& names, ExpertStoreOptions opt);
     ~ExpertStore();
     ExpertStore(const ExpertStore&) = delete;
     ExpertStore& operator=(const ExpertStore&) = delete;

@@ -7,6 +7,7 @@
 #include "backend/sim_backend.h"
 #include "model/placement.h"
 #include "model/session.h"
+#include "model/tensor_list.h"
 #include "runtime/expert_layout.h"
 #include "runtime/expert_store.h"
 
@@ -74,7 +75,7 @@ TEST_CASE("placement on the strict sim device: -ngl, expert caches, --n-cpu-moe 
             }
         }
         // Experts through the store with a device cache of 10 / 50 / 100 % of their bytes.
-        const auto lay = runtime::ExpertLayout::from_file(m->file(), L);
+        const auto lay = runtime::ExpertLayout::from_file(m->file(), model::expert_tensor_names(m->hparams()));
         for (double frac : {0.1, 0.5, 1.0}) {
             for (int ngl : {0, L}) {
                 CAPTURE(frac);
@@ -87,7 +88,7 @@ TEST_CASE("placement on the strict sim device: -ngl, expert caches, --n-cpu-moe 
                 o.device_budget = frac == 1.0 ? lay.max_expert_bytes() * size_t(lay.n_expert) * size_t(L)
                                               : std::max(lay.max_expert_bytes(), size_t(double(lay.total_bytes()) * frac));
                 if (frac == 1.0 && ngl) o.placement.n_cpu_moe = 1;   // mixed: layer 1's experts stay on the CPU
-                runtime::ExpertStore store(m->file(), L, o);
+                runtime::ExpertStore store(m->file(), model::expert_tensor_names(m->hparams()), o);
                 model::SessionOptions so;
                 so.backends = &bk, so.n_gpu_layers = ngl, so.experts = &store;
                 CHECK_MESSAGE(same(run(*m, so), base), "logits differ");

@@ -3,7 +3,9 @@
 #include "test_util.h"
 
 #include "gguf/reader.h"
+#include "model/hparams.h"
 #include "model/session.h"
+#include "model/tensor_list.h"
 #include "runtime/expert_store.h"
 
 #include <cstring>
@@ -13,6 +15,10 @@
 namespace kinfer::test {
 
 inline int n_layer_of(const gguf::File& f) { return int(f.get_int(f.architecture() + ".block_count")); }
+// The routed expert tensors of each layer, by the model's tensor list.
+inline runtime::ExpertTensorNames expert_names(const gguf::File& f) {
+    return model::expert_tensor_names(model::load_hparams(f));
+}
 
 // True when every part of r holds exactly the bytes of the expert's slices in the mapping
 // (after waiting, on the host, for a device copy still in flight).

@@ -32,7 +32,7 @@ void check_model(const std::string& path) {
     auto m = model::Model::load(path);
     const int nl = int(m->hparams().n_layer);
     const auto& f = m->file();
-    const auto lay = ExpertLayout::from_file(f, nl);
+    const auto lay = ExpertLayout::from_file(f, kinfer::test::expert_names(f));
     size_t one_per_layer = 0;
     for (const auto& L : lay.layers) one_per_layer += L.bytes;
     const kinfer::test::TokenRun base = run(*m, nullptr, false);
@@ -84,7 +84,7 @@ void check_model(const std::string& path) {
             o.device = bk->expert_device();
             o.device_budget = lay.max_expert_bytes() * c.sim_slots;   // the rest is the device's scratch
         }
-        ExpertStore store(f, nl, o);
+        ExpertStore store(f, kinfer::test::expert_names(f), o);
         const kinfer::test::TokenRun r = run(*m, &store, c.prefetch, bk.get());
         CHECK_MESSAGE(identical(r.prefill, base.prefill), "prefill logits differ");
         CHECK_MESSAGE(identical(r.decode, base.decode), "decode logits differ");

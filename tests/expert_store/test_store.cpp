@@ -18,6 +18,7 @@
 
 using namespace kinfer;
 using namespace kinfer::runtime;
+using kinfer::test::expert_names;
 using kinfer::test::n_layer_of;
 using kinfer::test::same_bytes;
 
@@ -67,7 +68,7 @@ void check_all(ExpertStore& s, int k = 4) {
 
 TEST_CASE("store: layout of the tiny model") {
     auto f = gguf::File::open(kModel);
-    const auto lay = ExpertLayout::from_file(*f, n_layer_of(*f));
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     CHECK(lay.n_expert == 32);
     CHECK(!lay.layers[0].present());   // leading dense layer
     CHECK(lay.n_moe_layers() == n_layer_of(*f) - 1);
@@ -80,13 +81,12 @@ TEST_CASE("store: layout of the tiny model") {
 
 TEST_CASE("store: every configuration hands out the file's bytes") {
     auto f = gguf::File::open(kModel);
-    const int nl = n_layer_of(*f);
-    const auto lay = ExpertLayout::from_file(*f, nl);
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     size_t one_per_layer = 0;
     for (const auto& L : lay.layers) one_per_layer += L.bytes;
 
     SUBCASE("zero-copy view") {
-        ExpertStore s(*f, nl, {});
+        ExpertStore s(*f, expert_names(*f), {});
         CHECK(s.zero_copy());
         ExpertRef r = s.acquire(1, 5);
         CHECK(r.tier == Tier::mapped);
@@ -102,15 +102,15 @@ TEST_CASE("store: every configuration hands out the file's bytes") {
             o.io = io;
             o.async = async;
             o.ram_budget = one_per_layer;   // one expert per layer
-            ExpertStore s(*f, nl, o);
+            ExpertStore s(*f, expert_names(*f), o);
             CHECK(!s.zero_copy());
             check_all(s);
             o.ram_budget = 0;               // the minimum: a single expert
-            ExpertStore s1(*f, nl, o);
+            ExpertStore s1(*f, expert_names(*f), o);
             check_all(s1);
             o.ram_budget = lay.total_bytes();   // everything
             o.policy = PolicyKind::lru;
-            ExpertStore s2(*f, nl, o);
+            ExpertStore s2(*f, expert_names(*f), o);
             check_all(s2);
             check_all(s2);
             const auto t = s2.stats().total();
@@ -124,19 +124,19 @@ TEST_CASE("store: every configuration hands out the file's bytes") {
             ExpertStoreOptions o;
             o.io = io;
             o.device = &dev;
-            ExpertStore s(*f, nl, o);
+            ExpertStore s(*f, expert_names(*f), o);
             check_all(s);
             const auto t = s.stats().total();
             CHECK(t.bytes_copied > 0);
             o.ram_budget = one_per_layer;
             o.device_budget = lay.max_expert_bytes();   // one slot
             o.device = &dev1;
-            ExpertStore s1(*f, nl, o);
+            ExpertStore s1(*f, expert_names(*f), o);
             check_all(s1);
             o.cpu_gbps = 1000;   // a fast CPU: the cost model keeps misses on the host
             o.reuse = 1;
             o.device = &dev2;
-            ExpertStore s2(*f, nl, o);
+            ExpertStore s2(*f, expert_names(*f), o);
             check_all(s2);
             CHECK(s2.stats().total().cpu_computed > 0);
             CHECK(s2.stats().total().bytes_copied == 0);
@@ -147,13 +147,13 @@ TEST_CASE("store: every configuration hands out the file's bytes") {
 TEST_CASE("store: static placement (--cpu-moe, --n-cpu-moe, -ot)") {
     auto f = gguf::File::open(kModel);
     const int nl = n_layer_of(*f);
-    const auto lay = ExpertLayout::from_file(*f, nl);
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     const SimDeviceSpec spec{lay.max_expert_bytes() * size_t(lay.n_expert) * size_t(nl + 1), 100.0};
     SimDevice dev(spec), dev2(spec), dev3(spec), dev4(spec);
     ExpertStoreOptions o;
     o.device = &dev;
     o.placement.n_cpu_moe = 4;
-    ExpertStore s(*f, nl, o);
+    ExpertStore s(*f, expert_names(*f), o);
     check_all(s);
     for (int l = 1; l < nl; ++l) {
         ExpertRef r = s.acquire(l, 7);
@@ -166,7 +166,7 @@ TEST_CASE("store: static placement (--cpu-moe, --n-cpu-moe, -ot)") {
     o2.device = &dev2;
     o2.placement.add_override("blk\\.(2|3)\\.ffn_.*_exps=sim0");
     o2.placement.add_override("blk\\.[0-9]+\\.ffn_.*_exps=CPU");
-    ExpertStore s2(*f, nl, o2);
+    ExpertStore s2(*f, expert_names(*f), o2);
     check_all(s2);
     auto r2 = s2.acquire(2, 0), r5 = s2.acquire(5, 0);
     CHECK(r2.tier == Tier::device);
@@ -176,7 +176,7 @@ TEST_CASE("store: static placement (--cpu-moe, --n-cpu-moe, -ot)") {
     ExpertStoreOptions o3;
     o3.device = &dev3;
     o3.placement.cpu_moe = true;
-    ExpertStore s3(*f, nl, o3);
+    ExpertStore s3(*f, expert_names(*f), o3);
     auto r3 = s3.acquire(6, 1);
     CHECK(r3.tier == Tier::mapped);
 
@@ -186,19 +186,19 @@ TEST_CASE("store: static placement (--cpu-moe, --n-cpu-moe, -ot)") {
     ExpertStoreOptions o4;
     o4.device = &dev4;
     o4.placement = bad;
-    CHECK_THROWS_WITH((void)ExpertStore(*f, nl, o4), doctest::Contains("cuda7"));
+    CHECK_THROWS_WITH((void)ExpertStore(*f, expert_names(*f), o4), doctest::Contains("cuda7"));
     // A device too small for the placed layers says so.
     SimDevice small({lay.max_expert_bytes() * 8, 100.0});
     ExpertStoreOptions o5;
     o5.device = &small;
     o5.placement.n_cpu_moe = 1;
-    CHECK_THROWS_WITH((void)ExpertStore(*f, nl, o5), doctest::Contains("slots"));
+    CHECK_THROWS_WITH((void)ExpertStore(*f, expert_names(*f), o5), doctest::Contains("slots"));
 }
 
 TEST_CASE("store: hit counts follow LRU exactly, with and without a profile seed") {
     auto f = gguf::File::open(kModel);
     const int nl = n_layer_of(*f);
-    const auto lay = ExpertLayout::from_file(*f, nl);
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     const int layer = 2, E = lay.n_expert, K = 4;
     const size_t C = 8;
     // A skewed trace on one layer.
@@ -252,7 +252,7 @@ TEST_CASE("store: hit counts follow LRU exactly, with and without a profile seed
         o.ram_budget = C * lay.layers[size_t(layer)].bytes;
         o.seed = seed;
         o.seed_fraction = 0.5;
-        ExpertStore s(*f, nl, o);
+        ExpertStore s(*f, expert_names(*f), o);
         for (const auto& tok : trace) {
             s.route(layer, tok, 1);
             for (int32_t e : tok) {
@@ -282,14 +282,13 @@ TEST_CASE("store: hit counts follow LRU exactly, with and without a profile seed
 
 TEST_CASE("store: concurrent requests for one expert load it once") {
     auto f = gguf::File::open(kModel);
-    const int nl = n_layer_of(*f);
     for (bool async : {false, true}) {
         CAPTURE(async);
         ExpertStoreOptions o;
         o.io = ExpertIo::pread;
         o.async = async;
         o.ram_budget = size_t(64) << 20;
-        ExpertStore s(*f, nl, o);
+        ExpertStore s(*f, expert_names(*f), o);
         std::mutex m;
         std::map<std::pair<int, int>, int> loads;
         s.reader().before_read = [&](int l, int e) {
@@ -327,14 +326,13 @@ TEST_CASE("store: O_DIRECT is active on the build directory, and reads the file'
     std::filesystem::copy_file(kModel, path, std::filesystem::copy_options::overwrite_existing);
     {
         auto f = gguf::File::open(path);
-        const int nl = n_layer_of(*f);
         for (bool async : {false, true}) {
             CAPTURE(async);
             ExpertStoreOptions o;
             o.io = ExpertIo::direct;
             o.async = async;
             o.ram_budget = 0;   // a single expert: every acquire reads
-            ExpertStore s(*f, nl, o);
+            ExpertStore s(*f, expert_names(*f), o);
             REQUIRE(s.reader().io() == ExpertIo::direct);
             CHECK(s.reader().direct_active());
             check_all(s);
@@ -357,7 +355,7 @@ TEST_CASE("store: truncated expert data fails with layer, expert and offset") {
     {
         auto f = gguf::File::open(path);
         const int nl = n_layer_of(*f);
-        const auto lay = ExpertLayout::from_file(*f, nl);
+        const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
         // Cut the file inside expert 20's down slice of the last layer.
         const int L = nl - 1, E = 20;
         const uint64_t cut = lay.file_offset(*f, L, 2, E) + 100;
@@ -368,7 +366,7 @@ TEST_CASE("store: truncated expert data fails with layer, expert and offset") {
                 o.io = io;
                 o.async = async;
                 o.ram_budget = size_t(16) << 20;
-                ExpertStore s(*f, nl, o);
+                ExpertStore s(*f, expert_names(*f), o);
                 if (io == ExpertIo::direct && direct_ok) CHECK(s.reader().direct_active());
                 std::filesystem::resize_file(path, cut);
                 const std::vector<int32_t> sel{E, E + 1};
@@ -426,15 +424,14 @@ TEST_CASE("sim device: memory pool, ordered copies, bandwidth") {
 
 TEST_CASE("store: device misses stall, prefetch hides them") {
     auto f = gguf::File::open(kModel);
-    const int nl = n_layer_of(*f);
-    const auto lay = ExpertLayout::from_file(*f, nl);
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     // Each copy takes ~20 ms: acquire() comes back long before the two copies of layer 3 land.
     const double gbps = double(lay.max_expert_bytes()) / 0.02 / 1e9;
     SimDevice dev({lay.max_expert_bytes() * 64, gbps});
     ExpertStoreOptions o;
     o.device = &dev;
     o.policy = PolicyKind::lru;
-    ExpertStore s(*f, nl, o);
+    ExpertStore s(*f, expert_names(*f), o);
     const std::vector<int32_t> sel{1, 2};
     s.route(3, sel, 1);
     std::vector<ExpertRef> refs;
@@ -473,8 +470,7 @@ TEST_CASE("store: device misses stall, prefetch hides them") {
 
 TEST_CASE("store: with a device tier the host tier is the device's pinned memory; all of it is given back") {
     auto f = gguf::File::open(kModel);
-    const int nl = n_layer_of(*f);
-    const auto lay = ExpertLayout::from_file(*f, nl);
+    const auto lay = ExpertLayout::from_file(*f, expert_names(*f));
     size_t one_per_layer = 0;
     for (const auto& L : lay.layers) one_per_layer += L.bytes;
     SimDevice dev({lay.max_expert_bytes() * 8, 50.0});
@@ -483,7 +479,7 @@ TEST_CASE("store: with a device tier the host tier is the device's pinned memory
         o.io = ExpertIo::pread;   // every expert comes through a host buffer
         o.ram_budget = one_per_layer;
         o.device = &dev;
-        ExpertStore s(*f, nl, o);
+        ExpertStore s(*f, expert_names(*f), o);
         check_all(s);
         CHECK(s.stats().total().bytes_copied > 0);
         CHECK(dev.pinned_bytes() > 0);
@@ -494,14 +490,14 @@ TEST_CASE("store: with a device tier the host tier is the device's pinned memory
     {
         ExpertStoreOptions o;
         o.device = &dev;
-        ExpertStore s(*f, nl, o);
+        ExpertStore s(*f, expert_names(*f), o);
         check_all(s);
     }
     CHECK(dev.pageable_copies() > 0);
     // Without a device the host tier is plain memory: the device's allocator is not asked.
     ExpertStoreOptions o;
     o.io = ExpertIo::pread;
-    ExpertStore s(*f, nl, o);
+    ExpertStore s(*f, expert_names(*f), o);
     check_all(s);
     CHECK(dev.pinned_bytes() == 0);
 }

@@ -2,6 +2,7 @@
 // shipped GGUF (--json) and on a broken file (one error line, exit code 1).
 #include "cli/lib/info_report.h"
 #include "gguf/reader.h"
+#include "gguf/writer.h"
 #include "gguf_files.h"
 #include "test_util.h"
 #include "tiny_gguf.h"
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,9 +77,10 @@ TEST_CASE("info: report of the tiny hand-made file") {
     CHECK(r["name"] == "tiny");
     CHECK(r["layer_kinds"] == nlohmann::ordered_json({"KDA", "KDA", "KDA", "MLA"}));
     CHECK(r["tensors"].size() == 3);
-    CHECK(r["tensors"][0]["kind"] == "attention_kda");
-    CHECK(r["tensors"][1]["kind"] == "dense_ffn");
-    CHECK(r["tensors"][2]["kind"] == "embeddings_output");
+    // Not a loadable model (its hyper-parameters are incomplete): no roles, and the reason.
+    CHECK(r["tensor_check"]["loads"] == false);
+    CHECK(r["tensor_check"]["why"].get<std::string>().find("missing") != std::string::npos);
+    CHECK(r["tensors"][0]["kind"] == "other");
     CHECK(r["totals"]["weights_bytes"] == 64 + 34 + 8);
     CHECK(r["metadata"]["general.big"]["value"] == ~uint64_t(0));
     CHECK(r["metadata"]["tokenizer.ggml.tokens"]["value"]["length"] == 3);
@@ -137,6 +140,62 @@ TEST_CASE("info: the binary on every golden and shipped GGUF (--json)") {
     RunResult nt = run_kinfer("info --no-tensors " + shell_quote(k3));
     REQUIRE(nt.code == 0);
     CHECK(nt.out.find("blk.0.attn_q.weight") == std::string::npos);
+}
+
+TEST_CASE("info: tensor roles and the loader's check come from the model's tensor list") {
+    for (const char* name : {"models/k3-tiny-a-Q4_K_M.gguf", "models/kl-tiny-a-Q4_K_M.gguf"}) {
+        CAPTURE(name);
+        const std::string path = kinfer::test::data(name);
+        auto f = File::open(path);
+        kinfer::cli::InfoOptions opt;
+        const auto r = kinfer::cli::info_report(*f, opt);
+        CHECK(r["tensor_check"]["loads"] == true);
+        CHECK(r["tensor_check"]["missing"].empty());
+        CHECK(r["tensor_check"]["bad_shape"].empty());
+        CHECK(r["tensor_check"]["unused"].empty());
+        std::map<std::string, std::string> kind;
+        for (const auto& t : r["tensors"]) kind[t["name"].get<std::string>()] = t["kind"].get<std::string>();
+        CHECK(kind["token_embd.weight"] == "embeddings_output");
+        CHECK(kind["blk.0.attn_norm.weight"] == "norm");
+        CHECK(kind["blk.0.attn_q.weight"] == "attention_kda");
+        CHECK(kind["blk.0.ssm_a"] == "attention_kda");
+        CHECK(kind["blk.3.attn_kv_a_mqa.weight"] == "attention_mla");
+        CHECK(kind["blk.0.ffn_gate.weight"] == "dense_ffn");
+        CHECK(kind["blk.1.ffn_gate_inp.weight"] == "router");
+        CHECK(kind["blk.1.exp_probs_b.bias"] == "router");
+        CHECK(kind["blk.1.ffn_down_exps.weight"] == "routed_experts");
+        CHECK(kind["blk.1.ffn_up_shexp.weight"] == "shared_experts");
+        for (const auto& [n, k] : kind) CHECK_MESSAGE(k != "other", n);
+        if (f->architecture() == "kimi-k3") {
+            CHECK(kind["blk.1.ffn_routed_down.weight"] == "latent_moe");
+            CHECK(kind["blk.1.attn_res_score.weight"] == "attn_res");
+        }
+    }
+    // The same file with one tensor dropped and one renamed: info names both, as the loader would.
+    const std::string src = kinfer::test::data("models/k3-tiny-a-Q4_K_M.gguf");
+    auto f = File::open(src);
+    const fs::path dst = fs::temp_directory_path() / ("kinfer_test_info_check_" + std::to_string(::getpid()) + ".gguf");
+    {
+        kinfer::gguf::Writer w(dst.string());
+        for (const auto& v : f->kv()) w.add_value(v);
+        std::vector<const kinfer::gguf::TensorInfo*> keep;
+        for (const auto& t : f->tensors()) {
+            if (t.name == "blk.2.ssm_beta.weight") continue;
+            w.add_tensor(t.name == "blk.2.ssm_norm.weight" ? "blk.2.ssm_norm_x.weight" : t.name, t.type, t.ne, t.n_dims);
+            keep.push_back(&t);
+        }
+        for (auto* t : keep) w.write_tensor(t->data, t->nbytes);
+        w.finish();
+    }
+    RunResult t = run_kinfer("info --no-tensors " + shell_quote(dst.string()));
+    fs::remove(dst);
+    REQUIRE(t.code == 0);
+    CHECK(t.out.find("tensor check: the loader would refuse this file:") != std::string::npos);
+    CHECK(t.out.find("missing blk.2.ssm_beta.weight") != std::string::npos);
+    CHECK(t.out.find("missing blk.2.ssm_norm.weight") != std::string::npos);
+    CHECK(t.out.find("not read by the model: blk.2.ssm_norm_x.weight") != std::string::npos);
+    RunResult ok = run_kinfer("info --no-tensors " + shell_quote(src));
+    CHECK(ok.out.find("tensor check: every tensor the model needs is present with its shape") != std::string::npos);
 }
 
 TEST_CASE("info: a missing or broken file gives one error line and exit code 1") {

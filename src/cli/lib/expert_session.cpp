@@ -2,6 +2,7 @@
 
 #include "cli/lib/flag_check.h"
 #include "common/error.h"
+#include "model/tensor_list.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +59,7 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
                              "simulates one); running on the CPU\n", ngl);
         ngl = 0;
     }
-    rd->experts = runtime::ExpertRuntime::create(m.file(), int(hp.n_layer), flags, int(hp.n_layer - hp.n_layer_dense_lead),
+    rd->experts = runtime::ExpertRuntime::create(m.file(), model::expert_tensor_names(hp), flags, int(hp.n_layer - hp.n_layer_dense_lead),
                                                  int(hp.n_expert), int(hp.n_expert_used),
                                                  rd->backends ? rd->backends->expert_device() : nullptr);
     runtime::ExpertRuntime* ex = rd->experts.get();

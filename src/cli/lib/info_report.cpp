@@ -1,4 +1,6 @@
 #include "cli/lib/info_report.h"
+#include "model/hparams.h"
+#include "model/tensor_list.h"
 #include "vision/mmproj_info.h"
 
 #include <fmt/format.h>
@@ -37,10 +39,11 @@ const char* const kSpecialTokens[][2] = {
 // Kinds in display order, with their text labels.
 const char* const kKinds[][2] = {
     {"attention_kda", "attention (KDA)"},    {"attention_mla", "attention (MLA)"},
-    {"attention", "attention"},              {"router", "router"},
-    {"routed_experts", "routed experts"},    {"shared_experts", "shared experts"},
+    {"router", "router"},                    {"routed_experts", "routed experts"},
+    {"latent_moe", "latent MoE projections"}, {"shared_experts", "shared experts"},
     {"dense_ffn", "dense FFN"},              {"embeddings_output", "embeddings/output"},
-    {"other", "other (norms, AttnRes, latent)"},
+    {"norm", "norms"},                       {"attn_res", "AttnRes scores"},
+    {"other", "other (not read by the model)"},
 };
 
 std::string upper(std::string s) {
@@ -155,34 +158,41 @@ uint64_t mul_sat(std::initializer_list<uint64_t> xs) {
 }
 uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-std::string tensor_kind(const std::string& name, const std::vector<std::string>& kinds) {
-    std::string_view n = name;
-    if (n.rfind("blk.", 0) != 0) {
-        std::string_view base = n.substr(0, n.find('.'));
-        if (base == "token_embd" || base == "output" || base == "output_norm") return "embeddings_output";
-        return "other";
+// What each tensor of the file is, by the model's own tensor list (model/tensor_list.h), and
+// what the loader would refuse: required tensors that are absent, shapes that disagree. A file
+// kinfer cannot load as a model (an mmproj, a foreign or damaged file) gets no roles ("other")
+// and the loader's reason.
+struct TensorCheck {
+    bool model = false;               // the hyper-parameters load
+    std::string why;                  // when they do not
+    std::map<std::string, std::string> kind;
+    std::vector<std::string> missing, bad_shape, unused;
+};
+
+TensorCheck check_tensors(const gguf::File& f) {
+    TensorCheck c;
+    model::HParams hp;
+    try {
+        hp = model::load_hparams(f);
+    } catch (const Error& e) {
+        c.why = e.what();
+        return c;
     }
-    size_t dot = n.find('.', 4);
-    if (dot == std::string_view::npos) return "other";
-    std::string_view idx = n.substr(4, dot - 4);
-    std::string_view rest = n.substr(dot + 1);
-    std::string_view base = rest.substr(0, rest.find('.'));
-    auto ends = [&](std::string_view s) { return base.size() >= s.size() && base.substr(base.size() - s.size()) == s; };
-    if (ends("_exps")) return "routed_experts";
-    if (ends("_shexp")) return "shared_experts";
-    if (base == "ffn_gate_inp" || base == "exp_probs_b") return "router";
-    if (base == "ffn_gate" || base == "ffn_up" || base == "ffn_down") return "dense_ffn";
-    if ((base.rfind("attn_", 0) == 0 && base != "attn_res_score") || base.rfind("ssm_", 0) == 0) {
-        size_t layer = 0;
-        bool ok = !idx.empty() && idx.size() < 9;
-        for (char c : idx) {
-            ok &= c >= '0' && c <= '9';
-            layer = layer * 10 + size_t(c - '0');
+    c.model = true;
+    auto has = [&](const std::string& n) { return f.find_tensor(n) != nullptr; };
+    model::for_each_tensor(hp, has, [&](const model::TensorSpec& s) {
+        const gguf::TensorInfo* t = f.find_tensor(s.name);
+        if (!t) {
+            if (s.required) c.missing.push_back(s.name);
+            return;
         }
-        if (ok && layer < kinds.size()) return kinds[layer] == "KDA" ? "attention_kda" : "attention_mla";
-        return "attention";
-    }
-    return "other";
+        c.kind[s.name] = model::role_name(s.role);
+        if (!model::shape_matches(s, t->ne, t->n_dims))
+            c.bad_shape.push_back(fmt::format("{} has shape {}, expected {}", s.name, t->shape_str(), model::shape_str(s.shape)));
+    });
+    for (const auto& t : f.tensors())
+        if (!c.kind.count(t.name)) c.unused.push_back(t.name);
+    return c;
 }
 
 }  // namespace
@@ -292,9 +302,20 @@ json info_report(const gguf::File& f, const InfoOptions& opt) {
     uint64_t weights = 0;
     std::map<std::string, std::pair<uint64_t, uint64_t>> by_type, by_kind;  // count, bytes
     json tl = json::array();
+    const TensorCheck check = check_tensors(f);
+    {
+        json mc;
+        mc["loads"] = check.model;
+        if (!check.model) mc["why"] = check.why;
+        mc["missing"] = check.missing;
+        mc["bad_shape"] = check.bad_shape;
+        mc["unused"] = check.unused;
+        r["tensor_check"] = mc;
+    }
     for (const auto& t : f.tensors()) {
         std::string type = quant::traits(t.type).name;
-        std::string kind = tensor_kind(t.name, kinds);
+        const auto kit = check.kind.find(t.name);
+        const std::string kind = kit == check.kind.end() ? "other" : kit->second;
         weights += t.nbytes;
         by_type[type].first++;
         by_type[type].second += t.nbytes;
@@ -474,6 +495,20 @@ std::string info_text(const json& r) {
     }
     line(fmt::format("  {:<32} {:>6} tensors {:>14} bytes ({})", "all", r["n_tensors"].get<uint64_t>(),
                      tot["weights_bytes"].get<uint64_t>(), human_bytes(tot["weights_bytes"].get<uint64_t>())));
+    if (r.contains("tensor_check")) {
+        const auto& c = r["tensor_check"];
+        if (!c["loads"].get<bool>()) {
+            line(fmt::format("tensor check: not a model kinfer loads ({})", c["why"].get<std::string>()));
+        } else if (c["missing"].empty() && c["bad_shape"].empty()) {
+            line(fmt::format("tensor check: every tensor the model needs is present with its shape{}",
+                             c["unused"].empty() ? std::string() : fmt::format(" ({} not read)", c["unused"].size())));
+        } else {
+            line("tensor check: the loader would refuse this file:");
+            for (const auto& n : c["missing"]) line("  missing " + escape(n.get<std::string>()));
+            for (const auto& n : c["bad_shape"]) line("  " + escape(n.get<std::string>()));
+        }
+        for (const auto& n : c["unused"]) line("  not read by the model: " + escape(n.get<std::string>()));
+    }
 
     line("");
     const auto& m = r["memory"];
