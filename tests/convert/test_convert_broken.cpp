@@ -121,6 +121,16 @@ TEST_CASE("convert: a tensor missing from shard and index names the index and th
     expect_failure(sb, {"model.safetensors.index.json", t});
 }
 
+TEST_CASE("convert: a tensor only the model's tensor list requires (the router bias) is named before writing") {
+    if (!test::have_golden("hf/hf-kl-tiny/config.json")) return;
+    Sandbox sb("hf-kl-tiny");
+    const std::string t = "model.layers.1.block_sparse_moe.gate.e_score_correction_bias";
+    const std::string shard = sb.shard_of(t);
+    sb.edit_header(shard, [&](json& h) { h.erase(t); });
+    sb.edit_index([&](json& i) { i["weight_map"].erase(t); });
+    expect_failure(sb, {"model.safetensors.index.json", t, "needed for GGUF tensor 'blk.1.exp_probs_b.bias'"});
+}
+
 TEST_CASE("convert: a wrong shape names the shard and the tensor") {
     if (!test::have_golden("hf/hf-kl-tiny/config.json")) return;
     Sandbox sb("hf-kl-tiny");
