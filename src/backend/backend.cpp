@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include "common/error.h"
+#include "quant/types.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -18,6 +19,18 @@ Buffer Backend::alloc_pinned_host(size_t bytes, std::string_view what) {
 void Backend::free_pinned_host(Buffer& b) {
     std::free(b.ptr);
     b = Buffer{};
+}
+
+bool cpu_can_matmul(quant::Type t) {
+    if (t == quant::Type::F32) return true;
+    const quant::Traits* tr = quant::traits_or_null(uint32_t(t));
+    return tr && tr->vec_dot && tr->to_float;
+}
+
+void to_float_host(quant::Type t, const void* src, float* dst, int64_t n, std::string_view what) {
+    const quant::Traits* tr = quant::traits_or_null(uint32_t(t));
+    if (!tr || !tr->to_float) fail("tensor '{}': type {} cannot be read as floats", what, uint32_t(t));
+    tr->to_float(src, dst, n);
 }
 
 // Backends without a copy engine copy at once: the event has already happened.

@@ -242,4 +242,11 @@ public:
 // Copies bytes between two backends' memory (staging through the host when neither is host).
 void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, size_t bytes);
 
+// What the loader asks before any backend exists (answered from the CPU kernel tables, which
+// every backend falls back on): whether a matrix of type t can be multiplied, and an exact
+// conversion of host bytes of type t to floats (element-wise weight vectors). to_float_host
+// throws kinfer::Error naming `what` when the type has no conversion.
+bool cpu_can_matmul(quant::Type t);
+void to_float_host(quant::Type t, const void* src, float* dst, int64_t n, std::string_view what);
+
 }  // namespace kinfer::backend

@@ -3,7 +3,7 @@
 // rows one after another; slice(i) picks one. The view carries the tensor's name so that a
 // backend refusing it (wrong memory, bad shape) can say which tensor it was.
 #pragma once
-#include "quant/types.h"
+#include "quant/type_facts.h"
 
 #include <cstddef>
 #include <cstdint>

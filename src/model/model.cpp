@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "quant/type_facts.h"
 
 #include <fmt/format.h>
 #include <map>
@@ -22,7 +23,7 @@ std::string Model::type_summary() const {
     // The type holding most bytes among multi-dim tensors, as llama-bench's "type" hint.
     std::map<std::string, size_t> bytes;
     for (const auto& t : file_->tensors())
-        if (t.n_dims >= 2) bytes[quant::traits(t.type).name] += t.nbytes;
+        if (t.n_dims >= 2) bytes[quant::type_facts(t.type).name] += t.nbytes;
     std::string best;
     size_t most = 0;
     for (auto& [name, b] : bytes)

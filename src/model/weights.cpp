@@ -2,7 +2,8 @@
 
 #include "common/error.h"
 #include "model/tensor_list.h"
-#include "quant/types.h"
+#include "backend/backend.h"
+#include "quant/type_facts.h"
 
 #include <fmt/format.h>
 
@@ -13,19 +14,16 @@ namespace {
 // Element-wise vectors are read as floats: F32 in place, anything else converted once.
 const float* as_floats(const gguf::TensorInfo& t, Weights& w) {
     if (t.type == quant::Type::F32) return reinterpret_cast<const float*>(t.data);
-    const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
-    if (!tr || !tr->to_float) fail("tensor '{}': type {} cannot be read as floats", t.name, uint32_t(t.type));
     auto& v = w.converted.emplace_back(size_t(t.nelements()));
-    tr->to_float(t.data, v.data(), t.nelements());
+    backend::to_float_host(t.type, t.data, v.data(), t.nelements(), t.name);
     return v.data();
 }
 
 void check_matrix_type(const gguf::TensorInfo& t) {
-    const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
-    if (!tr) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
-    if (t.type == quant::Type::F32) return;
-    if (!tr->vec_dot || !tr->to_float)
-        fail("tensor '{}': type {} has no CPU dot product in this build", t.name, tr->name);
+    const quant::TypeFacts facts = quant::type_facts(t.type);
+    if (!facts.name) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
+    if (!backend::cpu_can_matmul(t.type))
+        fail("tensor '{}': type {} has no CPU dot product in this build", t.name, facts.name);
 }
 
 }  // namespace
