@@ -165,7 +165,7 @@ TEST_CASE("info: tensor roles and the loader's check come from the model's tenso
         CHECK(kind["blk.1.exp_probs_b.bias"] == "router");
         CHECK(kind["blk.1.ffn_down_exps.weight"] == "routed_experts");
         CHECK(kind["blk.1.ffn_up_shexp.weight"] == "shared_experts");
-        for (const auto& [n, k] : kind) CHECK_MESSAGE(k != "other", n);
+        for (const auto& kv : kind) CHECK_MESSAGE(kv.second != "other", kv.first);
         if (f->architecture() == "kimi-k3") {
             CHECK(kind["blk.1.ffn_routed_down.weight"] == "latent_moe");
             CHECK(kind["blk.1.attn_res_score.weight"] == "attn_res");
