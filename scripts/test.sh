@@ -97,6 +97,8 @@ unset ASAN_OPTIONS UBSAN_OPTIONS KINFER_SANITIZED
 echo "== libFuzzer (${FUZZ_SECONDS}s per target, $JOBS at a time)"
 fuzz_one() {
     local name=$1 corpus=tests/fuzz/corpus/${1#fuzz_} work
+    # fuzz_info reads the same files as fuzz_gguf (GGUF headers): one seed corpus serves both.
+    [ "$name" = fuzz_info ] && corpus=tests/fuzz/corpus/gguf
     work=$(mktemp -d)
     [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
     local rc=0

@@ -63,6 +63,11 @@ struct Sandbox {
     std::string shard_of(const std::string& tensor) {
         return json::parse(slurp(ckpt / "model.safetensors.index.json"))["weight_map"][tensor].get<std::string>();
     }
+    // Removes a tensor from its shard and from the index: the checkpoint simply lacks it.
+    void drop_tensor(const std::string& t) {
+        edit_header(shard_of(t), [&](json& h) { h.erase(t); });
+        edit_index([&](json& i) { i["weight_map"].erase(t); });
+    }
 
     // Runs the conversion; returns the error message ("" on success).
     std::string convert() {
@@ -115,9 +120,7 @@ TEST_CASE("convert: a tensor missing from shard and index names the index and th
     if (!test::have_golden("hf/hf-kl-tiny/config.json")) return;
     Sandbox sb("hf-kl-tiny");
     const std::string t = "model.layers.4.self_attn.f_b_proj.weight";
-    const std::string shard = sb.shard_of(t);
-    sb.edit_header(shard, [&](json& h) { h.erase(t); });
-    sb.edit_index([&](json& i) { i["weight_map"].erase(t); });
+    sb.drop_tensor(t);
     expect_failure(sb, {"model.safetensors.index.json", t});
 }
 
@@ -125,9 +128,7 @@ TEST_CASE("convert: a tensor only the model's tensor list requires (the router b
     if (!test::have_golden("hf/hf-kl-tiny/config.json")) return;
     Sandbox sb("hf-kl-tiny");
     const std::string t = "model.layers.1.block_sparse_moe.gate.e_score_correction_bias";
-    const std::string shard = sb.shard_of(t);
-    sb.edit_header(shard, [&](json& h) { h.erase(t); });
-    sb.edit_index([&](json& i) { i["weight_map"].erase(t); });
+    sb.drop_tensor(t);
     expect_failure(sb, {"model.safetensors.index.json", t, "needed for GGUF tensor 'blk.1.exp_probs_b.bias'"});
 }
 
@@ -160,9 +161,7 @@ TEST_CASE("convert: a missing BF16 expert names the expert tensor") {
     if (!test::have_golden("hf/hf-kl-tiny/config.json")) return;
     Sandbox sb("hf-kl-tiny");
     const std::string t = "model.layers.3.block_sparse_moe.experts.5.w2.weight";
-    const std::string shard = sb.shard_of(t);
-    sb.edit_header(shard, [&](json& h) { h.erase(t); });
-    sb.edit_index([&](json& i) { i["weight_map"].erase(t); });
+    sb.drop_tensor(t);
     expect_failure(sb, {"model.safetensors.index.json", t});
 }
 
@@ -170,9 +169,7 @@ TEST_CASE("convert: a missing MXFP4 expert names the expert tensor") {
     if (!test::have_golden("hf/hf-k3-tiny/config.json")) return;
     Sandbox sb("hf-k3-tiny");
     const std::string t = "language_model.model.layers.2.block_sparse_moe.experts.7.w3.weight_packed";
-    const std::string shard = sb.shard_of(t);
-    sb.edit_header(shard, [&](json& h) { h.erase(t); });
-    sb.edit_index([&](json& i) { i["weight_map"].erase(t); });
+    sb.drop_tensor(t);
     expect_failure(sb, {"model.safetensors.index.json", t});
 }
 

@@ -2,6 +2,7 @@
 // metadata (huge counts, wrong types, hyper-parameters that do not load, tensors the model's list
 // does not know) must give a report and its text, or throw kinfer::Error. Crashes, hangs,
 // sanitizer reports and other exception types are bugs. The reader itself is fuzz_gguf's job.
+// Its seed corpus is fuzz_gguf's (tests/fuzz/corpus/gguf; scripts/test.sh).
 #include "cli/lib/info_report.h"
 #include "gguf/reader.h"
 
