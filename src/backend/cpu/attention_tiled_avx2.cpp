@@ -5,6 +5,7 @@
 #include "backend/cpu/latent_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/attention_tiled_std.h"
+#include "backend/cpu/exp_avx2.h"
 
 namespace kinfer::backend::cpu {
 

@@ -7,10 +7,12 @@
 // see. Each step is two small GEMMs, scores S = Q . K^T [TQ x TK] and acc += P . V [TQ x Dv],
 // with the softmax taken online (running max m, running sum l, acc rescaled when m grows), so
 // no query ever holds a row of N probabilities. Work items are (query tile, head) pairs, the
-// longest (latest) tiles dealt first.
+// longest (latest) tiles dealt first. The MHA (prefill) form takes its scores transposed,
+// S^T = K . Q^T, so that the softmax runs one query per vector lane (ColumnSoftmax).
 //
-// Needs from the includer: runtime::ThreadPool, backend::LatentPages / MlaShape / Mat, and
-// load_rows(const LatentPages&, int64_t j0, int64_t n, float* out) giving f32 rows.
+// Needs from the includer: runtime::ThreadPool, backend::LatentPages / MlaShape / Mat,
+// load_rows(const LatentPages&, int64_t j0, int64_t n, float* out) giving f32 rows, and in the
+// AVX2 build ops::exp8 (exp_avx2.h: ggml's vector exp).
 // The includer includes attention_tiled_std.h first (standard headers cannot be included inside
 // a namespace).
 
@@ -93,9 +95,18 @@ inline float row_max(const float* x) {
 #endif
 }
 
-// out[i][0..TK) = A[i] . Bt[.][j] for i < rows: A rows lda apart with D values, Bt [D][TK]
-// (a transposed tile). Two rows at a time share each load of Bt.
-inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const float* Bt, int64_t D, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+// Keeps four loaded vectors in registers. Each is used by two FMAs; left alone, the compiler
+// folds the load into both (a memory operand each), and on cores that load one 256-bit vector
+// per cycle (Zen 1) the inner loops then wait on loads instead of on the FMA units.
+inline void in_registers(__m256& a, __m256& b, __m256& c, __m256& d) { asm("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d)); }
+#endif
+
+// out[i][0..TK) = A[i] . B[.][0..TK) for i < rows: A rows lda apart with D values, B [D][TK] rows
+// ldb apart (a transposed tile, or a 32-column slice of a wider matrix), out rows ldo apart. Two
+// rows at a time share each load of B.
+inline void rows_times_cols(const float* A, int64_t lda, int64_t rows, const float* B, int64_t ldb, int64_t D,
+                            float* out, int64_t ldo) {
     int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     static_assert(TK == 32);
@@ -104,17 +115,18 @@ inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const flo
         const float* a1 = a0 + lda;
         __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00, s13 = s00;
         for (int64_t d = 0; d < D; ++d) {
-            const float* b = Bt + d * TK;
-            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16),
-                         b3 = _mm256_loadu_ps(b + 24);
+            const float* b = B + d * ldb;
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16),
+                   b3 = _mm256_loadu_ps(b + 24);
+            in_registers(b0, b1, b2, b3);
             const __m256 x0 = _mm256_broadcast_ss(a0 + d), x1 = _mm256_broadcast_ss(a1 + d);
             s00 = _mm256_fmadd_ps(x0, b0, s00); s01 = _mm256_fmadd_ps(x0, b1, s01);
             s02 = _mm256_fmadd_ps(x0, b2, s02); s03 = _mm256_fmadd_ps(x0, b3, s03);
             s10 = _mm256_fmadd_ps(x1, b0, s10); s11 = _mm256_fmadd_ps(x1, b1, s11);
             s12 = _mm256_fmadd_ps(x1, b2, s12); s13 = _mm256_fmadd_ps(x1, b3, s13);
         }
-        float* o0 = out + i * TK;
-        float* o1 = o0 + TK;
+        float* o0 = out + i * ldo;
+        float* o1 = o0 + ldo;
         _mm256_storeu_ps(o0, s00); _mm256_storeu_ps(o0 + 8, s01); _mm256_storeu_ps(o0 + 16, s02); _mm256_storeu_ps(o0 + 24, s03);
         _mm256_storeu_ps(o1, s10); _mm256_storeu_ps(o1 + 8, s11); _mm256_storeu_ps(o1 + 16, s12); _mm256_storeu_ps(o1 + 24, s13);
     }
@@ -125,14 +137,14 @@ inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const flo
         const float* a1 = a0 + lda;
         for (int64_t d = 0; d < D; ++d) {
             const float x0 = a0[d], x1 = a1[d];
-            const float* b = Bt + d * TK;
+            const float* b = B + d * ldb;
             for (int j = 0; j < TK; ++j) {
                 s0[j] += x0 * b[j];
                 s1[j] += x1 * b[j];
             }
         }
-        std::memcpy(out + i * TK, s0, sizeof s0);
-        std::memcpy(out + (i + 1) * TK, s1, sizeof s1);
+        std::memcpy(out + i * ldo, s0, sizeof s0);
+        std::memcpy(out + (i + 1) * ldo, s1, sizeof s1);
     }
 #endif
     for (; i < rows; ++i) {
@@ -140,11 +152,16 @@ inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const flo
         const float* a0 = A + i * lda;
         for (int64_t d = 0; d < D; ++d) {
             const float x0 = a0[d];
-            const float* b = Bt + d * TK;
+            const float* b = B + d * ldb;
             for (int j = 0; j < TK; ++j) s0[j] += x0 * b[j];
         }
-        std::memcpy(out + i * TK, s0, sizeof s0);
+        std::memcpy(out + i * ldo, s0, sizeof s0);
     }
+}
+
+// out[i][0..TK) = A[i] . Bt[.][j] with Bt [D][TK] (a transposed tile), out [rows][TK].
+inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const float* Bt, int64_t D, float* out) {
+    rows_times_cols(A, lda, rows, Bt, TK, D, out, TK);
 }
 
 // acc[0..Dv) += sum over j < nk of p[j] * V[j][0..Dv); V rows ldv apart (0: Dv).
@@ -196,8 +213,9 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
                w3 = _mm256_loadu_ps(acc1 + a0 + 24);
         for (int j = 0; j < nk; ++j) {
             const float* vr = V + j * ldv + a0;
-            const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
-                         v3 = _mm256_loadu_ps(vr + 24);
+            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
+                   v3 = _mm256_loadu_ps(vr + 24);
+            in_registers(v0, v1, v2, v3);
             const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
             u0 = _mm256_fmadd_ps(x, v0, u0); u1 = _mm256_fmadd_ps(x, v1, u1);
             u2 = _mm256_fmadd_ps(x, v2, u2); u3 = _mm256_fmadd_ps(x, v3, u3);
@@ -213,6 +231,44 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
     if (a0 < Dv) {   // the rest (or all of it, portable): one row at a time
         acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, ldv);
         acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, ldv);
+    }
+}
+
+// acc_pv2 for two query columns of a P^T tile: p[j * TQ] and p[j * TQ + 1] are the two queries'
+// probabilities of key j; V rows Dv apart.
+inline void acc_pv2_cols(float* acc0, float* acc1, const float* p, const float* V, int nk, int64_t Dv) {
+    int64_t a0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; a0 + 32 <= Dv; a0 += 32) {
+        __m256 u0 = _mm256_loadu_ps(acc0 + a0), u1 = _mm256_loadu_ps(acc0 + a0 + 8), u2 = _mm256_loadu_ps(acc0 + a0 + 16),
+               u3 = _mm256_loadu_ps(acc0 + a0 + 24);
+        __m256 w0 = _mm256_loadu_ps(acc1 + a0), w1 = _mm256_loadu_ps(acc1 + a0 + 8), w2 = _mm256_loadu_ps(acc1 + a0 + 16),
+               w3 = _mm256_loadu_ps(acc1 + a0 + 24);
+        for (int j = 0; j < nk; ++j) {
+            const float* vr = V + j * Dv + a0;
+            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
+                   v3 = _mm256_loadu_ps(vr + 24);
+            in_registers(v0, v1, v2, v3);
+            const __m256 x = _mm256_broadcast_ss(p + j * TQ), y = _mm256_broadcast_ss(p + j * TQ + 1);
+            u0 = _mm256_fmadd_ps(x, v0, u0); u1 = _mm256_fmadd_ps(x, v1, u1);
+            u2 = _mm256_fmadd_ps(x, v2, u2); u3 = _mm256_fmadd_ps(x, v3, u3);
+            w0 = _mm256_fmadd_ps(y, v0, w0); w1 = _mm256_fmadd_ps(y, v1, w1);
+            w2 = _mm256_fmadd_ps(y, v2, w2); w3 = _mm256_fmadd_ps(y, v3, w3);
+        }
+        _mm256_storeu_ps(acc0 + a0, u0); _mm256_storeu_ps(acc0 + a0 + 8, u1);
+        _mm256_storeu_ps(acc0 + a0 + 16, u2); _mm256_storeu_ps(acc0 + a0 + 24, u3);
+        _mm256_storeu_ps(acc1 + a0, w0); _mm256_storeu_ps(acc1 + a0 + 8, w1);
+        _mm256_storeu_ps(acc1 + a0 + 16, w2); _mm256_storeu_ps(acc1 + a0 + 24, w3);
+    }
+#endif
+    for (; a0 < Dv; ++a0) {
+        float x = acc0[a0], y = acc1[a0];
+        for (int j = 0; j < nk; ++j) {
+            x += p[j * TQ] * V[j * Dv + a0];
+            y += p[j * TQ + 1] * V[j * Dv + a0];
+        }
+        acc0[a0] = x;
+        acc1[a0] = y;
     }
 }
 
@@ -308,8 +364,9 @@ void for_tiles(runtime::ThreadPool& pool, int64_t n, int64_t H, Fn&& fn) {
 }
 
 struct TiledScratch {
-    std::vector<float> q, kt, s, acc, rows;
+    std::vector<float> q, kt, s, acc, rows, kv;
     void size(int64_t D, int64_t Dv, int64_t R) {
+        kv.resize(size_t(TK * ((std::max(D, Dv) + TK - 1) / TK * TK)));
         q.resize(size_t(TQ * D));
         kt.resize(size_t(D * TK));
         s.resize(size_t(TQ * TK));
@@ -429,6 +486,78 @@ inline void tiled_absorbed(runtime::ThreadPool& pool, const backend::LatentPages
     });
 }
 
+// The running softmax of TQ query columns (S^T tiles [TK][TQ], one lane per query). Every key
+// tile rescales every row of acc by e^(m_old - m_new): one multiply per value, cheaper than a
+// branch per row.
+static_assert(TQ == TK, "S^T tiles are made by rows_times_tile, whose width is TK");
+struct ColumnSoftmax {
+    alignas(32) float m[TQ], l[TQ];
+    float* acc = nullptr;   // [TQ][Dv]
+    int64_t Dv = 0;
+    void start() {
+        for (int i = 0; i < TQ; ++i) {
+            m[i] = -std::numeric_limits<float>::infinity();
+            l[i] = 0.0f;
+        }
+        std::fill(acc, acc + TQ * Dv, 0.0f);
+    }
+    // st [TK][TQ]: scaled scores of keys k0.. (nk of them, rows past nk unset); query i sees keys
+    // <= qpos0 + i. st becomes the probabilities. V: the keys' values [TK][Dv].
+    void update(float* st, int nk, int64_t k0, int64_t qpos0, const float* V) {
+        constexpr float ninf = -std::numeric_limits<float>::infinity();
+        for (int j = nk; j < TK; ++j) std::fill(st + j * TQ, st + (j + 1) * TQ, ninf);
+        if (k0 + nk - 1 > qpos0)                              // a key some query may not see
+            for (int j = 0; j < nk; ++j) {
+                const int64_t first = k0 + j - qpos0;         // queries i < first do not see key j
+                for (int i = 0; i < TQ && i < first; ++i) st[j * TQ + i] = ninf;
+            }
+        alignas(32) float c[TQ];
+#if defined(__AVX2__) && defined(__FMA__)
+        for (int g = 0; g < TQ; g += 8) {
+            __m256 mx = _mm256_loadu_ps(st + g);
+            for (int j = 1; j < TK; ++j) mx = _mm256_max_ps(mx, _mm256_loadu_ps(st + j * TQ + g));
+            const __m256 mo = _mm256_load_ps(m + g), mn = _mm256_max_ps(mo, mx);
+            // A query that has seen no key yet keeps m = -inf; subtract 0 there (e^-inf = 0).
+            const __m256 safe = _mm256_and_ps(mn, _mm256_cmp_ps(mn, _mm256_set1_ps(ninf), _CMP_NEQ_OQ));
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+            for (int j = 0; j < TK; j += 2) {
+                const __m256 p0 = ops::exp8(_mm256_sub_ps(_mm256_loadu_ps(st + j * TQ + g), safe));
+                const __m256 p1 = ops::exp8(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * TQ + g), safe));
+                _mm256_storeu_ps(st + j * TQ + g, p0);
+                _mm256_storeu_ps(st + (j + 1) * TQ + g, p1);
+                s0 = _mm256_add_ps(s0, p0);
+                s1 = _mm256_add_ps(s1, p1);
+            }
+            const __m256 cg = ops::exp8(_mm256_sub_ps(mo, safe));
+            _mm256_store_ps(c + g, cg);
+            _mm256_store_ps(l + g, _mm256_fmadd_ps(_mm256_load_ps(l + g), cg, _mm256_add_ps(s0, s1)));
+            _mm256_store_ps(m + g, mn);
+        }
+#else
+        for (int i = 0; i < TQ; ++i) {
+            float mx = st[i];
+            for (int j = 1; j < TK; ++j) mx = std::max(mx, st[j * TQ + i]);
+            const float mn = std::max(m[i], mx), safe = mn == ninf ? 0.0f : mn;
+            float s0 = 0.0f, s1 = 0.0f;
+            for (int j = 0; j < TK; j += 2) {
+                s0 += (st[j * TQ + i] = exp_nonpos(st[j * TQ + i] - safe));
+                s1 += (st[(j + 1) * TQ + i] = exp_nonpos(st[(j + 1) * TQ + i] - safe));
+            }
+            c[i] = exp_nonpos(m[i] - safe);
+            l[i] = l[i] * c[i] + (s0 + s1);
+            m[i] = mn;
+        }
+#endif
+        for (int i = 0; i < TQ; ++i) {
+            float* a = acc + i * Dv;
+            const float ci = c[i];
+            for (int64_t d = 0; d < Dv; ++d) a[d] *= ci;
+        }
+        // acc += P . V, two queries at a time: P[i][j] = st[j][i].
+        for (int i = 0; i < TQ; i += 2) acc_pv2_cols(acc + i * Dv, acc + (i + 1) * Dv, st + i, V, nk, Dv);
+    }
+};
+
 // Decompressed (MHA): per head, K_h = [attn_k_b[h]^T c | k_pe] and V_h = attn_v_b[h] c. The keys
 // are expanded once per call in blocks of kb keys (shared by every query tile of the chunk),
 // then the query tiles walk that block; the running softmax lives in `state` between blocks.
@@ -441,82 +570,98 @@ inline void tiled_mha(runtime::ThreadPool& pool, const backend::Mat& k_b, const 
     const int64_t per_key = H * (dk + dv) * int64_t(sizeof(float));
     const int64_t kb = std::clamp<int64_t>((int64_t(16) << 20) / per_key / TK * TK, TK, 4096);
     const int64_t tiles_per_block = kb / TK;
-    std::vector<float> wkT(size_t(H * dn * r)), wv(size_t(H * dv * r));   // [h][dn][r], [h][dv][r]
+    // wk [h][r][dn] (attn_k_b's rows as they are) and wv^T [h][r][dv], their columns padded with
+    // zeros to whole tiles, so that a tile's K and V rows are C . wk and C . wv^T: small GEMMs over
+    // the cache rows as they lie, no transposes.
+    const int64_t dn_p = (dn + TK - 1) / TK * TK, dv_p = (dv + TK - 1) / TK * TK;
+    std::vector<float> wk(size_t(H * r * dn_p)), wvT(size_t(H * r * dv_p));
     {
         std::vector<float> row(size_t(std::max(dn, r)));
         for (int64_t h = 0; h < H; ++h) {
             const backend::Mat mk = k_b.slice(h), mv = v_b.slice(h);
-            for (int64_t i = 0; i < r; ++i) {
-                dequant(mk, i, row.data());
-                for (int64_t a = 0; a < dn; ++a) wkT[size_t((h * dn + a) * r + i)] = row[size_t(a)];
+            for (int64_t i = 0; i < r; ++i) dequant(mk, i, wk.data() + (h * r + i) * dn_p);
+            for (int64_t a = 0; a < dv; ++a) {
+                dequant(mv, a, row.data());
+                for (int64_t i = 0; i < r; ++i) wvT[size_t((h * r + i) * dv_p + a)] = row[size_t(i)];
             }
-            for (int64_t a = 0; a < dv; ++a) dequant(mv, a, wv.data() + (h * dv + a) * r);
         }
     }
-    std::vector<float> kt(size_t(H * tiles_per_block * dk * TK)), vt(size_t(H * tiles_per_block * TK * dv));
+    std::vector<float> kt(size_t(H * tiles_per_block * TK * dk)), vt(size_t(H * tiles_per_block * TK * dv));
     std::vector<float> st_m(size_t(n * H)), st_l(size_t(n * H)), st_acc(size_t(n * H * dv));
     auto& scr = scratch_for(pool.size());
-    for (int i = 0; i < pool.size(); ++i) scr[size_t(i)].size(std::max(dk, r), dv, R);   // acc [TQ][dv] also holds V^T [dv][TK]
+    for (int i = 0; i < pool.size(); ++i) scr[size_t(i)].size(std::max(dk, r), dv, R);
 
     for (int64_t b0 = 0; b0 < n_keys; b0 += kb) {
         const int64_t bn = std::min(kb, n_keys - b0), bt = (bn + TK - 1) / TK;
-        // 1. Expand the block: per (key tile, head), K^T = [wk^T C^T ; k_pe^T], V = (wv C^T)^T.
+        // 1. Expand the block: per (key tile, head), K = [C . wk | k_pe] [TK][dk] and V = C . wv^T
+        //    [TK][dv], C the tile's latent rows. Rows past the last key are never read.
         std::atomic<int64_t> next{0};
         pool.run([&](int ith, int) {
             TiledScratch& w = scr[size_t(ith)];
-            float* ct = w.kt.data();            // C^T [r][TK]
-            float* vtmp = w.acc.data();         // V^T [dv][TK] before the transpose
             for (int64_t k; (k = next.fetch_add(1)) < bt * H;) {
                 const int64_t ti = k / H, h = k % H, k0 = b0 + ti * TK;
                 const int nk = int(std::min<int64_t>(TK, n_keys - k0));
                 load_rows(c, k0, nk, w.rows.data());
-                for (int64_t i = 0; i < r; ++i)
-                    for (int j = 0; j < TK; ++j) ct[i * TK + j] = j < nk ? w.rows[size_t(j * R + i)] : 0.0f;
-                float* KT = kt.data() + (h * tiles_per_block + ti) * dk * TK;
-                rows_times_tile(wkT.data() + h * dn * r, r, dn, ct, r, KT);
-                for (int64_t d = 0; d < dr; ++d)
-                    for (int j = 0; j < TK; ++j) KT[(dn + d) * TK + j] = j < nk ? w.rows[size_t(j * R + r + d)] : 0.0f;
-                rows_times_tile(wv.data() + h * dv * r, r, dv, ct, r, vtmp);
+                float* K = kt.data() + (h * tiles_per_block + ti) * TK * dk;
                 float* V = vt.data() + (h * tiles_per_block + ti) * TK * dv;
-                for (int j = 0; j < TK; ++j)
-                    for (int64_t a = 0; a < dv; ++a) V[j * dv + a] = vtmp[size_t(a * TK + j)];
+                float* t = w.kv.data();                                   // [TK][dn_p], then [TK][dv_p]
+                for (int64_t a0 = 0; a0 < dn_p; a0 += TK)
+                    rows_times_cols(w.rows.data(), R, nk, wk.data() + h * r * dn_p + a0, dn_p, r, t + a0, dn_p);
+                for (int j = 0; j < nk; ++j) {
+                    std::memcpy(K + j * dk, t + j * dn_p, size_t(dn) * sizeof(float));
+                    std::memcpy(K + j * dk + dn, &w.rows[size_t(j * R + r)], size_t(dr) * sizeof(float));
+                }
+                if (dv == dv_p) {
+                    for (int64_t a0 = 0; a0 < dv; a0 += TK)
+                        rows_times_cols(w.rows.data(), R, nk, wvT.data() + h * r * dv + a0, dv, r, V + a0, dv);
+                } else {
+                    for (int64_t a0 = 0; a0 < dv_p; a0 += TK)
+                        rows_times_cols(w.rows.data(), R, nk, wvT.data() + h * r * dv_p + a0, dv_p, r, t + a0, dv_p);
+                    for (int j = 0; j < nk; ++j) std::memcpy(V + j * dv, t + j * dv_p, size_t(dv) * sizeof(float));
+                }
             }
         });
-        // 2. Every query tile that sees part of the block walks its tiles.
+        // 2. Every query tile that sees part of the block walks its tiles. Scores are taken
+        // transposed, S^T = K . Q^T [TK][TQ], so that each vector lane is one query: the running
+        // max, the sum and the rescale are then lane-wise, with no horizontal reductions and no
+        // branch per row.
         for_tiles(pool, n, H, [&](int ith, int64_t qt, int64_t h) {
             TiledScratch& w = scr[size_t(ith)];
             const int64_t t0 = qt * TQ;
             const int nq = int(std::min<int64_t>(TQ, n - t0));
             const int64_t qpos0 = pos0 + t0, q_keys = qpos0 + nq;
             if (q_keys <= b0) return;
-            for (int i = 0; i < nq; ++i) {
+            float* QT = w.q.data();                               // Q^T [dk][TQ], pre-scaled
+            for (int i = 0; i < TQ; ++i) {
                 const float* src = q + ((t0 + i) * H + h) * dk;
-                for (int64_t d = 0; d < dk; ++d) w.q[size_t(i * dk + d)] = src[d] * sh.scale;
+                for (int64_t d = 0; d < dk; ++d) QT[d * TQ + i] = i < nq ? src[d] * sh.scale : 0.0f;
             }
-            Online on;
-            on.Dv = dv;
+            ColumnSoftmax on;
             on.acc = w.acc.data();
-            float* sm = st_m.data() + (t0 * H + h);    // state rows of this tile: stride H
+            on.Dv = dv;
             if (b0 == 0) {
-                on.start(nq, w.acc.data(), dv);
+                on.start();
             } else {
-                for (int i = 0; i < nq; ++i) {
-                    on.m[i] = sm[i * H];
-                    on.l[i] = st_l[size_t((t0 + i) * H + h)];
-                    std::memcpy(on.acc + i * dv, &st_acc[size_t(((t0 + i) * H + h) * dv)], size_t(dv) * sizeof(float));
+                for (int i = 0; i < TQ; ++i) {
+                    const int64_t th = (t0 + std::min(i, nq - 1)) * H + h;
+                    on.m[i] = st_m[size_t(th)];
+                    on.l[i] = st_l[size_t(th)];
+                    std::memcpy(on.acc + i * dv, &st_acc[size_t(th * dv)], size_t(dv) * sizeof(float));
                 }
             }
             for (int64_t ti = 0; ti < bt; ++ti) {
                 const int64_t k0 = b0 + ti * TK;
                 if (k0 >= q_keys) break;
                 const int nk = int(std::min<int64_t>(TK, n_keys - k0));
-                rows_times_tile(w.q.data(), dk, nq, kt.data() + (h * tiles_per_block + ti) * dk * TK, dk, w.s.data());
-                on.update(w.s.data(), nq, nk, k0, qpos0, vt.data() + (h * tiles_per_block + ti) * TK * dv);
+                const float* K = kt.data() + (h * tiles_per_block + ti) * dk * TK;
+                rows_times_tile(K, dk, nk, QT, dk, w.s.data());
+                on.update(w.s.data(), nk, k0, qpos0, vt.data() + (h * tiles_per_block + ti) * TK * dv);
             }
             for (int i = 0; i < nq; ++i) {
-                sm[i * H] = on.m[i];
-                st_l[size_t((t0 + i) * H + h)] = on.l[i];
-                std::memcpy(&st_acc[size_t(((t0 + i) * H + h) * dv)], on.acc + i * dv, size_t(dv) * sizeof(float));
+                const int64_t th = (t0 + i) * H + h;
+                st_m[size_t(th)] = on.m[i];
+                st_l[size_t(th)] = on.l[i];
+                std::memcpy(&st_acc[size_t(th * dv)], on.acc + i * dv, size_t(dv) * sizeof(float));
             }
         });
     }

@@ -1,5 +1,5 @@
 // ggml's AVX2+FMA vector exp (ggml_v_expf), shared by the kernels that follow ggml's arithmetic
-// (SiLU, the vision softmax). Include only from *_avx2.cpp files (they get -mavx2 -mfma).
+// (SiLU, the vision softmax, the tiled attention). Include only from *_avx2.cpp files (they get -mavx2 -mfma).
 // Same polynomial; 2^n is built in the exponent bits, with a two-factor scale near over/underflow.
 #pragma once
 #include <immintrin.h>
