@@ -26,6 +26,7 @@ struct InfoArgs {
     std::string cache_type = "f16";
     int ranks = 0;                     // --ranks: the rank plan of `mpirun -np RANKS kinfer ... --split SPLIT`
     std::string split = "pipeline";
+    int stages = 2;                    // --stages: pipeline stages of --split both
 };
 
 void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -49,14 +50,19 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
     app.add_option("--ranks", a->ranks, "With --plan: the rank plan for this many processes (mpirun -np): layers, "
                    "experts, bytes, bytes moved per token")
         ->check(kinfer::cli::int_in(1, 4096));
-    app.add_option("--split", a->split, "With --plan --ranks: pipeline or experts")
+    app.add_option("--split", a->split, "With --plan --ranks: pipeline, experts or both (a grid of --stages "
+                   "pipeline stages, the experts of each stage shared among its ranks)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"pipeline", "experts"}));
+        ->check(CLI::IsMember({"pipeline", "experts", "both"}));
+    app.add_option("--stages", a->stages, "With --plan --ranks --split both: the pipeline stages (RANKS must be a "
+                   "multiple)")
+        ->capture_default_str()
+        ->check(kinfer::cli::int_in(1, 4096));
     return std::function<int()>([a] {
         kinfer::check_input_file(a->file, "info");   // a FIFO or device would block the open
         if (a->plan && a->ranks > 0) {
             auto m = kinfer::model::Model::load(a->file);
-            write_out(kinfer::dist::format_plan(kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(a->split), a->ranks), *m));
+            write_out(kinfer::dist::format_plan(kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(a->split), a->ranks, a->stages), *m));
             return std::fflush(stdout) == 0 ? 0 : 1;
         }
         auto f = kinfer::gguf::File::open(a->file);

@@ -11,10 +11,13 @@ namespace kinfer::dist {
 SplitKind parse_split(const std::string& s) {
     if (s == "pipeline") return SplitKind::pipeline;
     if (s == "experts") return SplitKind::experts;
-    throw UsageError(fmt::format("--split must be pipeline or experts (got '{}')", s));
+    if (s == "both") return SplitKind::both;
+    throw UsageError(fmt::format("--split must be pipeline, experts or both (got '{}')", s));
 }
 
-const char* split_name(SplitKind k) { return k == SplitKind::pipeline ? "pipeline" : "experts"; }
+const char* split_name(SplitKind k) {
+    return k == SplitKind::pipeline ? "pipeline" : k == SplitKind::experts ? "experts" : "both";
+}
 
 namespace {
 
@@ -60,12 +63,21 @@ uint64_t residual_bytes_per_token(const model::HParams& hp, int boundary) {
     return (1 + blocks) * uint64_t(hp.n_embd) * sizeof(float);
 }
 
-Plan Plan::make(const model::Model& m, SplitKind kind, int ranks) {
+Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
     const model::HParams& hp = m.hparams();
     if (ranks < 1) throw UsageError(fmt::format("--ranks must be at least 1 (got {})", ranks));
     Plan p;
     p.kind = kind, p.ranks = ranks;
-    p.part.resize(size_t(ranks));
+    if (kind == SplitKind::pipeline) {
+        p.stages = ranks, p.shards = 1;
+    } else if (kind == SplitKind::experts) {
+        p.stages = 1, p.shards = ranks;
+    } else {
+        if (stages == 0) stages = 2;
+        if (stages < 1 || ranks % stages != 0)
+            throw UsageError(fmt::format("--split both: {} ranks do not make {} stages of equal size (--stages)", ranks, stages));
+        p.stages = stages, p.shards = ranks / stages;
+    }
     std::vector<uint64_t> layer_bytes(size_t(hp.n_layer), 0), expert_bytes(size_t(hp.n_layer), 0);
     uint64_t embd = 0, head = 0;
     for (const auto& t : m.file().tensors()) {
@@ -78,74 +90,83 @@ Plan Plan::make(const model::Model& m, SplitKind kind, int ranks) {
             embd += t.nbytes;
         }
     }
-    const uint64_t vocab_row = uint64_t(hp.n_vocab) * sizeof(float);
-    if (kind == SplitKind::pipeline) {
-        if (ranks > hp.n_layer)
-            throw UsageError(fmt::format("--split pipeline: {} ranks for {} layers (each rank needs a layer)", ranks, hp.n_layer));
-        std::vector<uint64_t> w(size_t(hp.n_layer));
-        for (int il = 0; il < hp.n_layer; ++il) w[size_t(il)] = layer_bytes[size_t(il)] + expert_bytes[size_t(il)];
-        std::vector<uint64_t> wb = w;
-        wb.back() += head;   // the last rank reads the head for every token it emits
-        const std::vector<int> b = balance(wb, ranks);
-        uint64_t resid = 0;
-        for (int r = 0; r < ranks; ++r) {
-            RankPart& q = p.part[size_t(r)];
-            q.first_layer = b[size_t(r)], q.last_layer = b[size_t(r + 1)];
-            q.first_expert = 0, q.last_expert = int(hp.n_expert);
-            q.embeds = r == 0, q.head = r == ranks - 1;
-            for (int il = q.first_layer; il < q.last_layer; ++il) q.bytes += w[size_t(il)];
-            if (q.embeds) q.bytes += embd;
-            if (q.head) q.bytes += head;
-            if (r + 1 < ranks) resid += residual_bytes_per_token(hp, q.last_layer);
-        }
-        const uint64_t back = ranks > 1 ? vocab_row : 0;   // logits from the last rank to rank 0
-        p.bytes_per_decode_token = resid + back;
-        p.bytes_per_prefill_token = resid;
-        p.bytes_per_all_logits_token = resid + back;
-    } else {
-        const int E = int(hp.n_expert);
-        if (E == 0) throw UsageError("--split experts: this model has no routed experts");
-        if (ranks > E) throw UsageError(fmt::format("--split experts: {} ranks for {} experts per layer", ranks, E));
-        uint64_t dense = 0, experts = 0;
-        int n_moe = 0;
-        for (int il = 0; il < hp.n_layer; ++il) {
-            dense += layer_bytes[size_t(il)], experts += expert_bytes[size_t(il)];
-            n_moe += expert_bytes[size_t(il)] > 0;
-        }
-        for (int r = 0; r < ranks; ++r) {
-            RankPart& q = p.part[size_t(r)];
-            q.first_layer = 0, q.last_layer = hp.n_layer;
-            q.first_expert = int(int64_t(r) * E / ranks), q.last_expert = int(int64_t(r + 1) * E / ranks);
-            q.embeds = true, q.head = r == 0;
-            q.bytes = dense + embd + experts * uint64_t(q.last_expert - q.first_expert) / uint64_t(E) + (q.head ? head : 0);
-        }
-        // Every (token, slot) row of every MoE layer goes from the rank that owns its expert to
-        // each of the others: the expert outputs in the latent width (K3: expert_latent_length).
-        const uint64_t slots = uint64_t(n_moe) * uint64_t(hp.n_expert_used) * uint64_t(hp.latent_dim()) * sizeof(float);
-        p.bytes_per_decode_token = p.bytes_per_prefill_token = p.bytes_per_all_logits_token = slots * uint64_t(ranks - 1);
+    const char* what = split_name(kind);
+    if (p.stages > hp.n_layer)
+        throw UsageError(fmt::format("--split {}: {} stages for {} layers (each stage needs a layer)", what, p.stages, hp.n_layer));
+    const int E = int(hp.n_expert);
+    if (p.shards > 1 && E == 0) throw UsageError(fmt::format("--split {}: this model has no routed experts", what));
+    if (p.shards > 1 && p.shards > E)
+        throw UsageError(fmt::format("--split {}: {} expert shards for {} experts per layer", what, p.shards, E));
+
+    // Stages: contiguous layer ranges balanced by the bytes a stage reads per token (the last
+    // stage also reads the head). Each rank of a stage reads the dense part and its share of the
+    // experts, so the experts weigh 1/E there.
+    std::vector<uint64_t> w(size_t(hp.n_layer));
+    for (int il = 0; il < hp.n_layer; ++il)
+        w[size_t(il)] = layer_bytes[size_t(il)] + expert_bytes[size_t(il)] / uint64_t(p.shards);
+    std::vector<uint64_t> wb = w;
+    wb.back() += head;
+    const std::vector<int> b = balance(wb, p.stages);
+    p.part.resize(size_t(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        RankPart& q = p.part[size_t(r)];
+        q.stage = r / p.shards, q.shard = r % p.shards;
+        q.first_layer = b[size_t(q.stage)], q.last_layer = b[size_t(q.stage + 1)];
+        q.first_expert = int(int64_t(q.shard) * E / p.shards), q.last_expert = int(int64_t(q.shard + 1) * E / p.shards);
+        q.embeds = q.stage == 0;
+        q.head = q.stage == p.stages - 1 && q.shard == 0;
+        uint64_t experts = 0;
+        for (int il = q.first_layer; il < q.last_layer; ++il) q.bytes += layer_bytes[size_t(il)], experts += expert_bytes[size_t(il)];
+        if (E) q.bytes += experts * uint64_t(q.last_expert - q.first_expert) / uint64_t(E);
+        if (q.embeds) q.bytes += embd;
+        if (q.head) q.bytes += head;
     }
+
+    // On the wire, per token: each stage boundary carries the residual once per shard (shard e
+    // of one stage feeds shard e of the next); within a stage, every (token, slot) row of its MoE
+    // layers goes from the shard that owns the expert to each of the other shards, at the latent
+    // width (K3: expert_latent_length); the head rank sends the logits to rank 0.
+    uint64_t resid = 0, slots = 0;
+    for (int s = 0; s + 1 < p.stages; ++s) resid += residual_bytes_per_token(hp, b[size_t(s + 1)]) * uint64_t(p.shards);
+    if (p.shards > 1) {
+        int n_moe = 0;
+        for (int il = 0; il < hp.n_layer; ++il) n_moe += expert_bytes[size_t(il)] > 0;
+        slots = uint64_t(n_moe) * uint64_t(hp.n_expert_used) * uint64_t(hp.latent_dim()) * sizeof(float) * uint64_t(p.shards - 1);
+    }
+    const uint64_t back = p.stages > 1 ? uint64_t(hp.n_vocab) * sizeof(float) : 0;
+    p.bytes_per_decode_token = resid + slots + back;
+    p.bytes_per_prefill_token = resid + slots;
+    p.bytes_per_all_logits_token = resid + slots + back;
     return p;
 }
 
-int Plan::layer_owner(int il) const {
-    for (int r = 0; r < ranks; ++r)
-        if (il >= part[size_t(r)].first_layer && il < part[size_t(r)].last_layer) return r;
+int Plan::layer_stage(int il) const {
+    for (int s = 0; s < stages; ++s) {
+        const RankPart& q = part[size_t(rank_at(s, 0))];
+        if (il >= q.first_layer && il < q.last_layer) return s;
+    }
     return -1;
 }
 
-int Plan::expert_owner(int e) const {
-    for (int r = 0; r < ranks; ++r)
-        if (e >= part[size_t(r)].first_expert && e < part[size_t(r)].last_expert) return r;
+int Plan::expert_shard(int e) const {
+    for (int k = 0; k < shards; ++k) {
+        const RankPart& q = part[size_t(k)];
+        if (e >= q.first_expert && e < q.last_expert) return k;
+    }
     return -1;
 }
 
 std::string format_plan(const Plan& p, const model::Model& m) {
     auto mib = [](uint64_t b) { return fmt::format("{:.2f} MiB", double(b) / 1048576.0); };
-    std::string s = fmt::format("plan: {} ({}), {} ranks, --split {}\n", m.path(), m.describe(), p.ranks, split_name(p.kind));
-    s += fmt::format("{:>4}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", "rank", "layers", "experts", "embeds", "head", "bytes");
+    std::string s = fmt::format("plan: {} ({}), {} ranks, --split {}", m.path(), m.describe(), p.ranks, split_name(p.kind));
+    if (p.kind == SplitKind::both) s += fmt::format(" ({} stages x {} expert shards)", p.stages, p.shards);
+    s += "\n";
+    s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", "rank", "stage", "shard", "layers", "experts", "embeds",
+                     "head", "bytes");
     for (int r = 0; r < p.ranks; ++r) {
         const RankPart& q = p.part[size_t(r)];
-        s += fmt::format("{:>4}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", r, fmt::format("{}-{}", q.first_layer, q.last_layer - 1),
+        s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", r, q.stage, q.shard,
+                         fmt::format("{}-{}", q.first_layer, q.last_layer - 1),
                          q.last_expert > q.first_expert ? fmt::format("{}-{}", q.first_expert, q.last_expert - 1) : "-",
                          q.embeds ? "yes" : "no", q.head ? "yes" : "no", mib(q.bytes));
     }

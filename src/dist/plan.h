@@ -5,6 +5,10 @@
 //             tensors read per token (the last rank also reads the output head); rank 0 embeds.
 //   experts:  every rank owns every dense tensor; the routed experts of each MoE layer are
 //             split into contiguous ranges of ids, one per rank; rank 0 runs the output head.
+//   both:     the ranks form a grid of S pipeline stages x E expert shards (rank = stage * E +
+//             shard): stage s owns a range of layers as in pipeline, and within it shard e owns a
+//             range of every MoE layer's experts as in experts. pipeline is the grid S = ranks,
+//             E = 1, and experts the grid S = 1, E = ranks.
 #pragma once
 #include "model/model.h"
 
@@ -14,11 +18,12 @@
 
 namespace kinfer::dist {
 
-enum class SplitKind { pipeline, experts };
-SplitKind parse_split(const std::string& s);   // "pipeline" | "experts"; throws UsageError otherwise
+enum class SplitKind { pipeline, experts, both };
+SplitKind parse_split(const std::string& s);   // "pipeline" | "experts" | "both"; throws UsageError otherwise
 const char* split_name(SplitKind k);
 
 struct RankPart {
+    int stage = 0, shard = 0;                  // its place in the grid
     int first_layer = 0, last_layer = 0;       // layers [first, last) this rank runs (experts: all)
     int first_expert = 0, last_expert = 0;     // routed experts [first, last) of every MoE layer
     bool embeds = false, head = false;         // token_embd / the output head
@@ -28,15 +33,18 @@ struct RankPart {
 struct Plan {
     SplitKind kind = SplitKind::pipeline;
     int ranks = 1;
+    int stages = 1, shards = 1;                // the grid: ranks = stages * shards
     std::vector<RankPart> part;
     // Bytes on the wire for the whole job per token (every rank's sends together), not counting
     // the few bytes of each chunk's command: a decoded token, and a prefill token of a chunk whose
     // logits only the last row needs (generation) or every row needs (eval, perplexity).
     uint64_t bytes_per_decode_token = 0, bytes_per_prefill_token = 0, bytes_per_all_logits_token = 0;
 
-    static Plan make(const model::Model& m, SplitKind kind, int ranks);
-    int layer_owner(int il) const;
-    int expert_owner(int e) const;
+    // stages: the number of pipeline stages for --split both (0: 2); ignored by the other two.
+    static Plan make(const model::Model& m, SplitKind kind, int ranks, int stages = 0);
+    int rank_at(int stage, int shard) const { return stage * shards + shard; }
+    int layer_stage(int il) const;   // the stage that runs layer il
+    int expert_shard(int e) const;   // the shard (within every stage) that runs routed expert e
 };
 
 // Bytes of the residual message that crosses after layer `boundary` (K3: p and the blocks banked

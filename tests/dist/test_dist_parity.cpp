@@ -1,6 +1,7 @@
-// mpirun -np 2 / -np 3 on localhost against one process: the logits of every golden tiny model
-// must be the same bytes with --split pipeline and --split experts, in one batch and token by
-// token, and the greedy continuation must be the same ids.
+// mpirun -np 2 / -np 3 (and -np 4 as 2 stages x 2 expert shards) on localhost against one
+// process: the logits of every golden tiny model must be the same bytes with --split pipeline,
+// --split experts and --split both, in one batch and token by token, and the greedy
+// continuation must be the same ids.
 #include "dist_util.h"
 
 #include <doctest/doctest.h>
@@ -45,18 +46,24 @@ void check_model(const std::string& model, const std::string& mode, std::initial
             CHECK(many.greedy == one.greedy);
         }
     }
+    // Both splits at once: 4 ranks as 2 pipeline stages of 2 expert shards each.
+    CAPTURE(model);
+    CAPTURE(mode);
+    const EvalOut grid = eval(mpirun(4), model, mode, dir, "both4", "--split both --stages 2");
+    CHECK(grid.logits == one.logits);
+    CHECK(grid.greedy == one.greedy);
     std::filesystem::remove_all(dir);
 }
 
 }  // namespace
 
-TEST_CASE("dist: shipped tiny models, -np 2 and 3, both splits, batch and decode: logits bit-identical") {
+TEST_CASE("dist: shipped tiny models, -np 2 and 3, every split (and 2 x 2), batch and decode: logits bit-identical") {
     if (!have_mpirun()) return;
     for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"})
         for (const char* mode : {"batch", "decode"}) check_model(data(std::string("models/") + m + ".gguf"), mode, {2, 3});
 }
 
-TEST_CASE("dist: every golden tiny model at -np 3, both splits: logits bit-identical") {
+TEST_CASE("dist: every golden tiny model at -np 3 (and 2 x 2), every split: logits bit-identical") {
     if (!have_mpirun()) return;
     for (const char* arch : {"k3-tiny-a", "kl-tiny-a"})
         for (const char* q : {"F32", "Q8_0", "MXFP4_MOE"}) {
@@ -77,6 +84,9 @@ TEST_CASE("dist: --micro-batch N keeps pieces in flight and equals one process w
         REQUIRE(one.logits.size() > 0);
         CHECK(many.logits == one.logits);
         CHECK(many.greedy == one.greedy);
+        const EvalOut grid = eval(mpirun(4), model, "batch", dir, "micro4", "-b 64 --micro-batch 16 --split both --stages 2");
+        CHECK(grid.logits == one.logits);
+        CHECK(grid.greedy == one.greedy);
     }
     std::filesystem::remove_all(dir);
 }

@@ -76,22 +76,23 @@ TEST_CASE("dist: --dist-stats: the bytes the ranks sent are the plan's bytes per
     auto m = kinfer::model::Model::load(model);
     const int64_t n = 64;   // tests/data/prompt64.ids.txt
     const std::string dir = scratch_dir("stats");
-    for (const char* split : {"pipeline", "experts"}) {
+    for (const char* split : {"pipeline", "experts", "both"}) {
         CAPTURE(split);
-        const int R = 3;
-        const auto plan = kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(split), R);
+        const bool grid = std::string(split) == "both";
+        const int R = grid ? 4 : 3;
+        const auto plan = kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(split), R, 2);
         const auto r = run_command(mpirun(R) + kinfer_bin() + " eval -m " + model + " --tokens " + data("prompt64.ids.txt") +
-                                   " -t 1 --logits " + dir + "/l.f32 --dist-stats --split " + split);
+                                   " -t 1 --logits " + dir + "/l.f32 --dist-stats --split " + split + " --stages 2");
         INFO(r.out);
         REQUIRE(r.rc == 0);
         const size_t at = r.out.find("ranks sent ");
         REQUIRE(at != std::string::npos);
         const uint64_t sent = std::stoull(r.out.substr(at + 11));
-        // Every row's logits are wanted (--logits); a pipeline's residual messages carry a
+        // Every row's logits are wanted (--logits); the residual messages between stages carry a
         // 24-byte header each; the commands (open, forward with 64 ids, close, stats) stay
         // under 2 KiB.
         uint64_t want = plan.bytes_per_all_logits_token * uint64_t(n);
-        if (plan.kind == kinfer::dist::SplitKind::pipeline) want += 24 * uint64_t(R - 1);
+        want += 24 * uint64_t(plan.stages - 1) * uint64_t(plan.shards);   // one residual message per boundary and shard
         CHECK(sent >= want);
         CHECK(sent < want + 2048);
         for (int q = 0; q < R; ++q) CHECK(r.out.find("rank " + std::to_string(q) + ": sent") != std::string::npos);

@@ -1,5 +1,6 @@
 // The rank plan: every layer and expert has exactly one owner, the bytes add up to the file's
 // tensors, and the bytes moved per token follow from the model's shape.
+#include "common/error.h"
 #include "dist/plan.h"
 #include "test_util.h"
 
@@ -37,7 +38,7 @@ TEST_CASE("dist plan: pipeline ranges cover every layer once and the bytes add u
             }
             CHECK(p.part.back().last_layer == hp.n_layer);
             CHECK(bytes == tensor_bytes(*m, ""));
-            for (int il = 0; il < hp.n_layer; ++il) CHECK(p.layer_owner(il) >= 0);
+            for (int il = 0; il < hp.n_layer; ++il) CHECK(p.layer_stage(il) == p.part[size_t(p.layer_stage(il))].stage);
             // Per decoded token: a residual message at each of the R - 1 boundaries, then one
             // row of logits back to rank 0.
             uint64_t want = 0;
@@ -67,7 +68,7 @@ TEST_CASE("dist plan: experts split into contiguous ranges, one owner each") {
     for (int R = 1; R <= 3; ++R) {
         CAPTURE(R);
         const auto p = dist::Plan::make(*m, dist::SplitKind::experts, R);
-        for (int e = 0; e < hp.n_expert; ++e) CHECK(p.expert_owner(int(e)) >= 0);
+        for (int e = 0; e < hp.n_expert; ++e) CHECK(p.expert_shard(int(e)) >= 0);
         uint64_t share = 0;
         for (const auto& q : p.part) share += q.bytes;
         // Every rank holds the dense part, rank 0 the head; together they hold every expert
@@ -80,4 +81,59 @@ TEST_CASE("dist plan: experts split into contiguous ranges, one owner each") {
         CHECK(p.bytes_per_decode_token == uint64_t(n_moe) * uint64_t(hp.n_expert_used) * uint64_t(hp.latent_dim()) * 4 * uint64_t(R - 1));
     }
     CHECK_THROWS(dist::Plan::make(*m, dist::SplitKind::experts, int(hp.n_expert) + 1));
+}
+
+TEST_CASE("dist plan: both = a grid of stages x expert shards; each stage a pipeline range, each shard an expert range") {
+    for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        auto m = model::Model::load(data(std::string("models/") + name + ".gguf"));
+        const auto& hp = m->hparams();
+        for (auto [R, S] : {std::pair{4, 2}, std::pair{6, 2}, std::pair{6, 3}, std::pair{2, 1}, std::pair{2, 2}}) {
+            CAPTURE(name);
+            CAPTURE(R);
+            CAPTURE(S);
+            const auto p = dist::Plan::make(*m, dist::SplitKind::both, R, S);
+            const int E = R / S;
+            REQUIRE(p.stages == S);
+            REQUIRE(p.shards == E);
+            // The stages' layer ranges tile the model; the shards of a stage share its range and
+            // split its experts into contiguous ranges.
+            for (int s = 0; s < S; ++s)
+                for (int e = 0; e < E; ++e) {
+                    const auto& q = p.part[size_t(p.rank_at(s, e))];
+                    CHECK(q.stage == s);
+                    CHECK(q.shard == e);
+                    CHECK(q.first_layer == p.part[size_t(p.rank_at(s, 0))].first_layer);
+                    CHECK(q.last_layer == p.part[size_t(p.rank_at(s, 0))].last_layer);
+                    CHECK(q.first_layer == (s ? p.part[size_t(p.rank_at(s - 1, 0))].last_layer : 0));
+                    CHECK(q.first_expert == (e ? p.part[size_t(e - 1)].last_expert : 0));
+                    CHECK(q.embeds == (s == 0));
+                    CHECK(q.head == (s == S - 1 && e == 0));
+                }
+            CHECK(p.part.back().last_layer == hp.n_layer);
+            CHECK(p.part[size_t(E - 1)].last_expert == hp.n_expert);
+            for (int il = 0; il < hp.n_layer; ++il) CHECK(p.layer_stage(il) >= 0);
+            // Per decoded token: the residual at each stage boundary once per shard, the slot rows
+            // of every MoE layer to the other shards of its stage, one row of logits to rank 0.
+            uint64_t want = 0;
+            for (int s = 0; s + 1 < S; ++s)
+                want += dist::residual_bytes_per_token(hp, p.part[size_t(p.rank_at(s, 0))].last_layer) * uint64_t(E);
+            int n_moe = 0;
+            for (int il = 0; il < hp.n_layer; ++il) n_moe += !hp.is_dense(il);
+            want += uint64_t(n_moe) * uint64_t(hp.n_expert_used) * uint64_t(hp.latent_dim()) * 4 * uint64_t(E - 1);
+            if (S > 1) want += uint64_t(hp.n_vocab) * 4;
+            CHECK(p.bytes_per_decode_token == want);
+        }
+        // The same grid as the two named splits.
+        const auto a = dist::Plan::make(*m, dist::SplitKind::both, 3, 3), b = dist::Plan::make(*m, dist::SplitKind::pipeline, 3);
+        const auto c = dist::Plan::make(*m, dist::SplitKind::both, 3, 1), d = dist::Plan::make(*m, dist::SplitKind::experts, 3);
+        for (int r = 0; r < 3; ++r) {
+            CHECK(a.part[size_t(r)].first_layer == b.part[size_t(r)].first_layer);
+            CHECK(a.part[size_t(r)].bytes == b.part[size_t(r)].bytes);
+            CHECK(c.part[size_t(r)].first_expert == d.part[size_t(r)].first_expert);
+            CHECK(c.part[size_t(r)].bytes == d.part[size_t(r)].bytes);
+        }
+        CHECK(a.bytes_per_decode_token == b.bytes_per_decode_token);
+        CHECK(c.bytes_per_decode_token == d.bytes_per_decode_token);
+        CHECK_THROWS_AS(dist::Plan::make(*m, dist::SplitKind::both, 5, 2), UsageError);   // 5 ranks are not 2 equal stages
+    }
 }

@@ -23,16 +23,22 @@ SplitFlags& split_flags() {
 void add_split_flags(CLI::App& app) {
     SplitFlags& f = split_flags();
     app.add_option("--split", f.split,
-                   "under mpirun: pipeline (each rank runs a range of layers) or experts (each rank runs a share of "
-                   "every MoE layer's routed experts); default pipeline when there are several ranks")
-        ->check(CLI::IsMember({"pipeline", "experts"}))
+                   "under mpirun: pipeline (each rank runs a range of layers), experts (each rank runs a share of "
+                   "every MoE layer's routed experts) or both (the ranks form --stages pipeline stages, and the "
+                   "experts of each stage are shared among its ranks); default pipeline when there are several ranks")
+        ->check(CLI::IsMember({"pipeline", "experts", "both"}))
+        ->group("Across processes (mpirun)");
+    app.add_option("--stages", f.stages, "under mpirun, --split both: the number of pipeline stages (the rank count "
+                   "must be a multiple of it)")
+        ->capture_default_str()
+        ->check(int_in(1, 4096))
         ->group("Across processes (mpirun)");
     app.add_option("--dist-timeout", f.timeout_s, "under mpirun: seconds a rank waits on a peer mid-pass before the job ends")
         ->check(real_in(0, 1e6, true))
         ->group("Across processes (mpirun)");
     app.add_option("--micro-batch", f.micro_batch,
-                   "under mpirun, --split pipeline: send each prefill chunk through the ranks in pieces of N tokens so "
-                   "that they overlap (the logits then equal one process run with -b N)")
+                   "under mpirun, --split pipeline or both: send each prefill chunk through the stages in pieces of N "
+                   "tokens so that they overlap (the logits then equal one process run with -b N)")
         ->check(int_in(0, kMaxBatch))
         ->group("Across processes (mpirun)");
     app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent and peak RSS at exit")
@@ -48,7 +54,7 @@ std::unique_ptr<model::Split> attach_split(const model::Model& m, model::Session
     c->timeout_s = f.timeout_s;
     // Ranks on one machine share its cores: by default each gets its share of them.
     if (so.n_threads <= 0) so.n_threads = std::max(1, runtime::ThreadPool::default_threads() / c->local_size());
-    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch);
+    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch, f.stages);
     so.split = s.get();
     return s;
 }

@@ -1,5 +1,5 @@
 // Running a command across the ranks of an MPI job (issue 17): `mpirun -np N kinfer eval|run|
-// chat|perplexity|bench ... [--split pipeline|experts]`. Rank 0 runs the command as usual (it
+// chat|perplexity|bench ... [--split pipeline|experts|both [--stages S]]`. Rank 0 runs the command as usual (it
 // owns the terminal, the tokenizer and the sampler); every other rank runs dist::serve() instead
 // and mirrors rank 0's sessions. Without MPI (not built, or not launched by mpirun) none of this
 // does anything and the command runs alone.
@@ -19,6 +19,7 @@ struct SplitFlags {
     std::string split;           // empty: pipeline when there is more than one rank
     double timeout_s = 600.0;    // a rank waiting longer than this on a peer ends the job
     int64_t micro_batch = 0;     // pipeline prefill pieces (0: whole chunks)
+    int stages = 2;              // --split both: pipeline stages
     bool stats = false;          // print each rank's bytes sent and peak RSS at exit
 };
 SplitFlags& split_flags();

@@ -111,10 +111,11 @@ void Comm::recv_into(int from, Tag tag, void* data, size_t bytes, double timeout
     std::copy(m.begin(), m.end(), static_cast<uint8_t*>(data));
 }
 
-void Comm::all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>& in, Tag tag) {
+void Comm::all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>& in, Tag tag,
+                      const std::vector<int>& group) {
     std::vector<MPI_Request> reqs;
     std::vector<int> peer;   // the rank of each request
-    for (int q = 0; q < size_; ++q) {
+    for (int q : group) {
         if (q == rank_) continue;
         if (mine.size() > size_t(INT32_MAX) || in[size_t(q)].size() > size_t(INT32_MAX))
             abort(fmt::format("{} for rank {} too large for one MPI message", tag_name(tag), q));

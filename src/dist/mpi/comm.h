@@ -34,9 +34,11 @@ public:
     std::vector<uint8_t> recv(int from, Tag tag, double timeout_s);
     // Receives exactly `bytes` bytes into data.
     void recv_into(int from, Tag tag, void* data, size_t bytes, double timeout_s);
-    // Every rank sends `mine` to every other rank q and receives in[q] (sized by the caller)
-    // from it, all at once: an all-gather of messages whose sizes every rank knows.
-    void all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>& in, Tag tag);
+    // This rank sends `mine` to every other rank q of `group` (ranks, this one among them) and
+    // receives in[q] (indexed by rank, sized by the caller) from it, all at once: an all-gather
+    // of messages whose sizes every rank of the group knows.
+    void all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>& in, Tag tag,
+                    const std::vector<int>& group);
 
     // Prints "kinfer: error: rank R of N (host): why" and ends every rank of the job.
     [[noreturn]] void abort(const std::string& why);

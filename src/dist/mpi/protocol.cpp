@@ -11,7 +11,7 @@ namespace {
 // The fixed parts, copied as they are: every rank is the same binary on the same ABI.
 struct OpenFixed {
     Op op;
-    int32_t kind;
+    int32_t kind, stages;
     int64_t n_ctx, n_batch;
     int32_t n_threads;
     uint8_t kda_chunked, mla_decompressed;
@@ -45,7 +45,7 @@ T fixed_of(std::span<const uint8_t> m, const char* what) {
 }  // namespace
 
 std::vector<uint8_t> encode(const OpenCmd& c) {
-    OpenFixed f{Op::open, int32_t(c.kind), c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
+    OpenFixed f{Op::open, int32_t(c.kind), c.stages, c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
                  c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys};
     return with_tail(f, c.model_path.data(), c.model_path.size());
 }
@@ -62,7 +62,9 @@ Op op_of(std::span<const uint8_t> m) { return fixed_of<Op>(m, "a"); }
 OpenCmd decode_open(std::span<const uint8_t> m) {
     const auto f = fixed_of<OpenFixed>(m, "open");
     OpenCmd c;
+    if (f.kind < int32_t(SplitKind::pipeline) || f.kind > int32_t(SplitKind::both)) fail("open command: split kind {} unknown", f.kind);
     c.kind = SplitKind(f.kind);
+    c.stages = f.stages;
     c.n_ctx = f.n_ctx, c.n_batch = f.n_batch, c.n_threads = f.n_threads;
     c.kda_chunked = f.kda_chunked, c.mla_decompressed = f.mla_decompressed, c.timeout_s = f.timeout_s;
     c.micro_batch = f.micro_batch;

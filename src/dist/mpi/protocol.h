@@ -15,6 +15,7 @@ enum class Op : int32_t { open = 1, forward = 2, close = 3, quit = 4 };
 
 struct OpenCmd {
     SplitKind kind = SplitKind::pipeline;
+    int32_t stages = 0;          // --split both: pipeline stages (0: the default)
     int64_t n_ctx = 0, n_batch = 0;
     int32_t n_threads = 0;
     bool kda_chunked = false, mla_decompressed = false;

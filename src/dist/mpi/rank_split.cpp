@@ -16,8 +16,8 @@ void tell_workers(Comm& c, const std::vector<uint8_t>& m) {
 
 }  // namespace
 
-RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind)
-    : comm_(comm), model_(m), plan_(Plan::make(m, kind, comm.size())) {}
+RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages)
+    : comm_(comm), model_(m), plan_(Plan::make(m, kind, comm.size(), stages)) {}
 
 void RankSplit::open(const model::SessionOptions& o) {
     if (comm_.rank() != 0) return;
@@ -25,6 +25,7 @@ void RankSplit::open(const model::SessionOptions& o) {
         usage_fail("--split does not combine with the expert store, routing traces, -ngl or --cpu-moe yet");
     OpenCmd c;
     c.kind = plan_.kind;
+    c.stages = plan_.stages;
     c.n_ctx = o.n_ctx, c.n_batch = o.n_batch, c.n_threads = o.n_threads;
     c.kda_chunked = o.kda_chunked, c.mla_decompressed = o.mla_decompressed;
     c.timeout_s = comm_.timeout_s;
@@ -44,12 +45,6 @@ void RankSplit::begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_
     c.pos0 = pos0, c.want_all = want_all;
     c.tokens.assign(tokens, tokens + n);
     tell_workers(comm_, encode(c));
-}
-
-std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch) {
-    auto s = kind == SplitKind::pipeline ? make_pipeline_split(comm, m) : make_expert_split(comm, m);
-    s->micro_batch = micro_batch;
-    return s;
 }
 
 RankStats own_stats(const Comm& comm) {

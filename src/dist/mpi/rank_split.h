@@ -1,8 +1,8 @@
 // model::Split across the ranks of an MPI job. The same object runs on every rank: on rank 0
 // (which owns the terminal, the tokenizer and the sampler) open / begin / close also tell the
 // other ranks, which mirror rank 0's sessions one for one (worker.cpp). forward() is the split's
-// own: pipeline.cpp or expert_split.cpp. Any error inside a forward pass ends the whole job
-// (Comm::abort): the ranks' states would no longer agree.
+// own (grid_split.cpp: every --split is a grid of pipeline stages x expert shards). Any error
+// inside a forward pass ends the whole job (Comm::abort): the ranks' states would no longer agree.
 #pragma once
 #include "dist/mpi/comm.h"
 #include "dist/plan.h"
@@ -14,13 +14,13 @@ namespace kinfer::dist {
 
 class RankSplit : public model::Split {
 public:
-    RankSplit(Comm& comm, const model::Model& m, SplitKind kind);
+    RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages);
     void open(const model::SessionOptions& opt) override;
     void close() override;
     void begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_all) override;
     const Plan& plan() const { return plan_; }
-    // --micro-batch: a pipeline prefill chunk goes through the ranks in pieces of this many
-    // tokens, so rank r runs piece i + 1 while rank r + 1 runs piece i (0: whole chunks).
+    // --micro-batch: with several stages, a prefill chunk goes through them in pieces of this
+    // many tokens, so stage s runs piece i + 1 while stage s + 1 runs piece i (0: whole chunks).
     int64_t micro_batch = 0;
 
 protected:
@@ -29,9 +29,9 @@ protected:
     Plan plan_;
 };
 
-std::unique_ptr<RankSplit> make_pipeline_split(Comm& comm, const model::Model& m);
-std::unique_ptr<RankSplit> make_expert_split(Comm& comm, const model::Model& m);
-std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch = 0);
+// stages: --split both's pipeline stages (0: the plan's default).
+std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch = 0,
+                                      int stages = 0);
 
 // What each rank reports when the job ends (--dist-stats).
 struct RankStats {

@@ -21,7 +21,7 @@ struct Worker {
             model.reset();
             model = model::Model::load(c.model_path);
         }
-        split = make_split(comm, *model, c.kind, c.micro_batch);
+        split = make_split(comm, *model, c.kind, c.micro_batch, c.stages);
         comm.timeout_s = c.timeout_s;
         model::SessionOptions so;
         so.n_ctx = c.n_ctx, so.n_batch = c.n_batch, so.n_threads = c.n_threads;
