@@ -203,6 +203,9 @@ public:
     virtual void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s);
     virtual void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
                                       const MlaShape& s);
+    // Whether mla_attend_tiled_mha runs here; where it does not, long prefill chunks take the
+    // tiled absorbed form (the same attention, more operations per (query, key) pair).
+    virtual bool has_tiled_mha() const { return false; }
 
     // ---- ops: MoE and AttnRes -----------------------------------------------------------------
     // probs [n][E] router logits -> sigmoid scores in place; top-K of (score + bias), ties to the

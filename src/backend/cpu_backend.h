@@ -60,6 +60,7 @@ public:
     void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) override;
     void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
                               const MlaShape& s) override;
+    bool has_tiled_mha() const override { return true; }
     void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                const RouteHook& hook) override;
     void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;

@@ -46,7 +46,8 @@ void mla_layer(FwdCtx& c, int il, const float* xn, float* out) {
     // over dk and dv, plus expanding each key once per chunk (r x (dn + dv), shared by n queries).
     // Decode (n = 1) is absorbed by this measure; long prefill chunks are MHA.
     const double ops_absorbed = double(R + r), ops_mha = double(dk + dv) + double(r * (dn + dv)) / double(n);
-    const bool mha = tiled && (c.opt.mla_tiled_form == 1 || (c.opt.mla_tiled_form < 0 && ops_mha < ops_absorbed));
+    const bool mha = tiled && be.has_tiled_mha() &&
+                     (c.opt.mla_tiled_form == 1 || (c.opt.mla_tiled_form < 0 && ops_mha < ops_absorbed));
     if (mha) {
         be.mla_attend_tiled_mha(k_b, v_b, cache, q, o, sh);
     } else if (!tiled && c.opt.mla_decompressed && n > 1) {

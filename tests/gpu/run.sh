@@ -9,11 +9,12 @@
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
 #     per quant type against the 4.8 TB/s HBM peak, KDA recurrent tokens/s on a 96 x 128 layer,
-#     MLA absorbed decode time at 4K / 64K / 1M cached positions;
+#     MLA absorbed decode time at 4K / 64K / 1M cached positions; the paged latent cache (store
+#     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #  5. `kinfer --list-devices` (each GPU with its free memory).
 # Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
-# on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU, and
-# decompressed MLA, the prefill form, has none: use --mla absorbed), end-to-end tokens/s, KDA
+# on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU;
+# long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, KDA
 # chunked tokens/s, and the device expert cache at 10 / 25 / 50 / 100 %.
 # Exits non-zero on any mismatch.
 set -euo pipefail

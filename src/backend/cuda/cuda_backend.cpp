@@ -83,6 +83,7 @@ CudaBackend::~CudaBackend() {
     select();
     for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
     if (scratch_.valid()) cudaFree(scratch_.ptr);
+    if (page_table_.valid()) cudaFree(page_table_.ptr);
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
 }
@@ -422,6 +423,59 @@ void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float*
 // ---- ops without kernels yet ----
 
 void CudaBackend::embed(const Mat&, const int32_t*, int64_t, float*) { not_implemented("embed"); }
+// ---- the paged latent cache ----
+
+namespace {
+
+gpu::LatentArgs latent_args(const LatentPages& c, const uint8_t* const* table) {
+    gpu::LatentArgs a;
+    a.type = int(c.type), a.R = c.R, a.page_rows = c.page_rows, a.row_bytes = c.row_bytes, a.pages = table;
+    return a;
+}
+
+}  // namespace
+
+const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* op) {
+    for (int64_t p = 0; p < c.n_pages; ++p) need(c.pages[p], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
+    const size_t bytes = size_t(c.n_pages) * sizeof(uint8_t*);
+    if (page_table_.bytes < bytes) {
+        synchronize();                                      // the old table may still be read
+        free(page_table_);
+        page_table_ = alloc(std::max<size_t>(bytes, 4096), "latent page table");
+    }
+    // upload() returns once the copy is done, so the table may be rewritten by the next op.
+    upload(page_table_.ptr, c.pages, bytes);
+    return reinterpret_cast<const uint8_t* const*>(page_table_.ptr);
+}
+
+void CudaBackend::mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) {
+    if (pos0 + n > c.capacity()) fail("{}: mla_cache_store: rows up to {} in a cache of {}", name_, pos0 + n, c.capacity());
+    const auto* table = page_table(c, "mla_cache_store");
+    need(rows, size_t(((n - 1) * (ld ? ld : c.R) + c.R)) * sizeof(float), "mla_cache_store", "rows");
+    select();
+    gpu::latent_store(latent_args(c, table), pos0, n, rows, ld, compute_);
+    check(cudaGetLastError(), "mla_cache_store");
+}
+
+void CudaBackend::mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) {
+    if (pos0 + n > c.capacity()) fail("{}: mla_cache_load: rows up to {} in a cache of {}", name_, pos0 + n, c.capacity());
+    const auto* table = page_table(c, "mla_cache_load");
+    need(rows, size_t(n * c.R) * sizeof(float), "mla_cache_load", "rows");
+    select();
+    gpu::latent_load(latent_args(c, table), pos0, n, rows, compute_);
+    check(cudaGetLastError(), "mla_cache_load");
+}
+
+void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) {
+    const auto* table = page_table(c, "mla_attend_tiled");
+    gpu::MlaArgs a;
+    a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = s.scale;
+    float* part = static_cast<float*>(scratch(gpu::mla_scratch_floats(a) * sizeof(float)));
+    select();
+    gpu::mla_attend_paged(latent_args(c, table), Q, lat, a, part, compute_);
+    check(cudaGetLastError(), "mla_attend_tiled");
+}
+
 void CudaBackend::mla_attend_decompressed(const Mat&, const Mat&, const float*, const float*, float*, const MlaShape&) {
     not_implemented("mla_attend_decompressed");
 }

@@ -3,9 +3,11 @@
 // matmul / matmul_tasks (decode matvec for every type of matvec_supported), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
 // conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
-// mla_attend_absorbed, copy_rows and gather_rows (device copies). The other two (embed: the
-// embedding table stays on the CPU by placement; mla_attend_decompressed, a prefill form) throw
-// "op X is not implemented on cuda" naming the device.
+// mla_attend_absorbed, the paged latent cache (mla_cache_store / load, mla_attend_tiled: the
+// absorbed form through the pages), copy_rows and gather_rows (device copies). The others
+// (embed: the embedding table stays on the CPU by placement; mla_attend_decompressed and
+// mla_attend_tiled_mha, prefill forms: has_tiled_mha() is false, so long prefill chunks take
+// the tiled absorbed form) throw "op X is not implemented on cuda" naming the device.
 //
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
 // the CUDA runtime API (nvcc cannot compile fmt's compile-time format strings, which kinfer's
@@ -75,6 +77,9 @@ public:
     void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaShape& s) override;
     void mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
                                  const MlaShape& s) override;
+    void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) override;
+    void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) override;
+    void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) override;
     void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                const RouteHook& hook) override;
     void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;
@@ -92,6 +97,9 @@ private:
     void select() const;                                  // cudaSetDevice(device_)
     // A grow-only device scratch buffer (route's selections, MLA's pieces).
     void* scratch(size_t bytes);
+    // A paged latent cache's page table copied to the device (a grow-only buffer of its own, so an
+    // MLA op can use it and scratch() at once), every page checked to be this device's.
+    const uint8_t* const* page_table(const LatentPages& c, const char* op);
 
     int device_;
     std::string name_;
@@ -100,6 +108,7 @@ private:
     uint64_t next_ticket_ = 1;
     std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
     Buffer scratch_;
+    Buffer page_table_;
 };
 
 }  // namespace kinfer::backend::cuda

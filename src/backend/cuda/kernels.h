@@ -91,4 +91,22 @@ size_t mla_scratch_floats(const MlaArgs& a);
 void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
                          void* stream);
 
+// ---- the paged latent cache (backend.h LatentPages) ---------------------------------------------
+// The cache types, numbered as backend::CacheType (f32, f16, q8_0).
+inline constexpr int kLatentF32 = 0, kLatentF16 = 1, kLatentQ8_0 = 2;
+struct LatentArgs {
+    int type = kLatentF32;
+    int64_t R = 0, page_rows = 0;
+    size_t row_bytes = 0;
+    const uint8_t* const* pages = nullptr;   // device array of page pointers (CPU mode: host)
+};
+// Rows [j0, j0 + n) of the cache from f32 rows ld floats apart, converted as the CPU converts
+// (q8_0: R a multiple of 32; the scale amax / 127 rounded to fp16, the quants round(x / d)).
+void latent_store(const LatentArgs& c, int64_t j0, int64_t n, const float* rows, int64_t ld, void* stream);
+// Rows [j0, j0 + n) of the cache into f32 rows [n][R].
+void latent_load(const LatentArgs& c, int64_t j0, int64_t n, float* rows, void* stream);
+// mla_attend_absorbed reading the cache rows through the pages (the tiled op's GPU form: the
+// keys are split into pieces of a.split, a block each, combined in a second pass).
+void mla_attend_paged(const LatentArgs& c, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream);
+
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -4,11 +4,14 @@
 // across the row: coalesced), and writes its running max m, its sum of exp l and its
 // unnormalised sum of exp * c (r floats). Pass 2: per (head, token), the pieces are combined
 // with exp(m_s - M) rescaling. Long contexts thus spread over many blocks instead of one block
-// walking 1M positions.
+// walking 1M positions. The rows come from contiguous f32 (the untiled path) or through the
+// pages of the paged cache (mla_attend_paged), converted as they are read.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/latent.cuh"
 #include "backend/cuda/reduce.cuh"
 
 #include <stdexcept>
+#include <string>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -18,8 +21,9 @@ constexpr int kMlaThreads = 256;
 
 int64_t n_pieces(const MlaArgs& a) { return (a.pos0 + a.n + a.split - 1) / a.split; }
 
+template <class Rows>
 __global__ void __launch_bounds__(kMlaThreads)
-    mla_partial_kernel(const float* __restrict__ cache, const float* __restrict__ Q, int64_t pos0, int64_t H,
+    mla_partial_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H,
                        int64_t r, int64_t R, float scale, int64_t split, int64_t pieces, float* __restrict__ part) {
     KINFER_DYNAMIC_SHARED(float, smem);          // q: R floats, then the piece's scores
     float* qs = smem;
@@ -37,9 +41,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     __syncthreads();
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), n_warps = int(blockDim.x / 32);
     for (int64_t j = j0 + warp; j < j1; j += n_warps) {
-        const float* c = cache + j * R;
         float acc = 0;
-        for (int64_t i = lane; i < R; i += 32) acc += qs[i] * c[i];
+        for (int64_t i = lane; i < R; i += 32) acc += qs[i] * cache.at(j, i);
         acc = warp_sum(acc);
         if (lane == 0) sc[j - j0] = acc * scale;
     }
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kMlaThreads)
     // floats side by side (coalesced).
     for (int64_t d = threadIdx.x; d < r; d += blockDim.x) {
         float acc = 0;
-        for (int64_t j = 0; j < len; ++j) acc += sc[j] * cache[(j0 + j) * R + d];
+        for (int64_t j = 0; j < len; ++j) acc += sc[j] * cache.at(j0 + j, d);
         out[2 + d] = acc;
     }
     if (threadIdx.x == 0) {
@@ -92,21 +95,36 @@ size_t mla_scratch_floats(const MlaArgs& a) {
     return a.split > 0 ? size_t(a.n * a.H * n_pieces(a) * (a.r + 2)) : 0;
 }
 
-void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
-                         void* stream) {
+namespace {
+
+template <class Rows>
+void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream, const char* what) {
     if (a.n <= 0) return;
     const int64_t R = a.r + a.dr;
     const size_t smem = size_t(R + a.split) * sizeof(float);
     if (a.split < 1 || a.n > 65535 || smem > 48 * 1024)
-        throw std::invalid_argument("cuda mla_attend_absorbed: (r + dr + split) floats must fit 48 KiB of shared "
-                                    "memory and n <= 65535");
+        throw std::invalid_argument(std::string("cuda ") + what +
+                                    ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);
-    auto* k1 = &mla_partial_kernel;
+    auto* k1 = &mla_partial_kernel<Rows>;
     KINFER_LAUNCH(k1, dim3(unsigned(a.H), unsigned(pieces), unsigned(a.n)), dim3(kMlaThreads), smem, as_stream(stream),
-                  cache, Q, a.pos0, a.H, a.r, R, a.scale, a.split, pieces, scratch);
+                  rows, Q, a.pos0, a.H, a.r, R, a.scale, a.split, pieces, scratch);
     auto* k2 = &mla_combine_kernel;
     KINFER_LAUNCH(k2, dim3(unsigned(a.H), unsigned(a.n)), dim3(kMlaThreads), 0, as_stream(stream), scratch, a.pos0, a.H,
                   a.r, a.split, pieces, lat);
+}
+
+}  // namespace
+
+void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
+                         void* stream) {
+    attend(F32Rows{cache, a.r + a.dr}, Q, lat, a, scratch, stream, "mla_attend_absorbed");
+}
+
+void mla_attend_paged(const LatentArgs& c, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream) {
+    if (c.R != a.r + a.dr) throw std::invalid_argument("cuda mla_attend_paged: cache rows of R = " + std::to_string(c.R) +
+                                                       " floats, the shape wants r + dr = " + std::to_string(a.r + a.dr));
+    attend(PagedRows{c}, Q, lat, a, scratch, stream, "mla_attend_paged");
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
