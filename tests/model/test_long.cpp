@@ -295,3 +295,38 @@ TEST_CASE("prompt cache: damaged, truncated, wrong-model and wrong-type files ar
     std::filesystem::remove(path);
     std::filesystem::remove(bad);
 }
+
+TEST_CASE("state snapshots: rewind goes back bit for bit; a snapshot past the session or after other tokens is refused") {
+    auto m = f32_model("k3-tiny-a");
+    if (!m) return;
+    const auto ids = ids160();
+    const model::SessionOptions so{.n_ctx = 512, .n_batch = 40, .n_threads = 2, .cache_page_rows = 32};
+    model::Session s(*m, so);
+    s.prefill(std::span(ids).first(80));
+    const model::Session::Snapshot snap = s.snapshot();
+    CHECK(snap.bytes() == s.snapshot_bytes());
+    std::vector<float> first;
+    s.prefill(std::span(ids).subspan(80), &first);
+    s.rewind(snap);
+    CHECK(s.n_past() == 80);
+    CHECK(s.tokens() == std::vector<int32_t>(ids.begin(), ids.begin() + 80));
+    std::vector<float> again;
+    s.prefill(std::span(ids).subspan(80), &again);
+    CHECK(again == first);   // the same states, the same latent rows before 80: the same arithmetic
+
+    model::Session other(*m, so);
+    other.prefill(std::span(ids).first(40));
+    auto refused = [&](model::Session& t, const char* why) {
+        const auto tokens = t.tokens();
+        const auto logits = t.logits();
+        CHECK_THROWS_WITH_AS(t.rewind(snap), doctest::Contains(why), Error);
+        CHECK(t.tokens() == tokens);
+        CHECK(t.logits() == logits);
+    };
+    refused(other, "is not within this session's 40 tokens");
+    auto swapped = ids;
+    std::swap(swapped[3], swapped[4]);
+    other.reset();
+    other.prefill(std::span(swapped).first(100));
+    refused(other, "taken after other tokens");
+}
