@@ -123,18 +123,4 @@ void ChatRepl::load_state(const std::string& path) {
                            format, text::chat_format_name(cfg_.format)));
 }
 
-// How many of the session's tokens still stand: the longest run from the start whose text
-// (special tokens as their text) starts the rendering.
-size_t ChatRepl::kept_prefix(const std::string& rendered) const {
-    size_t at = 0, n = 0;
-    for (text::Token id : in_session_) {
-        if (id < 0) break;   // an embedding row has no text
-        const std::string& p = tok_.piece(id);
-        if (rendered.compare(at, p.size(), p) != 0 || at + p.size() > rendered.size()) break;
-        at += p.size();
-        ++n;
-    }
-    return n;
-}
-
 }  // namespace kinfer::cli

@@ -250,6 +250,20 @@ void ChatRepl::print_reply(ReplyStream::Channel ch, std::string_view s) {
     at_line_start_ = s.back() == '\n';
 }
 
+// How many of the session's tokens still stand: the longest run from the start whose text
+// (special tokens as their text) starts the rendering.
+size_t ChatRepl::kept_prefix(const std::string& rendered) const {
+    size_t at = 0, n = 0;
+    for (text::Token id : in_session_) {
+        if (id < 0) break;   // an embedding row has no text
+        const std::string& p = tok_.piece(id);
+        if (rendered.compare(at, p.size(), p) != 0 || at + p.size() > rendered.size()) break;
+        at += p.size();
+        ++n;
+    }
+    return n;
+}
+
 void ChatRepl::answer() {
     const std::string rendered = text::render_chat(cfg_.format, conversation(), cfg_.opts);
     // Keep the tokens the session holds as far as their text starts the new rendering, and
@@ -291,7 +305,8 @@ void ChatRepl::answer() {
     }
     // A snapshot to go back to if Ctrl-C stops the prefill: the cancelled message is then
     // dropped and the session is as it was, so nothing is re-read on the next turn. It holds
-    // only the KDA + conv states: the latent rows before it stay in the cache.
+    // only the KDA + conv states: the latent rows before it stay in the cache. Kept afterwards
+    // as the turn's start (an edit of this message goes back there, not before the last reply).
     std::optional<model::Session::Snapshot> before;
     const size_t held_before = in_session_.size();
     if (!in_session_.empty() && !session_.options().split) before = session_.snapshot();
@@ -317,7 +332,7 @@ void ChatRepl::answer() {
         notice("[interrupted while reading your message; it was not sent]");
         return;
     }
-    snapshots_.at_prompt_end(session_);
+    snapshots_.end_of_prompt(std::move(before), session_);
     reply_start_ = in_session_.size();
     for (text::Token id : fresh) sampler_.accept(id);
 

@@ -76,6 +76,8 @@ private:
     void load(const std::string& path);
     void save_state(const std::string& path) const;
     void load_state(const std::string& path);
+    // How many of the session's tokens still stand: the longest run from the start whose text
+    // starts `rendered`.
     size_t kept_prefix(const std::string& rendered) const;
     void notice(const std::string& s) const;
     void print_reply(ReplyStream::Channel ch, std::string_view s);

@@ -11,31 +11,36 @@ void StateSnapshots::after_chunk(const model::Session& s) {
     grid_.push_back(s.snapshot());
 }
 
-void StateSnapshots::at_prompt_end(const model::Session& s) {
-    if (every_ <= 0 || s.n_past() == 0) return;
-    if (!grid_.empty() && grid_.back().pos == s.n_past()) {   // the grid has this one already
-        prompt_end_.reset();
-        return;
-    }
-    prompt_end_ = s.snapshot();
+void StateSnapshots::end_of_prompt(std::optional<model::Session::Snapshot> turn_start, const model::Session& s) {
+    turn_.clear();
+    if (every_ <= 0) return;
+    // Position 0 needs none (a reset); a position the grid holds, no second copy. A turn's start
+    // is where the last reply's decoding ended, which the prefill grid does not see.
+    auto held = [&](int64_t pos) {
+        return pos == 0 || std::any_of(grid_.begin(), grid_.end(), [&](const auto& g) { return g.pos == pos; }) ||
+               std::any_of(turn_.begin(), turn_.end(), [&](const auto& g) { return g.pos == pos; });
+    };
+    if (turn_start && !held(turn_start->pos)) turn_.push_back(std::move(*turn_start));
+    if (!held(s.n_past())) turn_.push_back(s.snapshot());
 }
 
 const model::Session::Snapshot* StateSnapshots::at_or_before(int64_t pos) const {
     const model::Session::Snapshot* best = nullptr;
-    for (const auto& g : grid_)
-        if (g.pos <= pos) best = &g;
-    if (prompt_end_ && prompt_end_->pos <= pos && (!best || prompt_end_->pos > best->pos)) best = &*prompt_end_;
+    for (const auto* list : {&grid_, &turn_})
+        for (const auto& g : *list)
+            if (g.pos <= pos && (!best || g.pos > best->pos)) best = &g;
     return best;
 }
 
 void StateSnapshots::drop_after(int64_t pos) {
-    grid_.erase(std::remove_if(grid_.begin(), grid_.end(), [&](const auto& g) { return g.pos > pos; }), grid_.end());
-    if (prompt_end_ && prompt_end_->pos > pos) prompt_end_.reset();
+    for (auto* list : {&grid_, &turn_})
+        list->erase(std::remove_if(list->begin(), list->end(), [&](const auto& g) { return g.pos > pos; }), list->end());
 }
 
 size_t StateSnapshots::bytes() const {
-    size_t b = prompt_end_ ? prompt_end_->bytes() : 0;
-    for (const auto& g : grid_) b += g.bytes();
+    size_t b = 0;
+    for (const auto* list : {&grid_, &turn_})
+        for (const auto& g : *list) b += g.bytes();
     return b;
 }
 

@@ -3,9 +3,10 @@
 // cannot take tokens back out of its KDA state, so going back needs a copy of that state taken
 // at or before the point of the edit (Session::snapshot; the latent cache is just cut there).
 //
-// Two kinds: one every `every` tokens (on the grid: positions that are multiples of every),
-// kept while the tokens before them stay, and one at the end of the last prompt, where /regen
-// restarts (then nothing is re-read at all).
+// Two kinds: one every `every` tokens of a prefill (on the grid: positions that are multiples of
+// every), kept while the tokens before them stay; and the last turn's own two, at its start (the
+// end of the previous reply, which no prefill grid covers) and at the end of its prompt, where
+// /regen restarts (then nothing is re-read at all).
 #pragma once
 #include "model/session.h"
 
@@ -22,23 +23,24 @@ public:
 
     // After a prefill chunk: takes a snapshot when the session sits on the grid.
     void after_chunk(const model::Session& s);
-    // At the end of a prompt, before the reply: replaces the previous one of this kind.
-    void at_prompt_end(const model::Session& s);
+    // A turn's prompt is read: keeps the snapshot taken at its start (none for the first
+    // turn) and takes one at its end, in place of the previous turn's two.
+    void end_of_prompt(std::optional<model::Session::Snapshot> turn_start, const model::Session& s);
 
     // The latest snapshot at or before pos; nullptr when there is none (start from 0).
     const model::Session::Snapshot* at_or_before(int64_t pos) const;
     void drop_after(int64_t pos);   // the tokens after pos are going away
     void clear() {
         grid_.clear();
-        prompt_end_.reset();
+        turn_.clear();
     }
-    size_t count() const { return grid_.size() + (prompt_end_ ? 1 : 0); }
+    size_t count() const { return grid_.size() + turn_.size(); }
     size_t bytes() const;
 
 private:
     int64_t every_;
     std::vector<model::Session::Snapshot> grid_;   // ascending positions
-    std::optional<model::Session::Snapshot> prompt_end_;
+    std::vector<model::Session::Snapshot> turn_;   // the last turn's start and prompt end, off the grid
 };
 
 // The default spacing for a session: one snapshot then costs about what the latent cache holds
