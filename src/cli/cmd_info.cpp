@@ -49,13 +49,14 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
     app.add_option("-b,--batch-size", a->batch, "Prefill chunk for the plan's scratch")->capture_default_str()
         ->check(kinfer::cli::int_in(1, kinfer::cli::kMaxBatch));
     kinfer::cli::add_cache_type_flag(app, a->cache_type);
-    app.add_option("--ranks", a->ranks, "With --plan: the rank plan for this many processes (mpirun -np): layers, "
+    auto* ranks = app.add_option("--ranks", a->ranks, "With --plan: the rank plan for this many processes (mpirun -np): layers, "
                    "experts, bytes, bytes moved per token")
         ->check(kinfer::cli::int_in(1, 4096));
     auto* ram = app.add_option("--ram", a->ram, "With --plan: a planned machine's RAM (e.g. 2TiB): which parts of the plan "
                                "fit where, and by how much they do not")
                     ->check(kinfer::cli::size_in(false));
     ram->needs(plan);
+    ram->excludes(ranks);   // the rank plan is another view of --plan
     app.add_option("--gpu", a->gpu, "With --plan --ram: the planned machine's GPUs, COUNTxSIZE (e.g. 8x141GiB): the dense "
                    "and attention weights, latent cache, state and hot experts go there, cold experts to RAM")
         ->check(kinfer::cli::size_in(true))
