@@ -5,6 +5,7 @@
 #include "cli/lib/cache_flags.h"
 #include "cli/lib/chat_repl.h"
 #include "cli/lib/expert_session.h"
+#include "cli/lib/flag_check.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/prompt_text.h"
 #include "cli/lib/split_session.h"
@@ -113,7 +114,7 @@ std::unique_ptr<LineReader> make_reader(bool interactive) {
     return make_plain_reader();
 }
 
-int run_chat(GenArgs& args, bool dash) {
+int run_chat(GenArgs& args, int64_t snapshot_every, bool dash) {
     if (dash) fail("chat reads its messages from the terminal (or a pipe); '-' is for kinfer run");
     std::setlocale(LC_CTYPE, "");   // libedit decodes UTF-8 keystrokes by the locale
     if (args.escape) process_escapes(args.system_prompt);
@@ -130,6 +131,7 @@ int run_chat(GenArgs& args, bool dash) {
     const bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     cfg.color = interactive && std::getenv("NO_COLOR") == nullptr;
     cfg.args = args;
+    cfg.snapshot_every = snapshot_every;
 
     model::SessionOptions so;
     so.n_ctx = args.n_ctx;
@@ -158,7 +160,13 @@ std::function<int()> setup_chat(CLI::App& app) {
     a->n_predict = -1;   // a reply ends at end of generation (or Ctrl-C), not after a token count
     add_generation_flags(app, *a);
     add_split_flags(app);
-    return [a, &app] { return run_chat(*a, take_extras(app, *a)); };
+    auto every = std::make_shared<int64_t>(-1);
+    app.add_option("--state-snapshot-every", *every,
+                   "keep a copy of the KDA + conv state every N tokens, so /regen and other edits re-read only "
+                   "what follows the nearest copy (0: none; default: by memory, so the copies take about as much "
+                   "as the latent cache)")
+        ->check(int_in(0, kMaxCtx));
+    return [a, every, &app] { return run_chat(*a, *every, take_extras(app, *a)); };
 }
 
 }  // namespace

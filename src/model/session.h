@@ -115,8 +115,28 @@ public:
     // The sequence as bytes: a fingerprint of the model, n_past, the token ids, every layer's
     // KDA and conv state and the latent cache rows in use, and the last logits. load_state
     // refuses bytes from another model or a session with a larger n_ctx, naming the mismatch.
-    std::vector<uint8_t> save_state() const;
-    void load_state(std::span<const uint8_t> bytes);
+    // extra: the caller's own bytes kept with the state under the same checksum (chat keeps its
+    // conversation there). load_state hands them to take_extra after every other check and
+    // before the session changes: a throw from it refuses the bytes with the session as it was.
+    std::vector<uint8_t> save_state(std::span<const uint8_t> extra = {}) const;
+    void load_state(std::span<const uint8_t> bytes,
+                    const std::function<void(std::span<const uint8_t>)>& take_extra = {});
+
+    // A snapshot of the recurrent part of the sequence (every layer's KDA and conv state, and the
+    // last logits) at n_past, for going back to that position later: a hybrid model cannot undo
+    // tokens in its KDA state, but the latent cache rows before pos stay valid and need no copy.
+    struct Snapshot {
+        int64_t pos = -1;             // n_past when it was taken
+        uint64_t tokens_hash = 0;     // of tokens()[0, pos): rewind() checks the prefix is the same
+        std::vector<uint8_t> state;   // per layer: the KDA bytes, then the conv bytes
+        std::vector<float> logits;
+        size_t bytes() const { return state.size() + logits.size() * sizeof(float); }
+    };
+    Snapshot snapshot() const;
+    // Back to s.pos: the states and logits from s, the latent cache and tokens() cut to s.pos.
+    // Refuses (the session unchanged) a snapshot past n_past or taken after other tokens.
+    void rewind(const Snapshot& s);
+    size_t snapshot_bytes() const;   // what one snapshot() holds
 
     LayerHook on_layer;
 

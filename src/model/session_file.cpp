@@ -12,8 +12,8 @@
 
 namespace kinfer::model {
 
-void save_session_file(const Session& s, const std::string& path) {
-    const std::vector<uint8_t> bytes = s.save_state();
+void save_session_file(const Session& s, const std::string& path, std::span<const uint8_t> extra) {
+    const std::vector<uint8_t> bytes = s.save_state(extra);
     TempFile f(path);
     if (std::fwrite(bytes.data(), 1, bytes.size(), f.file()) != bytes.size())
         fail("{}: writing {} bytes of session state failed: {}", f.temp_path(), bytes.size(), std::strerror(errno));
@@ -31,7 +31,7 @@ struct Mapping {
 };
 }  // namespace
 
-void load_session_file(Session& s, const std::string& path) {
+void load_session_file(Session& s, const std::string& path, const std::function<void(std::span<const uint8_t>)>& take_extra) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
     struct stat st {};
@@ -51,7 +51,7 @@ void load_session_file(Session& s, const std::string& path) {
     if (m.p == MAP_FAILED) fail("{}: cannot map {} bytes: {}", path, m.n, std::strerror(err));
     ::madvise(m.p, m.n, MADV_SEQUENTIAL);
     try {
-        s.load_state({static_cast<const uint8_t*>(m.p), m.n});
+        s.load_state({static_cast<const uint8_t*>(m.p), m.n}, take_extra);
     } catch (const Error& e) {
         fail("{}: {}", path, e.what());
     }

@@ -9,11 +9,14 @@
 namespace kinfer::model {
 
 // Writes s's state to path through a temporary file renamed into place: a reader never sees
-// half a file, and a failed write leaves an earlier file as it was.
-void save_session_file(const Session& s, const std::string& path);
+// half a file, and a failed write leaves an earlier file as it was. extra: the caller's bytes
+// kept under the same checksum (Session::save_state).
+void save_session_file(const Session& s, const std::string& path, std::span<const uint8_t> extra = {});
 // Loads the state saved in path into s, reading it through mmap. Throws kinfer::Error
 // "<path>: <one-line reason>" for a file that is missing, damaged, truncated, from another model
-// or another cache type; s is left as it was then.
-void load_session_file(Session& s, const std::string& path);
+// or another cache type; s is left as it was then. take_extra gets the saved extra bytes before
+// s changes (Session::load_state); what it throws is reported the same way.
+void load_session_file(Session& s, const std::string& path,
+                       const std::function<void(std::span<const uint8_t>)>& take_extra = {});
 
 }  // namespace kinfer::model

@@ -1,15 +1,18 @@
 // Session state as bytes (DESIGN.md 5: state is explicit and serialisable): what --prompt-cache
 // writes to a file and what a pipeline stage could hand on. Layout, all little-endian:
-//   "KINFSES\0"  u32 format version (2)  u32 latent cache type (backend::CacheType)
+//   "KINFSES\0"  u32 format version (3)  u32 latent cache type (backend::CacheType)
 //   u64 model fingerprint  i64 n_ctx  i64 n_past  u64 n_tokens  i32 tokens[n_tokens]
 //   per layer: u64 kda bytes, the bytes; u64 conv bytes, the bytes;
 //              u64 latent bytes (n_past rows at the cache type), the bytes
-//   u64 n_vocab, f32 logits[n_vocab]   u64 FNV-1a of everything before it
+//   u64 n_vocab, f32 logits[n_vocab]   u64 extra bytes, the bytes (the caller's: chat's
+//   conversation, empty for --prompt-cache)   u64 FNV-1a of everything before it
+// Version 2 files (no extra section) are still read.
 // The fingerprint covers the hyper-parameters the state depends on and the tensor table, so a
 // state from another model (or another quantization of it) is refused.
 #include "model/session.h"
 
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "model/placement.h"
 
 #include <algorithm>
@@ -21,12 +24,7 @@ namespace kinfer::model {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'N', 'F', 'S', 'E', 'S', '\0'};
-constexpr uint32_t kVersion = 2;
-
-uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 1469598103934665603ull) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
+constexpr uint32_t kVersion = 3;
 
 uint64_t fingerprint(const Model& m) {
     const HParams& hp = m.hparams();
@@ -71,7 +69,7 @@ struct Reader {
 
 }  // namespace
 
-std::vector<uint8_t> Session::save_state() const {
+std::vector<uint8_t> Session::save_state(std::span<const uint8_t> extra) const {
     if (!failure_.empty()) fail("cannot save an unusable session ({})", failure_);
     Writer w;
     w.raw(kMagic, sizeof kMagic);
@@ -102,17 +100,20 @@ std::vector<uint8_t> Session::save_state() const {
     }
     w.put<uint64_t>(logits_.size());
     w.raw(logits_.data(), logits_.size() * sizeof(float));
+    w.put<uint64_t>(extra.size());
+    w.raw(extra.data(), extra.size());
     w.put<uint64_t>(fnv1a(w.out.data(), w.out.size()));
     return std::move(w.out);
 }
 
-void Session::load_state(std::span<const uint8_t> bytes) {
+void Session::load_state(std::span<const uint8_t> bytes, const std::function<void(std::span<const uint8_t>)>& take_extra) {
     const HParams& hp = model_.hparams();
     if (bytes.size() < sizeof kMagic + 16 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
         fail("session state: not a kinfer session state (bad magic)");
     uint32_t version;
     std::memcpy(&version, bytes.data() + sizeof kMagic, 4);
-    if (version != kVersion) fail("session state: format version {}, this kinfer reads version {}", version, kVersion);
+    if (version != kVersion && version != 2)
+        fail("session state: format version {}, this kinfer reads versions 2 and {}", version, kVersion);
     uint64_t sum;
     std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
     if (fnv1a(bytes.data(), bytes.size() - 8) != sum)
@@ -147,7 +148,13 @@ void Session::load_state(std::span<const uint8_t> bytes) {
     const uint64_t V = r.get<uint64_t>("vocabulary size");
     if (V != uint64_t(hp.n_vocab)) fail("session state: {} logits, the model has {} tokens", V, hp.n_vocab);
     const uint8_t* lg = r.take(V * sizeof(float), "logits");
+    std::span<const uint8_t> extra;
+    if (version >= 3) {
+        const uint64_t n_extra = r.get<uint64_t>("extra size");
+        extra = {r.take(n_extra, "extra bytes"), n_extra};
+    }
     if (r.at != r.in.size()) fail("session state: {} bytes after the end", r.in.size() - r.at);
+    if (take_extra) take_extra(extra);
 
     reserve_rows(n_past);
     for (size_t il = 0; il < states_.size(); ++il) {

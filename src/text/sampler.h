@@ -54,6 +54,12 @@ public:
     // probabilities (after temperature), most likely first. For tests and debugging.
     std::vector<Candidate> candidates(const float* logits) const;
 
+    // The generator's state and the penalty window as text ("kinfer-sampler 1", the mt19937
+    // state, the window's ids), so that a saved chat continues with the same draws.
+    std::string save_state() const;
+    // Restores save_state's text; refuses anything else with the sampler unchanged.
+    void load_state(std::string_view text);
+
     const SamplerParams& params() const { return p_; }
     uint32_t seed() const { return seed_; }
 

@@ -98,3 +98,31 @@ TEST_CASE("chat: bad input") {
     REQUIRE(lines_of(t.out).size() == 1);
     CHECK(t.out.find("kinfer: error: unknown chat template 'nope'") == 0);
 }
+
+TEST_CASE("chat: /save-state in one process and /load-state in a new one continue like the uninterrupted chat") {
+    const std::string st = temp_path("chat.kvs");
+    for (const char* m : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        CAPTURE(std::string(m));
+        const std::string args = "-n 6 --temp 0";
+        auto whole = run_command(quiet(chat_cmd(m, "hi there\nmore please\n", args)));
+        auto first = run_command(quiet(chat_cmd(m, "hi there\n/save-state " + st + "\n", args)));
+        auto second = run_command(chat_cmd(m, "/load-state " + st + "\nmore please\n/stats\n", args));
+        REQUIRE(whole.rc == 0);
+        REQUIRE(first.rc == 0);
+        REQUIRE(second.rc == 0);
+        INFO(second.out);
+        CHECK(second.out.find("[loaded 2 messages and ") != std::string::npos);
+        CHECK(second.out.find("| 1 turns | 0 full re-prefills |") != std::string::npos);
+        auto second_replies = run_command(quiet(chat_cmd(m, "/load-state " + st + "\nmore please\n", args)));
+        CHECK(first.out + second_replies.out == whole.out);   // stdout holds only the replies
+    }
+    // A file of another model is refused with one line; the chat goes on.
+    auto other = run_command(chat_cmd("k3-tiny-a-Q4_K_M", "/load-state " + st + "\nhi\n/stats\n", "-n 2 --temp 0"));
+    CHECK(other.rc == 0);
+    CHECK(other.out.find("kinfer: error: " + st + ": session state: saved from another model") != std::string::npos);
+    CHECK(other.out.find("| 1 turns |") != std::string::npos);
+    std::remove(st.c_str());
+    auto bad = run_command(chat_cmd("kl-tiny-a-Q4_K_M", "", "--state-snapshot-every -3"));
+    CHECK(bad.rc == 2);
+    CHECK(bad.out.find("--state-snapshot-every") != std::string::npos);
+}

@@ -4,12 +4,15 @@
 #include "test_util.h"
 #include "parity_util.h"
 
+#include "common/error.h"
+#include "common/fnv1a.h"
 #include "model/session.h"
 #include "model/session_file.h"
 
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -292,6 +295,77 @@ TEST_CASE("prompt cache: damaged, truncated, wrong-model and wrong-type files ar
     refused(wrong_model, good, "another model");
     model::Session small(*m, {.n_ctx = 100, .n_threads = 2});
     refused(small, good, "do not fit");
+    auto future = good;
+    future[8] = 9;   // the version
+    const uint64_t sum = fnv1a(future.data(), future.size() - 8);
+    std::memcpy(future.data() + future.size() - 8, &sum, 8);
+    refused(b, future, "format version 9, this kinfer reads versions 2 and 3");
     std::filesystem::remove(path);
     std::filesystem::remove(bad);
+}
+
+TEST_CASE("prompt cache: a version 2 file (before the extra section) still loads; the extra bytes come back as saved") {
+    auto m = f32_model("k3-tiny-a");
+    if (!m) return;
+    const auto ids = ids160();
+    model::Session a(*m, {.n_ctx = 256, .n_threads = 2});
+    a.prefill(std::span(ids).first(50));
+    const std::string note = "a caller's note";
+    const auto v3 = a.save_state({reinterpret_cast<const uint8_t*>(note.data()), note.size()});
+    std::string back;
+    model::Session b(*m, {.n_ctx = 256, .n_threads = 2});
+    b.load_state(v3, [&](std::span<const uint8_t> x) { back.assign(x.begin(), x.end()); });
+    CHECK(back == note);
+    CHECK(b.logits() == a.logits());
+    // A refusal by the caller leaves the session as it was.
+    model::Session c(*m, {.n_ctx = 256, .n_threads = 2});
+    c.prefill(std::vector<int32_t>{4096, 198});
+    CHECK_THROWS_WITH_AS(c.load_state(v3, [](std::span<const uint8_t>) { fail("not mine"); }), "not mine", Error);
+    CHECK(c.tokens() == std::vector<int32_t>{4096, 198});
+    // Version 2: the same bytes without the extra section (its u64 size and the note).
+    std::vector<uint8_t> v2(v3.begin(), v3.end() - std::ptrdiff_t(8 + 8 + note.size()));
+    v2[8] = 2;
+    const uint64_t sum = fnv1a(v2.data(), v2.size());
+    v2.insert(v2.end(), reinterpret_cast<const uint8_t*>(&sum), reinterpret_cast<const uint8_t*>(&sum) + 8);
+    model::Session d(*m, {.n_ctx = 256, .n_threads = 2});
+    bool called = false;
+    d.load_state(v2, [&](std::span<const uint8_t> x) { called = x.empty(); });
+    CHECK(called);
+    CHECK(d.tokens() == a.tokens());
+    CHECK(d.logits() == a.logits());
+}
+
+TEST_CASE("state snapshots: rewind goes back bit for bit; a snapshot past the session or after other tokens is refused") {
+    auto m = f32_model("k3-tiny-a");
+    if (!m) return;
+    const auto ids = ids160();
+    const model::SessionOptions so{.n_ctx = 512, .n_batch = 40, .n_threads = 2, .cache_page_rows = 32};
+    model::Session s(*m, so);
+    s.prefill(std::span(ids).first(80));
+    const model::Session::Snapshot snap = s.snapshot();
+    CHECK(snap.bytes() == s.snapshot_bytes());
+    std::vector<float> first;
+    s.prefill(std::span(ids).subspan(80), &first);
+    s.rewind(snap);
+    CHECK(s.n_past() == 80);
+    CHECK(s.tokens() == std::vector<int32_t>(ids.begin(), ids.begin() + 80));
+    std::vector<float> again;
+    s.prefill(std::span(ids).subspan(80), &again);
+    CHECK(again == first);   // the same states, the same latent rows before 80: the same arithmetic
+
+    model::Session other(*m, so);
+    other.prefill(std::span(ids).first(40));
+    auto refused = [&](model::Session& t, const char* why) {
+        const auto tokens = t.tokens();
+        const auto logits = t.logits();
+        CHECK_THROWS_WITH_AS(t.rewind(snap), doctest::Contains(why), Error);
+        CHECK(t.tokens() == tokens);
+        CHECK(t.logits() == logits);
+    };
+    refused(other, "is not within this session's 40 tokens");
+    auto swapped = ids;
+    std::swap(swapped[3], swapped[4]);
+    other.reset();
+    other.prefill(std::span(swapped).first(100));
+    refused(other, "taken after other tokens");
 }

@@ -6,8 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <poll.h>
 #include <unistd.h>
 
@@ -26,6 +25,8 @@ constexpr const char* kHelp =
     "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
     "  /save FILE       write the conversation as JSON\n"
     "  /load FILE       read a conversation written by /save\n"
+    "  /save-state FILE write the whole chat: the conversation and the model's state after it\n"
+    "  /load-state FILE continue a chat written by /save-state, without reading it again\n"
     "  /stats           context use and the last reply's speed\n"
     "  /help            this list\n"
     "  A line ending in \\ continues on the next line; Ctrl-C stops a reply; //text sends /text.\n";
@@ -99,7 +100,11 @@ std::unique_ptr<LineReader> make_plain_reader() { return std::make_unique<PlainR
 ChatRepl::ChatRepl(model::Session& session, const text::Tokenizer& tok, ChatConfig cfg)
     : session_(session), tok_(tok), cfg_(std::move(cfg)),
       sampler_(sampler_params(cfg_.args), size_t(session.model().hparams().n_vocab)),
-      system_(cfg_.args.system_prompt) {}
+      system_(cfg_.args.system_prompt),
+      // --split sessions keep their states on other ranks too: no local snapshots there.
+      snapshots_(session.options().split ? 0
+                 : cfg_.snapshot_every < 0 ? default_snapshot_every(session)
+                                            : cfg_.snapshot_every) {}
 
 void ChatRepl::notice(const std::string& s) const {
     std::fflush(stdout);   // keep the order of reply text and notices on a shared terminal
@@ -117,7 +122,9 @@ std::vector<text::ChatMessage> ChatRepl::conversation() const {
 void ChatRepl::reset_session() {
     session_.reset();
     in_session_.clear();
+    snapshots_.clear();
     stopped_on_string_ = false;
+    reply_start_ = 0;
 }
 
 int ChatRepl::run(LineReader& in) {
@@ -206,10 +213,24 @@ bool ChatRepl::command(const std::string& name, const std::string& arg) {
         if (arg.empty()) fail("/load needs a file name");
         load(arg);
         notice(fmt::format("[loaded {} messages from {}]", msgs_.size(), arg));
+    } else if (name == "/save-state") {
+        if (arg.empty()) fail("/save-state needs a file name");
+        save_state(arg);
+        notice(fmt::format("[saved {} messages and {} tokens of state to {}]", msgs_.size(), in_session_.size(), arg));
+    } else if (name == "/load-state") {
+        if (arg.empty()) fail("/load-state needs a file name");
+        load_state(arg);
+        notice(fmt::format("[loaded {} messages and {} tokens of state from {}]", msgs_.size(), in_session_.size(), arg));
     } else if (name == "/stats") {
-        notice(fmt::format("[context {} / {} tokens | {} turns | {} full re-prefills | format {}]", in_session_.size(),
-                           session_.n_ctx(), turns_, reprefills_, text::chat_format_name(cfg_.format)));
-        if (turns_ > 0) notice("[last reply: " + timing_line(last_, last_stop_) + "]");
+        const ChatCounters& c = counters_;
+        notice(fmt::format("[context {} / {} tokens | {} turns | {} full re-prefills | {} from snapshots | format {}]",
+                           in_session_.size(), session_.n_ctx(), c.turns, c.full_reprefills, c.resumes,
+                           text::chat_format_name(cfg_.format)));
+        notice(snapshots_.every() > 0
+                   ? fmt::format("[state snapshots every {} tokens: {} kept, {:.1f} MiB]", snapshots_.every(),
+                                 snapshots_.count(), double(snapshots_.bytes()) / (1 << 20))
+                   : std::string("[state snapshots off: an edit re-reads the conversation from the start]"));
+        if (c.turns > 0) notice("[last reply: " + timing_line(last_, last_stop_) + "]");
     } else {
         notice("[unknown command " + name + "; /help lists them]");
     }
@@ -229,44 +250,80 @@ void ChatRepl::print_reply(ReplyStream::Channel ch, std::string_view s) {
     at_line_start_ = s.back() == '\n';
 }
 
+// How many of the session's tokens still stand: the longest run from the start whose text
+// (special tokens as their text) starts the rendering.
+size_t ChatRepl::kept_prefix(const std::string& rendered) const {
+    size_t at = 0, n = 0;
+    for (text::Token id : in_session_) {
+        if (id < 0) break;   // an embedding row has no text
+        const std::string& p = tok_.piece(id);
+        if (rendered.compare(at, p.size(), p) != 0 || at + p.size() > rendered.size()) break;
+        at += p.size();
+        ++n;
+    }
+    return n;
+}
+
 void ChatRepl::answer() {
     const std::string rendered = text::render_chat(cfg_.format, conversation(), cfg_.opts);
-    // Keep the session when the text it holds starts the new rendering: prefill only the rest.
-    // Comparing text rather than re-tokenising keeps the model's own reply tokens (a sampled
-    // reply is rarely the canonical BPE of its text). After a stop string the session may hold
-    // the start of that string as plain tokens where the rendering has a special token: start over.
-    const std::string held = tok_.decode(in_session_, /*special=*/true);
-    const bool reuse = !stopped_on_string_ && rendered.compare(0, held.size(), held) == 0;
-    const std::vector<text::Token> fresh = tok_.encode(reuse ? rendered.substr(held.size()) : rendered, /*parse_special=*/true);
-    const size_t total = (reuse ? in_session_.size() : 0) + fresh.size();
+    // Keep the tokens the session holds as far as their text starts the new rendering, and
+    // prefill only the rest. Comparing text rather than re-tokenising keeps the model's own reply
+    // tokens (a sampled reply is rarely the canonical BPE of its text). After a stop string the
+    // session may hold the start of that string as plain tokens where the rendering has a special
+    // token: keep nothing of that reply.
+    size_t keep = kept_prefix(rendered);
+    if (stopped_on_string_) keep = std::min(keep, reply_start_);
+    // Going back (an edit, /regen): KDA state cannot drop tokens, so restart from the nearest
+    // snapshot at or before the kept tokens (or from 0) and read the kept ones after it again.
+    const model::Session::Snapshot* snap = keep < in_session_.size() ? snapshots_.at_or_before(int64_t(keep)) : nullptr;
+    const size_t start = keep == in_session_.size() ? keep : snap ? size_t(snap->pos) : 0;
+    std::vector<text::Token> fresh(in_session_.begin() + std::ptrdiff_t(start), in_session_.begin() + std::ptrdiff_t(keep));
+    {
+        const std::vector<text::Token> kept(in_session_.begin(), in_session_.begin() + std::ptrdiff_t(keep));
+        const std::vector<text::Token> rest = tok_.encode(rendered.substr(tok_.decode(kept, /*special=*/true).size()), /*parse_special=*/true);
+        fresh.insert(fresh.end(), rest.begin(), rest.end());
+    }
+    const size_t total = start + fresh.size();
     if (int64_t(total) >= session_.n_ctx()) {
         msgs_.pop_back();   // leave the conversation as it was
         notice(fmt::format("[the conversation is {} tokens and does not fit the context of {} (-c); /clear starts over]",
                            total, session_.n_ctx()));
         return;
     }
-    if (!reuse && !in_session_.empty()) {
-        reset_session();
-        ++reprefills_;
+    if (start < in_session_.size()) {
+        if (snap) {
+            session_.rewind(*snap);
+            in_session_.resize(start);
+            snapshots_.drop_after(int64_t(start));
+            ++counters_.resumes;
+            counters_.last_resume_pos = int64_t(start);
+        } else {
+            reset_session();
+            ++counters_.full_reprefills;
+            counters_.last_resume_pos = 0;
+        }
     }
     // A snapshot to go back to if Ctrl-C stops the prefill: the cancelled message is then
-    // dropped and the session is as it was, so nothing is re-read on the next turn. KDA state
-    // cannot be rewound, so this is a copy; skipped for very long conversations (there the next
-    // turn reads the conversation again, with a progress line).
-    std::vector<uint8_t> before;
+    // dropped and the session is as it was, so nothing is re-read on the next turn. It holds
+    // only the KDA + conv states: the latent rows before it stay in the cache. Kept afterwards
+    // as the turn's start (an edit of this message goes back there, not before the last reply).
+    std::optional<model::Session::Snapshot> before;
     const size_t held_before = in_session_.size();
-    if (!in_session_.empty() && in_session_.size() <= 32768) before = session_.save_state();
+    if (!in_session_.empty() && !session_.options().split) before = session_.snapshot();
 
     Timings t;
     t.seed = cfg_.args.sampling.seed;
     InterruptScope guard;
-    const size_t fed = prefill_chunked(session_, fresh, t);
+    const size_t fed = prefill_chunked(session_, fresh, t, snapshots_.every(), [&] { snapshots_.after_chunk(session_); });
     in_session_.insert(in_session_.end(), fresh.begin(), fresh.begin() + std::ptrdiff_t(fed));
+    counters_.prefilled += int64_t(fed);
+    counters_.last_prefilled = int64_t(fed);
 
     if (fed < fresh.size()) {   // Ctrl-C while reading the message: as if it was never sent
-        if (!before.empty()) {
-            session_.load_state(before);
+        if (before) {
+            session_.rewind(*before);
             in_session_.resize(held_before);
+            snapshots_.drop_after(int64_t(held_before));
         } else {
             reset_session();
         }
@@ -275,6 +332,8 @@ void ChatRepl::answer() {
         notice("[interrupted while reading your message; it was not sent]");
         return;
     }
+    snapshots_.end_of_prompt(std::move(before), session_);
+    reply_start_ = in_session_.size();
     for (text::Token id : fresh) sampler_.accept(id);
 
     GenResult r;
@@ -313,7 +372,7 @@ void ChatRepl::answer() {
     last_ = t;
     last_stop_ = r.stop;
     stopped_on_string_ = r.stop == StopReason::StopString;
-    ++turns_;
+    ++counters_.turns;
     if (r.stop == StopReason::Interrupted) notice("[interrupted]");
     else if (r.stop == StopReason::ContextFull && reply.response.empty() && r.think_tokens > 0 && !cfg_.args.show_think)
         notice(fmt::format("[the context of {} tokens (-c) filled up while the model was thinking ({} hidden tokens, no answer); "
@@ -323,47 +382,6 @@ void ChatRepl::answer() {
         notice(fmt::format("[reply stopped: the context of {} tokens (-c) is full; /clear starts over, -c sets a larger one]",
                            session_.n_ctx()));
     if (r.think_closed_by_budget) notice(fmt::format("[thinking closed after {} tokens (--reasoning-budget)]", cfg_.args.reasoning_budget));
-}
-
-void ChatRepl::save(const std::string& path) const {
-    nlohmann::json j;
-    j["format"] = text::chat_format_name(cfg_.format);
-    j["system"] = system_;
-    j["messages"] = nlohmann::json::array();
-    for (const auto& m : msgs_) {
-        nlohmann::json o{{"role", m.role}, {"content", m.content}};
-        if (!m.reasoning_content.empty()) o["reasoning_content"] = m.reasoning_content;
-        if (!m.name.empty()) o["name"] = m.name;
-        j["messages"].push_back(std::move(o));
-    }
-    check_output_path(path, "/save");
-    write_text_file(path, "/save", [&](std::ostream& f) { f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"; });
-}
-
-void ChatRepl::load(const std::string& path) {
-    std::string system;
-    std::vector<text::ChatMessage> msgs;
-    try {
-        const nlohmann::json j = nlohmann::json::parse(read_text_file(path));
-        // {"system": ..., "messages": [...]} as /save writes it, or a bare message array.
-        const nlohmann::json* arr = j.is_array() ? &j : (j.is_object() && j.contains("messages") ? &j["messages"] : nullptr);
-        if (!arr || !arr->is_array()) fail("{}: expected {{\"messages\": [...]}} as /save writes", path);
-        if (j.is_object()) system = j.value("system", std::string());
-        for (const auto& m : *arr) {
-            if (!m.is_object() || !m.contains("role")) fail("{}: every message needs a \"role\"", path);
-            text::ChatMessage cm{m["role"].get<std::string>(), m.value("content", std::string()),
-                                 m.value("reasoning_content", std::string()), m.value("name", std::string())};
-            if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
-                fail("{}: unknown role '{}'", path, cm.role);
-            if (cm.role == "system" && msgs.empty()) system = cm.content;
-            else msgs.push_back(std::move(cm));
-        }
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not a saved chat ({})", path, e.what());
-    }
-    system_ = std::move(system);
-    msgs_ = std::move(msgs);
-    // The session is brought in line on the next turn (prefix comparison).
 }
 
 }  // namespace kinfer::cli

@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <string_view>
 
 namespace kinfer::cli {
 
@@ -11,6 +12,18 @@ namespace kinfer::cli {
 CLI::Validator real_in(double lo, double hi, bool lo_open = false);
 // An integer in [lo, hi] (no fraction, no exponent).
 CLI::Validator int_in(int64_t lo, int64_t hi);
+
+// "141GiB" or, with allow_count, "8x141GiB": a count (1 when absent) and a size in bytes
+// (K/M/G/T, with or without iB, are powers of 1024: runtime::parse_bytes). The one size parser
+// of the machine flags (info --plan --gpu / --ram); throws kinfer::Error with the expected form
+// for anything else, a zero count or size included.
+struct SizeSpec {
+    int count = 1;
+    uint64_t bytes = 0;
+};
+SizeSpec parse_size_spec(std::string_view s, bool allow_count);
+// parse_size_spec as a validator.
+CLI::Validator size_in(bool allow_count);
 
 // The ranges kinfer uses for the same flag in every command.
 constexpr int64_t kMaxThreads = 512;

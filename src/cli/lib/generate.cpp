@@ -282,7 +282,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings& t) {
+size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings& t, int64_t cut_every,
+                       const std::function<void()>& after_chunk) {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t chunk = size_t(std::max<int64_t>(1, s.options().n_batch));
     const bool tty = isatty(STDERR_FILENO);
@@ -290,9 +291,11 @@ size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings
     size_t done = 0;
     double prev_el = 0;
     while (done < tokens.size() && !interrupted()) {
-        const size_t n = std::min(chunk, tokens.size() - done);
+        size_t n = std::min(chunk, tokens.size() - done);
+        if (cut_every > 0) n = std::min(n, size_t(cut_every - s.n_past() % cut_every));
         s.prefill(tokens.subspan(done, n));
         done += n;
+        if (after_chunk) after_chunk();
         const double el = seconds_since(t0);
         const double last_el = std::exchange(prev_el, el);
         if (tty && el > 2.0 && done < tokens.size()) {

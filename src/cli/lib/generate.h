@@ -107,7 +107,10 @@ std::string timing_line(const Timings& t, StopReason r);
 // interrupted() turns true. Returns how many tokens went in; adds the time to t. On a terminal
 // (stderr), a prefill that takes more than about two seconds shows one progress line with an
 // ETA, removed when it ends.
-size_t prefill_chunked(model::Session& s, std::span<const text::Token> tokens, Timings& t);
+// cut_every > 0: chunks also end where the session's position is a multiple of it, and
+// after_chunk runs after every chunk (chat keeps state snapshots there, state_snapshots.h).
+size_t prefill_chunked(model::Session& s, std::span<const text::Token> tokens, Timings& t, int64_t cut_every = 0,
+                       const std::function<void()>& after_chunk = {});
 
 // "[thinking... 120 tokens]" on stderr while a hidden think channel runs, rewritten in place
 // (terminals only), removed when the response starts.

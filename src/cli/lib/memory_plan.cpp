@@ -2,12 +2,14 @@
 
 #include "cli/lib/info_report.h"
 #include "model/hparams.h"
+#include "model/tensor_list.h"
 #include "text/tokenizer.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace kinfer::cli {
@@ -51,11 +53,27 @@ nlohmann::ordered_json memory_plan(const gguf::File& f, const PlanOptions& opt) 
     nlohmann::ordered_json p;
     uint64_t weights = 0;
     for (const auto& t : f.tensors()) weights += t.nbytes;
+    // The routed expert stacks apart (what a planned machine may leave in RAM, machine_plan.h):
+    // by the tensor list's roles, each stack holding n_expert experts of one layer.
+    uint64_t experts = 0;
+    std::set<int> moe_layers;
+    model::for_each_tensor(hp, [&](const std::string& n) { return f.find_tensor(n) != nullptr; },
+                           [&](const model::TensorSpec& s) {
+                               if (s.role != model::TensorRole::routed_experts) return;
+                               if (const gguf::TensorInfo* t = f.find_tensor(s.name)) {
+                                   experts += t->nbytes;
+                                   moe_layers.insert(s.layer);
+                               }
+                           });
+    const int64_t n_stacked = int64_t(moe_layers.size()) * hp.n_expert;
     const int n_mla = hp.n_mla_layers(), n_kda = hp.n_kda_layers();
     p["context"] = opt.n_ctx;
     p["batch"] = opt.n_batch;
     p["cache_type"] = backend::cache_type_name(opt.cache_type);
     p["weights_bytes"] = weights;
+    p["weights_dense_bytes"] = weights - experts;            // every token reads them
+    p["weights_routed_expert_bytes"] = experts;
+    p["routed_experts"] = n_stacked;                          // over all layers
     nlohmann::ordered_json per_type;
     for (backend::CacheType t : {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0})
         per_type[backend::cache_type_name(t)] = uint64_t(n_mla) * backend::cache_row_bytes(t, hp.mla_cache_dim());
@@ -104,6 +122,8 @@ std::string memory_plan_text(const nlohmann::ordered_json& p) {
         o += fmt::format("  {:<40} {:>16} bytes ({})\n", label, b, human_bytes(b));
     };
     line("weights (mapped)", p["weights_bytes"].get<uint64_t>());
+    line("  dense + attention (read every token)", p["weights_dense_bytes"].get<uint64_t>());
+    line(fmt::format("  routed experts ({})", p["routed_experts"].get<int64_t>()), p["weights_routed_expert_bytes"].get<uint64_t>());
     line(fmt::format("MLA latent cache at {} tokens", p["context"].get<int64_t>()), p["latent_cache_bytes"].get<uint64_t>());
     for (const auto& [k, v] : p["latent_bytes_per_token"].items())
         o += fmt::format("  {:<40} {:>16} bytes per token\n", "  latent cache, " + k, v.get<uint64_t>());
