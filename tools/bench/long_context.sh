@@ -35,7 +35,8 @@ for n in $LENGTHS; do [ "$n" -gt "$max" ] && max="$n"; done
 "$kinfer" tokenize -m "$model" -f "$CORPUS" --ids | tr -d '[],' | tr -s ' \n' '\n' | grep -v '^$' > "$out/corpus.ids"
 have="$(wc -l < "$out/corpus.ids")"
 [ "$have" -gt 0 ] || { echo "no tokens from $CORPUS" >&2; exit 1; }
-while [ "$(wc -l < "$out/all.ids" 2>/dev/null || echo 0)" -lt "$max" ]; do cat "$out/corpus.ids" >> "$out/all.ids"; done
+: > "$out/all.ids"
+while [ "$(wc -l < "$out/all.ids")" -lt "$max" ]; do cat "$out/corpus.ids" >> "$out/all.ids"; done
 
 echo "model $model, $threads threads, -ctk $CTK, text $(basename "$CORPUS") ($have tokens); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
@@ -55,7 +56,7 @@ for n in $LENGTHS; do
     /usr/bin/time -f "%M" -o "$out/l.rss" "$llama_bench" -m "$model" -t "$threads" -p "$n" -n 0 -fa 1 -r 1 -ctk "$CTK" \
       -o csv > "$out/l.csv" 2> "$out/l.err" || { cat "$out/l.err" >&2; exit 1; }
     # llama-bench's csv: the avg_ts column of the one test row.
-    l_tps="$(awk -F, 'NR==1 { for (i = 1; i <= NF; i++) if ($i ~ /avg_ts/) c = i } NR==2 { gsub(/"/, "", $c); print $c }' "$out/l.csv")"
+    l_tps="$(awk -F, 'NR==1 { for (i = 1; i <= NF; i++) if ($i ~ /avg_ts/) c = i } NR==2 { gsub(/"/, "", $c); printf "%.1f", $c }' "$out/l.csv")"
     l_rss_s="$(mib "$(tail -n1 "$out/l.rss")")"
     ratio="$(awk -v a="$k_tps" -v b="$l_tps" 'BEGIN { printf "%.2fx", a / b }')"
   fi
