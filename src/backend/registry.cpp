@@ -48,6 +48,9 @@ Backend* Backends::find(std::string_view name) {
 runtime::Device* Backends::expert_device(size_t i) {
     if (i >= devices_.size()) return nullptr;
     if (auto* s = dynamic_cast<SimBackend*>(devices_[i].get())) return &s->device();
+#ifdef KINFER_HAVE_CUDA
+    if (auto* c = dynamic_cast<cuda::CudaBackend*>(devices_[i].get())) return &c->expert_device();
+#endif
     return nullptr;
 }
 

@@ -62,7 +62,7 @@ std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, const 
         // Without -ngl it keeps an eighth for the scratch of the experts it runs.
         if (fl.dev_cache.empty()) o.device_budget = fl.n_gpu_layers > 0 ? device->capacity() / 2 : device->capacity() / 8 * 7;
     } else if (!fl.dev_cache.empty()) {
-        fail("--expert-cache needs a device (--device sim:SIZE[,GBps]; the CUDA backend is not built in)");
+        fail("--expert-cache needs a device (--device cudaN, or the simulated sim:SIZE[,GBps])");
     }   // without a device, --cpu-moe / --n-cpu-moe are accepted and moot: all is on the CPU
     if (!fl.dev_cache.empty()) o.device_budget = budget_of(fl.dev_cache, total);
     o.placement.cpu_moe = fl.cpu_moe;

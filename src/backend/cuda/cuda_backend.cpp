@@ -4,6 +4,7 @@
 // host arrays) wait for it.
 #define KINFER_CUDA_NS gpu
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_expert_device.h"
 
 #include "backend/cuda/kernels.h"
 #include "common/error.h"
@@ -206,23 +207,75 @@ Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
     need(dst, bytes, "upload_async", "dst");
     select();
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(copy_)), "upload_async");
+    return Event{record_copy("upload_async")};
+}
+
+uint64_t CudaBackend::record_copy(const char* op) {
+    reap();
     cudaEvent_t ev = nullptr;
-    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "upload_async: event");
-    check(cudaEventRecord(ev, stream_of(copy_)), "upload_async: event");
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), op);
+    check(cudaEventRecord(ev, stream_of(copy_)), op);
     const uint64_t ticket = next_ticket_++;
     events_[ticket] = ev;
-    return Event{ticket};
+    return ticket;
+}
+
+// Copies on the copy stream complete in the order they were queued: the oldest events that have
+// fired are released, and a ticket older than every remaining event is complete.
+void CudaBackend::reap() {
+    while (!events_.empty()) {
+        const auto it = events_.begin();
+        if (cudaEventQuery(static_cast<cudaEvent_t>(it->second)) != cudaSuccess) break;
+        cudaEventDestroy(static_cast<cudaEvent_t>(it->second));
+        events_.erase(it);
+    }
+    cudaGetLastError();   // cudaErrorNotReady is not an error
 }
 
 // The compute stream waits on the GPU; the host thread goes on.
 void CudaBackend::wait(Event e) {
     if (e.ticket == 0) return;
     const auto it = events_.find(e.ticket);
-    if (it == events_.end()) return;                        // already waited for
+    if (it == events_.end()) return;                        // reaped: the copy is complete
     select();
     check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second), 0), "wait");
-    cudaEventDestroy(static_cast<cudaEvent_t>(it->second));  // released once the wait is queued
-    events_.erase(it);
+}
+
+bool CudaBackend::copy_done(uint64_t ticket) {
+    const auto it = events_.find(ticket);
+    if (it == events_.end()) return true;
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second));
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+    }
+    check(e, "copy_done");
+    return true;
+}
+
+void CudaBackend::copy_host_wait(uint64_t ticket) {
+    const auto it = events_.find(ticket);
+    if (it == events_.end()) return;
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(it->second)), "copy_host_wait");
+}
+
+uint64_t CudaBackend::upload_after_compute(void* dst, const void* host_src, size_t bytes) {
+    need(dst, bytes, "upload_after_compute", "dst");
+    select();
+    // The copy may overwrite what kernels already queued still read (an evicted expert's slot):
+    // the copy stream first waits for the compute stream as it stands now.
+    cudaEvent_t now = nullptr;
+    check(cudaEventCreateWithFlags(&now, cudaEventDisableTiming), "upload_after_compute: event");
+    check(cudaEventRecord(now, stream_of(compute_)), "upload_after_compute: event");
+    check(cudaStreamWaitEvent(stream_of(copy_), now, 0), "upload_after_compute: wait");
+    cudaEventDestroy(now);   // released once the wait is queued
+    check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(copy_)), "upload_after_compute");
+    return record_copy("upload_after_compute");
+}
+
+runtime::Device& CudaBackend::expert_device() {
+    if (!expert_device_) expert_device_ = std::make_unique<CudaExpertDevice>(*this);
+    return *expert_device_;
 }
 
 void CudaBackend::synchronize() {

@@ -14,6 +14,7 @@
 // errors use); the kernels are nvcc-built (kinfer::cuda::gpu). Only linked when nvcc exists.
 #pragma once
 #include "backend/backend.h"
+#include "runtime/device.h"
 
 #include <cstdint>
 #include <map>
@@ -59,6 +60,15 @@ public:
     void wait(Event e) override;
     void synchronize() override;
 
+    // The copy engine as the expert store's device tier uses it (cuda_expert_device.h): a copy
+    // queued after the compute work queued so far (so it cannot overwrite a slot a kernel still
+    // reads), its ticket (wait(Event{ticket}) makes the compute stream wait for it), and host-side
+    // checks of a ticket.
+    uint64_t upload_after_compute(void* dst, const void* host_src, size_t bytes);
+    bool copy_done(uint64_t ticket);
+    void copy_host_wait(uint64_t ticket);
+    runtime::Device& expert_device();   // made on first use
+
     void matmul(const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) override;
     void matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) override;
     void embed(const Mat& E, const int32_t* tokens, int64_t n, float* x) override;
@@ -91,6 +101,8 @@ public:
 
 private:
     [[noreturn]] void not_implemented(const char* op) const;
+    uint64_t record_copy(const char* op);                 // an event at the copy stream's end, as a ticket
+    void reap();                                          // releases the events that have fired, oldest first
     void check(int cuda_error, const char* what) const;   // throws naming the op and the CUDA error
     void need(const void* p, size_t bytes, const char* op, const char* arg) const;
     void need(const Mat& W, const char* op) const;
@@ -109,6 +121,7 @@ private:
     std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
     Buffer scratch_;
     Buffer page_table_;
+    std::unique_ptr<runtime::Device> expert_device_;
 };
 
 }  // namespace kinfer::backend::cuda

@@ -1,0 +1,46 @@
+// The expert store's device tier on a GPU (runtime/device.h): slots are cudaMalloc'd memory of
+// the backend's device, host buffers are pinned (cudaHostAlloc), and a copy goes on the backend's
+// copy stream after the compute work queued so far, so overwriting an evicted expert's slot never
+// races a kernel that still reads it. The ticket a copy returns is the one the backend's
+// wait(Event) makes the compute stream wait for (moe.cpp does), so a miss stalls the GPU, not the
+// host. The same paging logic runs on the simulated device in every test (device_sim.h); this
+// adapter has not run on a GPU yet.
+#pragma once
+#include "backend/cuda/cuda_backend.h"
+#include "runtime/device.h"
+
+#include <map>
+
+namespace kinfer::backend::cuda {
+
+class CudaExpertDevice final : public runtime::Device {
+public:
+    explicit CudaExpertDevice(CudaBackend& be) : be_(be) {}
+    ~CudaExpertDevice() override;
+
+    std::string name() const override { return be_.name(); }
+    // What is free on the GPU now, less a reserve for the CUDA context and op scratch.
+    size_t capacity() const override;
+    // Measured once: a 64 MiB copy from pinned memory on the copy stream.
+    double copy_gbps() const override;
+
+    runtime::DeviceBuffer alloc(size_t bytes) override;   // offset = the device address
+    void free(runtime::DeviceBuffer b) override;
+    uint8_t* alloc_pinned(size_t bytes) override;
+    void free_pinned(uint8_t* p, size_t bytes) override;
+
+    uint64_t copy_async(runtime::DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) override;
+    bool done(uint64_t ticket) override { return be_.copy_done(ticket); }
+    void wait(uint64_t ticket) override { be_.copy_host_wait(ticket); }
+    const uint8_t* data(runtime::DeviceBuffer b) const override { return reinterpret_cast<const uint8_t*>(b.offset); }
+
+    static constexpr size_t kReserve = size_t(1) << 30;   // CUDA context, workspaces, op scratch
+
+private:
+    CudaBackend& be_;
+    std::map<uint64_t, Buffer> slots_;      // by device address
+    std::map<uint8_t*, Buffer> pinned_;
+    mutable double gbps_ = 0;
+};
+
+}  // namespace kinfer::backend::cuda
