@@ -87,7 +87,8 @@ TEST_CASE("dist plan: both = a grid of stages x expert shards; each stage a pipe
     for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
         auto m = model::Model::load(data(std::string("models/") + name + ".gguf"));
         const auto& hp = m->hparams();
-        for (auto [R, S] : {std::pair{4, 2}, std::pair{6, 2}, std::pair{6, 3}, std::pair{2, 1}, std::pair{2, 2}}) {
+        for (const auto& grid : {std::pair{4, 2}, std::pair{6, 2}, std::pair{6, 3}, std::pair{2, 1}, std::pair{2, 2}}) {
+            const int R = grid.first, S = grid.second;   // no structured binding: clang's doctest macros cannot capture one
             CAPTURE(name);
             CAPTURE(R);
             CAPTURE(S);

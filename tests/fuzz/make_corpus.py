@@ -186,3 +186,14 @@ out("model_load", "kl", b"\x01")
 out("model_load", "k3_ne", b"\x00" + edit(2, 1, 3, 100))
 out("model_load", "kl_kv", b"\x01" + edit(0, 0, 5, 3) + edit(7, 0, 9, 4))
 out("model_load", "k3_drop", b"\x00" + edit(4, 0, 40, 0))
+
+# Session::load_state: byte 0 (bit 0 model, bit 1 keep the damaged checksum, bit 2 raw file), then
+# 6-byte edits (op, value, u32 offset): 0 set a byte, 1 truncate, 2 append, 3 add to a u32
+sedit = lambda op, val, off: struct.pack("<BBI", op, val, off)
+out("session_state", "k3", b"\x00")
+out("session_state", "kl", b"\x01")
+out("session_state", "k3_byte", b"\x00" + sedit(0, 0x41, 40))
+out("session_state", "kl_trunc", b"\x01" + sedit(1, 0, 200))
+out("session_state", "k3_count", b"\x00" + sedit(3, 1, 24) + sedit(3, 0xff, 60))
+out("session_state", "k3_badsum", b"\x02" + sedit(0, 0, 100))
+out("session_state", "raw", b"\x04KINFSES\x00\x03\x00\x00\x00")
