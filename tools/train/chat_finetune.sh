@@ -6,9 +6,10 @@
 #   KINFER=build/bin/kinfer tools/train/chat_finetune.sh [OUT_DIR]     (default OUT_DIR = build-chat)
 #   then: cp OUT_DIR/kinfer-demo.gguf models/   (after looking at OUT_DIR/samples.txt)
 #
-# Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), LR (1e-3), PLAIN_ROWS (2), PACK (1: several
-# dialogues per row), PY, KINFER, START (the GGUF to start from; a second round starts from the
-# first's F32 GGUF). Shipping a round: cp OUT_DIR/kinfer-demo.gguf models/ and
+# Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), LR (1e-3), PLAIN_ROWS (2), CHAT_ROWS (6), SEQ (256), PACK (1: several
+# dialogues per row), SWEEP (1: dialogues drawn in shuffled epochs), DATA_ARGS (extra chat_data.py
+# options, e.g. "--devil-all --devil-copies 8"), NICE (10), PY, KINFER, START (the GGUF to start from; a second round starts from the
+# first's F32 GGUF), START_F32. Shipping a round: cp OUT_DIR/kinfer-demo.gguf models/ and
 # OUT_DIR/reference.json tests/data/demo/, then tools/train/chat_card.py ROUND_DIRS for the card.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,13 +28,16 @@ if [ -f "$ob/libblas.so.3" ]; then
 fi
 mkdir -p "$out"
 echo "== 1/5 the starting model as F32"
+# START_F32: the starting weights unquantized (the previous round's OUT/model-f32.gguf); START is
+# still the model whose perplexity is reported as "before" (the shipped Q8_0).
+[ -f "$out/start-f32.gguf" ] || [ -z "${START_F32:-}" ] || cp "$START_F32" "$out/start-f32.gguf"
 [ -f "$out/start-f32.gguf" ] || "$kinfer" quantize "$start" "$out/start-f32.gguf" F32 --allow-requantize "$THREADS" >"$out/dequant.log" 2>&1
 echo "== 2/5 dialogues"
-"$py" "$here/chat_data.py" --corpora "$corp" --out "$out/data"
+"$py" "$here/chat_data.py" --corpora "$corp" --out "$out/data" ${DATA_ARGS:-}
 echo "== 3/5 fine-tune (${STEPS:-400} steps at most, ${BUDGET_MIN:-45} min)"
-nice -n 10 "$py" "$here/finetune_chat.py" --gguf "$out/start-f32.gguf" --chat "$out/data/chat.jsonl" --corpora "$corp" \
+nice -n "${NICE:-10}" "$py" "$here/finetune_chat.py" --gguf "$out/start-f32.gguf" --chat "$out/data/chat.jsonl" --corpora "$corp" \
     --kinfer "$kinfer" --out "$out/run" --steps "${STEPS:-400}" --time-budget-min "${BUDGET_MIN:-45}" --threads "$THREADS" \
-    --lr "${LR:-1e-3}" --plain-rows "${PLAIN_ROWS:-2}" ${PACK:+--pack}
+    --lr "${LR:-1e-3}" --plain-rows "${PLAIN_ROWS:-2}" --chat-rows "${CHAT_ROWS:-6}" --seq "${SEQ:-256}" ${PACK:+--pack} ${SWEEP:+--sweep}
 echo "== 4/5 GGUF (F32, then the shipped Q8_0)"
 "$kinfer" convert "$out/run/kinfer-demo" -o "$out/model-f32.gguf" --outtype f32 2>/dev/null
 "$kinfer" quantize "$out/model-f32.gguf" "$out/kinfer-demo.gguf" Q8_0 "$THREADS" >"$out/quantize.log" 2>&1
