@@ -191,6 +191,7 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--pack", action="store_true", help="pack several dialogues into each row")
+    ap.add_argument("--heldout-n", type=int, default=160, help="held-out dialogues scored before and after")
     ap.add_argument("--sweep", action="store_true", help="draw dialogues in shuffled epochs instead of with replacement")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -211,7 +212,7 @@ def main() -> int:
     print(f"finetune: {len(plain)} plain-text tokens", flush=True)
 
     model = load_gguf_model(args.gguf)
-    before = chat_loss(model, data["heldout"], args.seq, pad, args.chunk)
+    before = chat_loss(model, data["heldout"], args.seq, pad, args.chunk, n=args.heldout_n)
     print(f"finetune: held-out chat loss before {before:.4f}", flush=True)
     # The router's selection bias stays as pre-training left it (no Quantile-Balancing updates):
     # padded rows would skew the loads it balances.
@@ -250,7 +251,7 @@ def main() -> int:
             log.write(json.dumps(rec) + "\n")
             log.flush()
     model.eval()
-    after = chat_loss(model, data["heldout"], args.seq, pad, args.chunk)
+    after = chat_loss(model, data["heldout"], args.seq, pad, args.chunk, n=args.heldout_n)
     print(f"finetune: held-out chat loss after {after:.4f} ({step} steps, {elapsed / 60:.1f} min)", flush=True)
     tok_dir = os.path.join(args.out, "tokenizer")
     write_tokenizer(args.gguf, tok_dir)
@@ -260,7 +261,7 @@ def main() -> int:
                "plain_rows": args.plain_rows, "seq": args.seq, "lr": args.lr, "pack": args.pack,
                "train_dialogues": len(data["train"]), "heldout_dialogues": len(data["heldout"]),
                "heldout_chat_loss_before": round(before, 4), "heldout_chat_loss_after": round(after, 4),
-               "heldout_chat_dialogues_scored": min(160, len(data["heldout"])), "sweep": args.sweep,
+               "heldout_chat_dialogues_scored": min(args.heldout_n, len(data["heldout"])), "sweep": args.sweep,
                "epochs": round(crng.epochs - 1 + crng.i / max(1, crng.n), 3) if args.sweep else None,
                "data": json.load(open(os.path.join(os.path.dirname(args.chat), "chat.json")))
                if os.path.exists(os.path.join(os.path.dirname(args.chat), "chat.json")) else None},
