@@ -38,18 +38,41 @@ def main() -> int:
     w("template (`tools/train/chat_finetune.sh`): dialogues made from the same corpora by `chat_data.py` (a word")
     w("-> its Devil's Dictionary definition, a Bible reference -> its verse, a fortune's question -> its answer,")
     w("a few greetings; one or two turns, with and without a short think block, every reply ending its turn),")
-    w("mixed with plain-text rows so that the model keeps its English. Only the replies are scored. The held-out")
-    w("dialogues use words, verses and fortunes that training never saw.")
+    w("mixed with plain-text rows so that the model keeps its English. Only the replies are scored.")
     w("")
-    w("| round | started from | steps | minutes | lr | rows per step (chat + plain) | packed | held-out chat loss before -> after |")
-    w("|---:|---|---:|---:|---:|---:|---|---:|")
+    w("| round | started from | steps | minutes | lr | rows per step (chat + plain) | packed | dictionary entries | "
+      "held-out chat loss before -> after | plain-text ppl before -> after |")
+    w("|---:|---|---:|---:|---:|---:|---|---|---:|---:|")
     for i, d in enumerate(a.rounds):
         fj = load_json(os.path.join(d, "run", "finetune.json"))
         start = "the pre-trained model" if i == 0 else f"round {i}"
+        data = fj.get("data") or {}
+        if data.get("devil_all"):
+            devil = (f"all trained ({data['popular_copies']} own dialogues for each of {len(data['popular'])} "
+                     f"common words, {data['devil_copies']} for the rest, plus the mixed ones)")
+        else:
+            devil = "5 % held out"
+        ppl = "-"
+        if os.path.exists(os.path.join(d, "ppl-start.json")) and os.path.exists(os.path.join(d, "ppl-after.json")):
+            ppl = (f"{load_json(os.path.join(d, 'ppl-start.json'))['ppl']:.2f} -> "
+                   f"{load_json(os.path.join(d, 'ppl-after.json'))['ppl']:.2f}")
         w(f"| {i + 1} | {start} | {fj['steps']} | {fj['train_minutes']:.1f} | {fj['lr']:g} | "
           f"{fj['chat_rows']} + {fj['plain_rows']} of {fj['seq']} tokens | {'yes' if fj.get('pack') else 'no'} | "
-          f"{fj['heldout_chat_loss_before']:.3f} -> {fj['heldout_chat_loss_after']:.3f} |")
+          f"{devil} | {fj['heldout_chat_loss_before']:.3f} -> {fj['heldout_chat_loss_after']:.3f} | {ppl} |")
     fj = load_json(os.path.join(a.rounds[-1], "run", "finetune.json"))
+    w("")
+    w("What is held out: a fixed random 5 % of the Bible verses and of the fortunes, never in training in any")
+    w("round. Rounds without \"all trained\" also hold out 5 % of the dictionary entries (the six")
+    w("words the card and README use as examples always stay in training). A round marked \"all trained\" trains")
+    w("every dictionary entry, so its held-out dialogues are Bible verses, fortunes and greetings only (greetings are")
+    w("a few fixed phrases and are in training too), and its dictionary replies below are recall of trained")
+    w("definitions, not generalisation. The held-out set changes with the data, so each round's \"before\" is")
+    w("measured on that round's own held-out set.")
+    data = fj.get("data") or {}
+    if data.get("devil_all"):
+        w("")
+        w("The common words trained most in round " + str(len(a.rounds)) + ": " +
+          ", ".join(x.lower() for x in data["popular"]) + ".")
     w("")
     w(f"Dialogues: {fj['train_dialogues']} for training, {fj['heldout_dialogues']} held out "
       f"(the chat loss is the mean over the replies of the first {fj['heldout_chat_dialogues_scored']}).")
@@ -58,10 +81,15 @@ def main() -> int:
     w(f"{first_ppl['ppl']:.2f} -> {last_ppl['ppl']:.2f} (+/- {last_ppl['ppl_error']:.2f}). The chat skill is paid")
     w("for with some of the plain-text fit; the perplexity table above is the pre-trained model's.")
     w("")
-    w("Replies (`kinfer run --chat -p ... -n 200 --seed 1`, thinking hidden as in `kinfer chat`):")
+    samples = open(os.path.join(a.rounds[-1], "samples.txt"), encoding="utf-8").read().rstrip()
+    if "(greedy)" in samples:
+        w("Replies (`kinfer run --chat -p ... -n 200 --seed 1`, then with `--temp 0`, marked (greedy);")
+        w("thinking hidden as in `kinfer chat`):")
+    else:
+        w("Replies (`kinfer run --chat -p ... -n 200 --seed 1`, thinking hidden as in `kinfer chat`):")
     w("")
     w("```")
-    w(open(os.path.join(a.rounds[-1], "samples.txt"), encoding="utf-8").read().rstrip())
+    w(samples)
     w("```")
     w("")
     w("The replies have the right form (a definition in Bierce's pattern, a verse under its reference, a greeting)")

@@ -8,6 +8,9 @@ questions the model never saw answered):
   - kjv_bible.txt: "What does John 3:16 say?" -> the verse
   - fortunes_all.txt: a fortune's "Q:" -> its "A:"
   - a few fixed small-talk turns (greetings, "what can you do?")
+With --devil-all no dictionary entry is held out: every entry is trained (the demo is asked for
+definitions, and a 17 M model does not guess Bierce), each gets --devil-copies dialogues of its own
+and the POPULAR words --popular-copies, and the held-out dialogues are Bible, fortune and small talk.
 Each dialogue has one or two user turns, a short think block or an empty one, the thinking-effort
 system message kinfer adds by default (or --no-think's form), and always ends its turn with
 <|close|>message<|sep|><|end_of_msg|>.
@@ -72,7 +75,7 @@ def first_sentences(text: str, limit: int) -> str:
     return text[:cut].strip() if cut > 0 else text[:limit].rsplit(" ", 1)[0] + "."
 
 
-def devil_items(path: str):
+def devil_items(path: str, limit: int = 320):
     """(word, part of speech, definition) for each entry 'WORD, n.  Text...' of the dictionary."""
     lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
     items, cur = [], None
@@ -93,7 +96,7 @@ def devil_items(path: str):
         items.append(cur)
     out = []
     for w, pos, body in items:
-        d = first_sentences(" ".join(body), 320)
+        d = first_sentences(" ".join(body), limit)
         if len(d) >= 12:
             out.append((w, pos, d))
     return out
@@ -196,6 +199,12 @@ def make_turn(kind: str, item, rng: random.Random):
 
 # Words the README and the model card use as examples stay in the training split.
 SHOWCASE = {"CYNIC", "LOVE", "HAPPINESS", "LAWYER", "POLITICS", "WAR"}
+# With --devil-all, the words a new user is likely to ask about first get --popular-copies dialogues of
+# their own, the other entries --devil-copies (all of them are trained; none is held out).
+POPULAR = SHOWCASE | {"ABSURDITY", "BORE", "CONSERVATIVE", "EGOTIST", "MARRIAGE", "PEACE", "PRAY", "PATIENCE",
+                      "PHILOSOPHY", "RELIGION", "DEBT", "FRIENDSHIP", "HOPE", "PAST", "FUTURE", "FAITH",
+                      "POLITENESS", "ADMIRATION", "BRAIN", "DICTIONARY", "HISTORY", "LIAR", "MONEY", "PRESENT",
+                      "WIT", "YEAR", "TRUTH", "CALAMITY"}
 
 
 def split_items(items, frac: float, rng: random.Random):
@@ -207,6 +216,15 @@ def split_items(items, frac: float, rng: random.Random):
     return rest[n:] + keep, rest[:n]
 
 
+def _write(f, turns, kinds, rng: random.Random, split: str) -> None:
+    # Half the replies think briefly, half leave the think block empty.
+    turns = [(q, t if rng.random() < 0.5 else "", a) for q, t, a in turns]
+    r = rng.random()
+    thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
+    segs = render(turns, thinking, effort)
+    f.write(json.dumps({"split": split, "source": "+".join(kinds), "segments": segs}, ensure_ascii=False) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", required=True, help="folder with dict-devil.txt, kjv_bible.txt, fortunes_all.txt")
@@ -214,37 +232,62 @@ def main() -> int:
     ap.add_argument("--dialogues", type=int, default=12000, help="training dialogues to write")
     ap.add_argument("--heldout-frac", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--devil-all", action="store_true",
+                    help="every dictionary entry is trained (none held out; the held-out dialogues are then Bible, "
+                         "fortune and small talk only) and gets --devil-copies dialogues of its own, each phrased "
+                         "at random, on top of the --dialogues mixed ones")
+    ap.add_argument("--devil-copies", type=int, default=8, help="with --devil-all: dialogues per entry")
+    ap.add_argument("--popular-copies", type=int, default=32, help="with --devil-all: dialogues per POPULAR word")
+    ap.add_argument("--def-chars", type=int, default=320, help="definitions cut to whole sentences of about this length")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     c = args.corpora
     pools = {
-        "devil": split_items(devil_items(os.path.join(c, "dict-devil.txt")), args.heldout_frac, rng),
+        "devil": split_items(devil_items(os.path.join(c, "dict-devil.txt"), args.def_chars), args.heldout_frac, rng),
         "bible": split_items(bible_items(os.path.join(c, "kjv_bible.txt")), args.heldout_frac, rng),
         "fortune": split_items(fortune_items(os.path.join(c, "fortunes_all.txt")), args.heldout_frac, rng),
         "talk": (SMALL_TALK, SMALL_TALK),
     }
     # The dictionary is the chat's main subject (a new user is told to ask "What is a cynic?").
     weights = {"devil": 0.5, "bible": 0.3, "fortune": 0.12, "talk": 0.08}
+    held_weights = weights
+    devil_queue = []
+    if args.devil_all:
+        tr, ho = pools["devil"]
+        pools["devil"] = (tr + ho, [])
+        held_weights = {k: v for k, v in weights.items() if k != "devil"}
+        for it in pools["devil"][0]:
+            devil_queue += [it] * (args.popular_copies if it[0] in POPULAR else args.devil_copies)
+        rng.shuffle(devil_queue)
     os.makedirs(args.out, exist_ok=True)
     counts = {}
     with open(os.path.join(args.out, "chat.jsonl"), "w", encoding="utf-8") as f:
-        for split, n in (("train", args.dialogues), ("heldout", max(200, args.dialogues // 20))):
+        for split, n in (("train", args.dialogues), ("heldout", max(200, args.dialogues // 20)), ("devil", None)):
+            if split == "devil":
+                # The per-entry dictionary dialogues: one to three definitions each, in queue order.
+                n, split = 0, "train"
+                q = list(devil_queue)
+                while q:
+                    k = min(len(q), rng.choice([1, 1, 2, 2, 3]))
+                    group, q = q[:k], q[k:]
+                    _write(f, [make_turn("devil", it, rng) for it in group], ["devil"] * k, rng, split)
+                    counts["train_devil"] = counts.get("train_devil", 0) + 1
+                continue
             side = 0 if split == "train" else 1
+            w = weights if split == "train" else held_weights
             for _ in range(n):
                 turns, kinds = [], []
                 for _t in range(1 if rng.random() < 0.7 else 2):
-                    kind = rng.choices(list(weights), weights=list(weights.values()))[0]
+                    kind = rng.choices(list(w), weights=list(w.values()))[0]
                     turns.append(make_turn(kind, rng.choice(pools[kind][side]), rng))
                     kinds.append(kind)
-                # Half the replies think briefly, half leave the think block empty.
-                turns = [(q, t if rng.random() < 0.5 else "", a) for q, t, a in turns]
-                r = rng.random()
-                thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
-                segs = render(turns, thinking, effort)
-                f.write(json.dumps({"split": split, "source": "+".join(kinds), "segments": segs}, ensure_ascii=False) + "\n")
+                _write(f, turns, kinds, rng, split)
                 counts[split] = counts.get(split, 0) + 1
     sizes = {k: [len(v[0]), len(v[1])] for k, v in pools.items()}
-    json.dump({"counts": counts, "items_train_heldout": sizes, "seed": args.seed},
+    json.dump({"counts": counts, "items_train_heldout": sizes, "seed": args.seed, "devil_all": args.devil_all,
+               "devil_copies": args.devil_copies if args.devil_all else 0,
+               "popular_copies": args.popular_copies if args.devil_all else 0,
+               "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0

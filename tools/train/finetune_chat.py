@@ -105,6 +105,21 @@ def load_dialogues(kinfer: str, model: str, chat: str, tmp: str, eos: int, max_l
     return out
 
 
+class Sweep:
+    """Draws the dialogues in epochs: each one once, in a fresh random order, before any repeats (so
+    every dictionary entry gets its copies in a short run, where drawing with replacement misses some)."""
+
+    def __init__(self, n, rng):
+        self.n, self.rng, self.order, self.i, self.epochs = n, rng, [], 0, 0
+
+    def integers(self, _n):
+        if self.i >= len(self.order):
+            self.order, self.i = self.rng.permutation(self.n), 0
+            self.epochs += 1
+        self.i += 1
+        return self.order[self.i - 1]
+
+
 def chat_batch(dialogues, rng, n, seq, pad, pack=False):
     """n rows of seq + 1 tokens. With pack, each row holds as many whole random dialogues as fit
     (most are far shorter than seq, so a row of one dialogue is mostly padding and the step trains
@@ -176,6 +191,8 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--pack", action="store_true", help="pack several dialogues into each row")
+    ap.add_argument("--heldout-n", type=int, default=160, help="held-out dialogues scored before and after")
+    ap.add_argument("--sweep", action="store_true", help="draw dialogues in shuffled epochs instead of with replacement")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -195,13 +212,14 @@ def main() -> int:
     print(f"finetune: {len(plain)} plain-text tokens", flush=True)
 
     model = load_gguf_model(args.gguf)
-    before = chat_loss(model, data["heldout"], args.seq, pad, args.chunk)
+    before = chat_loss(model, data["heldout"], args.seq, pad, args.chunk, n=args.heldout_n)
     print(f"finetune: held-out chat loss before {before:.4f}", flush=True)
     # The router's selection bias stays as pre-training left it (no Quantile-Balancing updates):
     # padded rows would skew the loads it balances.
     params = [p for n, p in model.named_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(args.seed)
+    crng = Sweep(len(data["train"]), np.random.default_rng(args.seed + 1)) if args.sweep else rng
     log = open(os.path.join(args.out, "train.log.jsonl"), "w")
     model.train()
     step, elapsed, budget = 0, 0.0, args.time_budget_min * 60
@@ -211,7 +229,7 @@ def main() -> int:
         lr = args.lr * (step + 1) / args.warmup if step < args.warmup else args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for gr in opt.param_groups:
             gr["lr"] = lr
-        xc, wc = chat_batch(data["train"], rng, args.chat_rows, args.seq, pad, args.pack)
+        xc, wc = chat_batch(data["train"], crng, args.chat_rows, args.seq, pad, args.pack)
         xp, wp = plain_batch(plain, rng, args.plain_rows, args.seq)
         loss_c = weighted_loss(model, xc, wc, args.chunk)
         loss_p = weighted_loss(model, xp, wp, args.chunk)
@@ -227,11 +245,13 @@ def main() -> int:
         if step % 10 == 0 or step == 1:
             rec = {"step": step, "chat_loss": round(loss_c.item(), 4), "plain_loss": round(loss_p.item(), 4),
                    "lr": lr, "grad_norm": round(gn, 3), "elapsed_min": round(elapsed / 60, 2)}
+            if args.sweep:
+                rec["epoch"] = round(crng.epochs - 1 + crng.i / max(1, crng.n), 3)
             print("finetune: " + json.dumps(rec), flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
     model.eval()
-    after = chat_loss(model, data["heldout"], args.seq, pad, args.chunk)
+    after = chat_loss(model, data["heldout"], args.seq, pad, args.chunk, n=args.heldout_n)
     print(f"finetune: held-out chat loss after {after:.4f} ({step} steps, {elapsed / 60:.1f} min)", flush=True)
     tok_dir = os.path.join(args.out, "tokenizer")
     write_tokenizer(args.gguf, tok_dir)
@@ -241,7 +261,10 @@ def main() -> int:
                "plain_rows": args.plain_rows, "seq": args.seq, "lr": args.lr, "pack": args.pack,
                "train_dialogues": len(data["train"]), "heldout_dialogues": len(data["heldout"]),
                "heldout_chat_loss_before": round(before, 4), "heldout_chat_loss_after": round(after, 4),
-               "heldout_chat_dialogues_scored": min(160, len(data["heldout"]))},
+               "heldout_chat_dialogues_scored": min(args.heldout_n, len(data["heldout"])), "sweep": args.sweep,
+               "epochs": round(crng.epochs - 1 + crng.i / max(1, crng.n), 3) if args.sweep else None,
+               "data": json.load(open(os.path.join(os.path.dirname(args.chat), "chat.json")))
+               if os.path.exists(os.path.join(os.path.dirname(args.chat), "chat.json")) else None},
               open(os.path.join(args.out, "finetune.json"), "w"), indent=2)
     print(f"finetune: exported {hf}", flush=True)
     return 0
