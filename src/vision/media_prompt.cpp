@@ -54,6 +54,21 @@ std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::st
     return chunks;
 }
 
+std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper) {
+    const std::string opening = moonshot_wrapper ? "<|media_begin|>image<|media_content|>" : "<|media_begin|>";
+    std::string out;
+    size_t pos = 0;
+    for (size_t at = prompt.find(kMediaMarker); at != std::string_view::npos; at = prompt.find(kMediaMarker, pos)) {
+        out.append(prompt.substr(pos, at - pos));
+        out += opening;
+        out += kMediaMarker;
+        out += "<|media_end|>";
+        pos = at + kMediaMarker.size();
+    }
+    out.append(prompt.substr(pos));
+    return out;
+}
+
 void prefill_chunks(model::Session& s, const std::vector<PromptChunk>& chunks,
                     const std::vector<std::span<const float>>& images, std::vector<float>* all_logits) {
     for (const auto& c : chunks) {

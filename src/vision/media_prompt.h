@@ -31,6 +31,13 @@ struct PromptChunk {
 std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images,
                                              bool moonshot_wrapper = false);
 
+// The prompt text with each marker written out as the text of the tokens around its image:
+// `<|media_begin|>` (+ `image<|media_content|>` for Moonshot's wrapper) before the marker and
+// `<|media_end|>` after it. Tokenizing the pieces between markers with special tokens parsed then
+// gives exactly layout_media_prompt's chunks. The chat compares this form with the text its
+// session holds, so a held image and the tokens around it count as one stretch of the prompt.
+std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper = false);
+
 // Evaluates the chunks in order, one prefill per chunk (text tokens, or the image's rows through
 // Session::prefill_embd); images[k] is [rows x n_embd]. all_logits (optional) gets every
 // position's logits.

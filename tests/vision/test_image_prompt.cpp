@@ -6,6 +6,7 @@
 #include "vision/image_prompt.h"
 #include "vision_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -165,6 +166,41 @@ TEST_CASE("vision: prompt layout wraps each image in media_begin / media_end as 
     CHECK(front[0].tokens == std::vector<int32_t>{4114});
     CHECK(front[1].image == 0);
     CHECK(front[2].tokens.front() == 4116);
+}
+
+TEST_CASE("vision: the written-out markers tokenize to the same chunks as the layout (chat's prefix form)") {
+    const std::string gguf = test::vision_file("gguf/k3v-tiny-f32.gguf");
+    const std::string prompt_path = test::vision_file("prompts/prompt_two_images.txt");
+    if (gguf.empty() || prompt_path.empty()) return;
+    auto model = model::Model::load(gguf);
+    auto tok = text::Tokenizer::from_gguf(model->file());
+    const auto bytes = test::read_bytes(prompt_path);
+    const std::string prompt(bytes.begin(), bytes.end());
+    for (const bool moonshot : {false, true}) {
+        CAPTURE(moonshot);
+        const auto chunks = vision::layout_media_prompt(*tok, prompt, 2, moonshot);
+        const std::string wide = vision::expand_media_markers(prompt, moonshot);
+        // Split at the markers again: text pieces tokenized alone, images between them.
+        std::vector<vision::PromptChunk> got;
+        size_t pos = 0;
+        for (;;) {
+            const size_t at = wide.find(vision::kMediaMarker, pos);
+            vision::PromptChunk t;
+            t.tokens = tok->encode(wide.substr(pos, at == std::string::npos ? std::string::npos : at - pos), true);
+            if (!t.tokens.empty()) got.push_back(t);
+            if (at == std::string::npos) break;
+            vision::PromptChunk im;
+            im.image = int(std::count_if(got.begin(), got.end(), [](const auto& c) { return c.is_image(); }));
+            got.push_back(im);
+            pos = at + vision::kMediaMarker.size();
+        }
+        REQUIRE(got.size() == chunks.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            CHECK(got[i].image == chunks[i].image);
+            CHECK(got[i].tokens == chunks[i].tokens);
+        }
+    }
+    CHECK(vision::expand_media_markers("no images") == "no images");
 }
 
 TEST_CASE("vision: kinfer eval -f --image writes the image embeddings and every position's logits") {
