@@ -114,6 +114,7 @@ TEST_CASE("vision: tower stages and embeddings match llama.cpp per case") {
             const auto g = golden_as_rows(name, test::read_f32(f), e.gw, e.gh, hp.n_embd);
             const float d = max_abs_diff(st.x, g);
             CAPTURE(name);
+            MESSAGE(c << " " << name << ": max |diff| " << d);
             CHECK(d <= 1e-5f);
         }
         if (c != "gray") CHECK(got.count("pos_embd_interp") == 1);

@@ -21,6 +21,8 @@ void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float
 float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n);
 void mad_f32_avx2(float* y, const float* x, float a, int64_t n);
 void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out);
+void dot_f32_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out);
+void dot_f32_sgemm_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out);
 
 namespace {
 
@@ -141,7 +143,14 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
                 for (; r + 4 <= r1; r += 4) {
                     const float* w[4] = {reinterpret_cast<const float*>(W.row(r)), reinterpret_cast<const float*>(W.row(r + 1)),
                                          reinterpret_cast<const float*>(W.row(r + 2)), reinterpret_cast<const float*>(W.row(r + 3))};
-                    for (int64_t t = t0; t < t1; ++t) {
+                    int64_t t = t0;
+                    for (; t + 2 <= t1; t += 2) {   // two activation rows per tile, same bits
+                        const float* x[2] = {static_cast<const float*>(xq.row(t)), static_cast<const float*>(xq.row(t + 1))};
+                        float o[8];
+                        dot_f32_sgemm_tile_avx2(w, x, W.cols, o);
+                        for (int k = 0; k < 8; ++k) y[(t + k / 4) * ldy + r + k % 4] = o[k];
+                    }
+                    for (; t < t1; ++t) {
                         float o[4];
                         dot4_f32_sgemm_avx2(w, static_cast<const float*>(xq.row(t)), W.cols, o);
                         float* yt = y + t * ldy + r;
@@ -152,6 +161,26 @@ void matmul_q_rows(const Mat& W, const QuantActs& xq, int64_t n, float* y, int64
                     const float* w = reinterpret_cast<const float*>(W.row(r));
                     for (int64_t t = t0; t < t1; ++t)
                         y[t * ldy + r] = dot_f32_sgemm_avx2(w, static_cast<const float*>(xq.row(t)), W.cols);
+                }
+            }
+            // ggml_vec_dot_f32's order; four weight rows x two activation rows per tile, four
+            // weight rows for a last single row (each product keeps its own order).
+            for (; r + 4 <= r1; r += 4) {
+                const float* w[4] = {reinterpret_cast<const float*>(W.row(r)), reinterpret_cast<const float*>(W.row(r + 1)),
+                                     reinterpret_cast<const float*>(W.row(r + 2)), reinterpret_cast<const float*>(W.row(r + 3))};
+                int64_t t = t0;
+                if (have_avx2())
+                    for (; t + 2 <= t1; t += 2) {
+                        const float* x[2] = {static_cast<const float*>(xq.row(t)), static_cast<const float*>(xq.row(t + 1))};
+                        float o[8];
+                        dot_f32_tile_avx2(w, x, W.cols, o);
+                        for (int k = 0; k < 8; ++k) y[(t + k / 4) * ldy + r + k % 4] = o[k];
+                    }
+                for (; t < t1; ++t) {
+                    float o[4];
+                    dot4_f32(static_cast<const float*>(xq.row(t)), w, W.cols, o);
+                    float* yt = y + t * ldy + r;
+                    yt[0] = o[0]; yt[1] = o[1]; yt[2] = o[2]; yt[3] = o[3];
                 }
             }
             for (; r < r1; ++r) {

@@ -65,6 +65,37 @@ inline float fold8(const __m256* acc) {
     return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
 }
 
+}  // namespace
+
+// out[t * 4 + r] = dot_f32_avx2(w[r], x[t], n) for two activation rows and four weight rows, bit
+// for bit: dot_main's eight accumulators are independent sums over the 64-element blocks, so
+// they are taken one at a time (accumulator g of all eight products in registers, 6 loads per
+// 8 FMAs where four dot_f32 calls load twice per FMA), then folded as dot_main folds them.
+void dot_f32_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out) {
+    const int64_t np = n & ~int64_t(63);
+    __m256 acc[8][8];   // [product][accumulator], in fold8's order
+    for (int g = 0; g < 8; ++g) {
+        __m256 c[8];
+        for (auto& v : c) v = _mm256_setzero_ps();
+        for (int64_t i = 8 * g; i < np; i += 64) {
+            const __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
+            for (int r = 0; r < 4; ++r) {
+                const __m256 wv = _mm256_loadu_ps(w[r] + i);
+                c[r] = _mm256_fmadd_ps(wv, x0, c[r]);
+                c[4 + r] = _mm256_fmadd_ps(wv, x1, c[4 + r]);
+            }
+        }
+        for (int k = 0; k < 8; ++k) acc[k][g] = c[k];
+    }
+    float s[8];
+    for (int k = 0; k < 8; ++k) s[k] = fold8(acc[k]);
+    for (int64_t i = np; i < n; ++i)
+        for (int t = 0; t < 2; ++t)
+            for (int r = 0; r < 4; ++r) s[t * 4 + r] = __builtin_fmaf(w[r][i], x[t][i], s[t * 4 + r]);
+    for (int k = 0; k < 8; ++k) out[k] = s[k];
+}
+
+namespace {
 // R rows of the KDA recurrence (state rows M + r D = columns of S), each with ggml's arithmetic:
 // decay (mul), delta from a vec_dot, FMA update (ggml_vec_mad_f32), output vec_dot. Each dot is
 // folded into the pass that writes its operand, accumulating in dot_f32_avx2's exact order (the
@@ -153,6 +184,28 @@ void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float
         }
     }
     for (int j = 0; j < 4; ++j) out[j] = reduce16(lo[j], hi[j]);
+}
+
+// out[t * 4 + j] = the tinyBLAS-order product of w[j] and x[t] for two activation rows, bit for
+// bit with dot4_f32_sgemm_avx2: each product's two 8-lane halves are independent sums over k, so
+// the low halves of all eight run in one pass and the high halves in a second (6 loads per
+// 8 FMAs instead of 10), then each pair goes through the reduce tree.
+void dot_f32_sgemm_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out) {
+    __m256 half[2][8];
+    for (int h = 0; h < 2; ++h) {
+        __m256 c[8];
+        for (auto& v : c) v = _mm256_setzero_ps();
+        for (int64_t l = 8 * h; l < n; l += 16) {
+            const __m256 x0 = _mm256_loadu_ps(x[0] + l), x1 = _mm256_loadu_ps(x[1] + l);
+            for (int j = 0; j < 4; ++j) {
+                const __m256 wv = _mm256_loadu_ps(w[j] + l);
+                c[j] = _mm256_fmadd_ps(wv, x0, c[j]);
+                c[4 + j] = _mm256_fmadd_ps(wv, x1, c[4 + j]);
+            }
+        }
+        for (int k = 0; k < 8; ++k) half[h][k] = c[k];
+    }
+    for (int k = 0; k < 8; ++k) out[k] = reduce16(half[0][k], half[1][k]);
 }
 
 float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n) {

@@ -12,6 +12,8 @@
 namespace kinfer::backend::cpu {
 
 void softmax_row_avx2(float* x, int64_t n, float scale);   // vision_softmax_avx2.cpp
+void attn_scores_avx2(const float* kt, int64_t n, int64_t D, const float* const* q, float* const* s,
+                      int64_t nq);                             // vision_scores_avx2.cpp
 
 namespace {
 
@@ -86,10 +88,10 @@ void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, cons
                  int64_t H, int64_t D, float scale) {
     const int64_t ld = H * D;
     // As ggml without flash attention: per head, scores in f32, a softmax over each query's row
-    // (ggml's: max subtracted, its vector exp on AVX2 machines, sum in double), then O = V^T P through the f32 matmul. The scores
-    // are built key-parallel (s += q_i K^T[i], one AVX2 multiply-add row per dimension), which
-    // is what makes short heads (d = 24..72) fast. Queries go in blocks so the score rows stay
-    // small for large images.
+    // (ggml's: max subtracted, its vector exp on AVX2 machines, sum in double), then O = V^T P
+    // through the f32 matmul. The scores are built four queries x 16 keys at a time in registers
+    // (vision_scores_avx2.cpp), which is what makes short heads (d = 24..72) fast. Queries go in
+    // blocks so the score rows stay small for large images.
     constexpr int64_t kBlock = 256;
     static const bool simd = quant::active_isa() != quant::Isa::scalar;   // AVX2 or better
     std::vector<float> kt(static_cast<size_t>(D * n)), vt(static_cast<size_t>(D * n));
@@ -104,13 +106,24 @@ void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, cons
         for (int64_t q0 = 0; q0 < n; q0 += kBlock) {
             const int64_t b = std::min(kBlock, n - q0);
             pool.parallel_for(b, [&](int64_t r0, int64_t r1, int) {
-                for (int64_t r = r0; r < r1; ++r) {
-                    float* s = sc.data() + r * n;
-                    const float* qr = q + (q0 + r) * ld + h * D;
-                    std::fill_n(s, n, 0.0f);
-                    for (int64_t i = 0; i < D; ++i) mad_f32(s, kt.data() + i * n, qr[i], n);
-                    if (simd) softmax_row_avx2(s, n, scale);
-                    else ops::softmax(s, n, scale);
+                const float* qs[4];
+                float* ss[4];
+                for (int64_t g = r0; g < r1; g += 4) {
+                    const int64_t m = std::min<int64_t>(4, r1 - g);
+                    for (int64_t r = 0; r < m; ++r) {
+                        qs[r] = q + (q0 + g + r) * ld + h * D;
+                        ss[r] = sc.data() + (g + r) * n;
+                    }
+                    if (simd) attn_scores_avx2(kt.data(), n, D, qs, ss, m);
+                    else
+                        for (int64_t r = 0; r < m; ++r) {
+                            std::fill_n(ss[r], n, 0.0f);
+                            for (int64_t i = 0; i < D; ++i) mad_f32(ss[r], kt.data() + i * n, qs[r][i], n);
+                        }
+                    for (int64_t r = 0; r < m; ++r) {
+                        if (simd) softmax_row_avx2(ss[r], n, scale);
+                        else ops::softmax(ss[r], n, scale);
+                    }
                 }
             }, 4);
             matmul(pool, Vt, sc.data(), b, o + q0 * ld + h * D, n, ld);
