@@ -36,6 +36,7 @@ EncodedImage ImageEncoder::encode(const Image& rgb, const std::string& name, con
         fail("{}: {} x {} pixels gives {} patches, fewer than the {} the vision tower needs", name, rgb.w, rgb.h,
              out.gw * out.gh, kMinPatches);
     const auto planar = normalize_planar(cv, hp.pre);
+    out.preprocess_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ws_->reset();
     const float* vit = tower_forward(mm_, *ws_, planar.data(), cv.w, cv.h, opt_, hook);
     const float* y = project_tokens(mm_, *ws_, vit, out.gw, out.gh, opt_, hook);

@@ -22,6 +22,7 @@ struct EncodedImage {
     int64_t n_tokens = 0;
     std::vector<float> embd;      // [n_tokens x proj_dim]
     double seconds = 0;           // preprocessing + tower + projector
+    double preprocess_seconds = 0;   // the canvas and normalisation alone (mtmd times them apart)
 };
 
 // The fewest patches an image may give (image_min_pixels is 8 patches in Kimi K3's files).

@@ -33,8 +33,9 @@ ImagePrompt prepare_image_prompt(const ImagePromptArgs& a, std::string_view prom
             p.images.push_back(enc.encode_file(path));
             const auto& im = p.images.back();
             if (a.verbose)
-                std::fprintf(stderr, "kinfer: image %s: %d x %d -> %d x %d patches, %lld tokens, encoded in %.1f ms\n",
-                             path.c_str(), im.src_w, im.src_h, im.gw, im.gh, (long long)im.n_tokens, im.seconds * 1e3);
+                std::fprintf(stderr, "kinfer: image %s: %d x %d -> %d x %d patches, %lld tokens, encoded in %.1f ms (preprocessing %.1f ms)\n",
+                             path.c_str(), im.src_w, im.src_h, im.gw, im.gh, (long long)im.n_tokens, im.seconds * 1e3,
+                             im.preprocess_seconds * 1e3);
         }
     }
     std::vector<int64_t> n_rows;
