@@ -44,9 +44,14 @@ std::vector<float> resample_pos_grid(const std::vector<float>& grid, int in_h, i
             const Tap& a = ty[size_t(y)];
             const Tap& b = tx[size_t(x)];
             float* o = &out[(size_t(y) * size_t(out_w) + size_t(x)) * size_t(C)];
+            // ggml's a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy as GCC contracts it on an FMA
+            // machine (the golden build): b dx (1-dy) rounded, then three FMAs in turn. mtmd
+            // interpolates the grid permuted to [H, W, C], so its x runs along H and its y along W.
+            const float dx = a.t, dy = b.t;
             for (int c = 0; c < C; ++c)
-                o[c] = at(a.i0, b.i0, c) * (1 - b.t) * (1 - a.t) + at(a.i0, b.i1, c) * b.t * (1 - a.t) +
-                       at(a.i1, b.i0, c) * (1 - b.t) * a.t + at(a.i1, b.i1, c) * b.t * a.t;
+                o[c] = std::fma(at(a.i1, b.i1, c) * dx, dy,
+                                std::fma(at(a.i0, b.i1, c) * (1 - dx), dy,
+                                         std::fma(at(a.i0, b.i0, c) * (1 - dx), 1 - dy, at(a.i1, b.i0, c) * dx * (1 - dy))));
         }
     return out;
 }

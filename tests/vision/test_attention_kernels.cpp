@@ -1,7 +1,7 @@
-// The vision attention's faster kernels keep the tower's bits: attend_full equals the plain
-// algorithm it replaced (scores by one multiply-add pass per dimension over the whole key row,
-// the row softmax, O = V^T P through the F32 matmul), and the F32 matmul's four-row groups
-// equal one dot_f32 per output, for lengths and counts on both sides of the vector widths.
+// The vision attention's tiled kernels give the bits of the plain algorithm (scores by one
+// multiply-add pass per dimension over the whole key row, the row softmax, one dot per output
+// in ggml's order), and the F32 matmul's tiles equal its one-row kernels, for lengths and counts
+// on both sides of the vector widths.
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vision_kernels.h"
@@ -35,9 +35,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The attention as it was before the blocked score kernel: each score row by one mad_f32 pass
-// per dimension, then O = V^T P through the F32 matmul in 256-query blocks (which picks ggml's
-// kernel by the block's shape).
+// The attention one output at a time: each score row by one mad_f32 pass per dimension (the
+// golden build's unfused chain for head sizes that are multiples of 8), the row softmax, then
+// O = V^T P in 256-query blocks with ggml's choice of kernel by the block's shape.
 std::vector<float> attend_reference(runtime::ThreadPool& pool, const float* q, const float* k, const float* v, int64_t n,
                                     int64_t H, int64_t D, float scale) {
     const int64_t ld = H * D;

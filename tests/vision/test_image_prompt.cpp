@@ -3,6 +3,7 @@
 // within its own batch-vs-decode spread (or 1e-4), and the 16 greedy ids where the margin allows.
 #include "backend/cpu_backend.h"
 #include "model/model.h"
+#include "quant/types.h"
 #include "vision/image_prompt.h"
 #include "vision_data.h"
 
@@ -128,19 +129,14 @@ TEST_CASE("vision: text logits and greedy ids with images match llama.cpp per ca
         CHECK(g.worst_ratio <= 1.0f);
         CHECK(g.ids_equal);
 
-        // 2. Our own image rows (within 2e-3 of llama.cpp's, the floor of README 7.6). Issue 18's
-        //    target (llama.cpp's spread or 1e-4) is NOT met: this random MoE amplifies that noise
-        //    to 0.04 .. 0.76 on these cases (the largest, rgba, where an expert choice flips). The
-        //    bounds below are fixed per case at 1.25x what was measured (not derived from the
-        //    run), so a regression fails; greedy ids are compared where the margin exceeds twice
-        //    the case's bound.
-        const std::map<std::string, float> own_bound{{"photo", 0.05f}, {"tall", 0.09f}, {"gray", 0.11f},
-                                                     {"rgba", 0.95f},  {"wide", 0.26f}, {"two", 0.08f}};
-        const float bound = own_bound.at(c);
-        const CaseResult own = run_case(*model, ip, ip.rows(), cd, dir, c, 2 * bound);
-        MESSAGE(c << " (kinfer's image rows): worst logit |diff| " << own.worst_abs << "; greedy ids equal "
-                  << own.compared << " (compared while the margin > " << 2 * bound << ")");
-        CHECK(own.worst_abs <= bound);
+        // 2. Our own image rows: bit-exact to llama.cpp's on the SIMD paths (test_tower.cpp), so
+        //    issue 18's target holds for them too: the same bounds as 1. The scalar path (no
+        //    AVX2) rounds differently; there the embeddings' 2e-3 floor (test_tower) is all.
+        if (quant::active_isa() == quant::Isa::scalar) continue;
+        const CaseResult own = run_case(*model, ip, ip.rows(), cd, dir, c, 1e-3f);
+        MESSAGE(c << " (kinfer's image rows): worst logit |diff| " << own.worst_abs << ", " << own.worst_ratio
+                  << " x tolerance; greedy ids equal " << own.compared);
+        CHECK(own.worst_ratio <= 1.0f);
         CHECK(own.ids_equal);
     }
 }

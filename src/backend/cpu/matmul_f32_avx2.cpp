@@ -7,8 +7,8 @@ namespace kinfer::backend::cpu {
 
 // The exact operation order of ggml_vec_dot_f32 on an AVX-512 build (what llama.cpp's CPU runs
 // for single-row F32 products): four 16-lane FMA accumulators over steps of 64, folded
-// (0+2, 1+3, then 0+1), a _mm512_reduce_add_ps tree, then a scalar FMA tail. Each 16-lane
-// register is emulated by two 8-lane halves; float results are identical.
+// (0+2, 1+3, then 0+1), a _mm512_reduce_add_ps tree, then the scalar tail as GCC compiles it
+// (tail_ggml). Each 16-lane register is emulated by two 8-lane halves; float results are identical.
 namespace {
 // Everything but the scalar tail: the first n & ~63 elements, reduced to one float.
 inline float dot_main(const float* a, const float* b, int64_t np) {
@@ -27,21 +27,45 @@ inline float dot_main(const float* a, const float* b, int64_t np) {
     const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
 }
+// The scalar tail of ggml_vec_dot_f32 (`sumf += x[i]*y[i]` from np to n) as GCC 12 compiles it
+// at -O3 -march=native for AVX-512, the golden build: it vectorizes the multiplies of 16-element
+// chunks, then of one 8-element chunk, rounding each product before the in-order adds, and only
+// the last (n - np) % 8 elements become scalar FMAs. (The products are written with single-lane
+// intrinsics so this file's own -mfma build cannot fuse them.)
+inline int64_t tail_unfused_end(int64_t np, int64_t n) {
+    const int64_t m = n - np;
+    return np + m / 16 * 16 + (m % 16 >= 8 ? 8 : 0);
+}
+inline float madd_apart(float s, float a, float b) {
+    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(s), _mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))));
+}
+inline float tail_ggml(const float* a, const float* b, int64_t np, int64_t n, float s) {
+    const int64_t u = tail_unfused_end(np, n);
+    int64_t i = np;
+    for (; i < u; ++i) s = madd_apart(s, a[i], b[i]);
+    for (; i < n; ++i) s = __builtin_fmaf(a[i], b[i], s);
+    return s;
+}
 }  // namespace
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n) {
     const int64_t np = n & ~int64_t(63);
-    float r = dot_main(a, b, np);
-    for (int64_t i = np; i < n; ++i) r = __builtin_fmaf(a[i], b[i], r);
-    return r;
+    return tail_ggml(a, b, np, n, dot_main(a, b, np));
 }
 
 // Four dot products of a with b[0..3], each with dot_f32_avx2's exact operation order; the four
-// scalar tails (n % 64 elements, one FMA chain each) run interleaved so their latencies overlap.
+// scalar tails (n % 64 elements, tail_ggml's rule) run interleaved so their latencies overlap.
 void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out) {
     const int64_t np = n & ~int64_t(63);
     float r0 = dot_main(a, b[0], np), r1 = dot_main(a, b[1], np), r2 = dot_main(a, b[2], np), r3 = dot_main(a, b[3], np);
-    for (int64_t i = np; i < n; ++i) {
+    const int64_t u = tail_unfused_end(np, n);
+    for (int64_t i = np; i < u; ++i) {
+        r0 = madd_apart(r0, a[i], b[0][i]);
+        r1 = madd_apart(r1, a[i], b[1][i]);
+        r2 = madd_apart(r2, a[i], b[2][i]);
+        r3 = madd_apart(r3, a[i], b[3][i]);
+    }
+    for (int64_t i = u; i < n; ++i) {
         r0 = __builtin_fmaf(a[i], b[0][i], r0);
         r1 = __builtin_fmaf(a[i], b[1][i], r1);
         r2 = __builtin_fmaf(a[i], b[2][i], r2);
@@ -89,9 +113,8 @@ void dot_f32_tile_avx2(const float* const* w, const float* const* x, int64_t n, 
     }
     float s[8];
     for (int k = 0; k < 8; ++k) s[k] = fold8(acc[k]);
-    for (int64_t i = np; i < n; ++i)
-        for (int t = 0; t < 2; ++t)
-            for (int r = 0; r < 4; ++r) s[t * 4 + r] = __builtin_fmaf(w[r][i], x[t][i], s[t * 4 + r]);
+    for (int t = 0; t < 2; ++t)
+        for (int r = 0; r < 4; ++r) s[t * 4 + r] = tail_ggml(w[r], x[t], np, n, s[t * 4 + r]);
     for (int k = 0; k < 8; ++k) out[k] = s[k];
 }
 
@@ -99,8 +122,8 @@ namespace {
 // R rows of the KDA recurrence (state rows M + r D = columns of S), each with ggml's arithmetic:
 // decay (mul), delta from a vec_dot, FMA update (ggml_vec_mad_f32), output vec_dot. Each dot is
 // folded into the pass that writes its operand, accumulating in dot_f32_avx2's exact order (the
-// accumulator of element i is (i / 8) % 8 over the first D & ~63 elements, then its fold, then a
-// scalar FMA tail), so two passes over a row replace four with the same bits.
+// accumulator of element i is (i / 8) % 8 over the first D & ~63 elements, then its fold, then
+// tail_ggml), so two passes over a row replace four with the same bits.
 template <int R>
 void kda_rows(float* M, const float* eg, const float* k, const float* q, int64_t D, const float* v, float beta, float* o) {
     const int64_t np = D & ~int64_t(63);
@@ -123,7 +146,7 @@ void kda_rows(float* M, const float* eg, const float* k, const float* q, int64_t
         float* m = M + r * D;
         for (int64_t i = np; i < D; ++i) m[i] *= eg[i];
         float s = fold8(acc[r]);
-        for (int64_t i = np; i < D; ++i) s = __builtin_fmaf(m[i], k[i], s);
+        s = tail_ggml(m, k, np, D, s);
         d[r] = (v[r] - s) * beta;
         for (int a = 0; a < 8; ++a) acc[r][a] = _mm256_setzero_ps();
     }
@@ -142,7 +165,7 @@ void kda_rows(float* M, const float* eg, const float* k, const float* q, int64_t
         float* m = M + r * D;
         for (int64_t i = np; i < D; ++i) m[i] = __builtin_fmaf(k[i], d[r], m[i]);
         float s = fold8(acc[r]);
-        for (int64_t i = np; i < D; ++i) s = __builtin_fmaf(m[i], q[i], s);
+        s = tail_ggml(m, q, np, D, s);
         o[r] = s;
     }
 }

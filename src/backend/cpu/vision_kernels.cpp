@@ -57,8 +57,15 @@ void gelu_erf(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
 }
 
+// Contraction off: the pairs ggml computes unfused must stay so on a build with FMA enabled.
+#if defined(__clang__)
 void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, const int32_t* pos_y, float theta,
              int64_t ld) {
+#pragma clang fp contract(off)
+#else
+__attribute__((optimize("fp-contract=off"))) void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x,
+                                                        const int32_t* pos_y, float theta, int64_t ld) {
+#endif
     const int64_t half = D / 2;
     // ggml's rope cache: the angle starts at pos and is multiplied by theta^(-2 / n_dims) per pair.
     const float step = std::pow(theta, -2.0f / float(half));
@@ -76,8 +83,17 @@ void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, co
                 for (int64_t i = 0; i < half / 2; ++i) {
                     const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
                     const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                    v[2 * i] = x0 * c - x1 * s;
-                    v[2 * i + 1] = x0 * s + x1 * c;
+                    // ggml's rotate_pairs as GCC 12 vectorizes it for AVX-512: pairs in its 8- and
+                    // 4-pair vector chunks get x0 c - x1 s and x0 s + x1 c with one product
+                    // fused, the last P % 4 pairs multiply and add apart.
+                    const int64_t P = half / 2, fused = P / 8 * 8 + (P % 8 >= 4 ? 4 : 0);
+                    if (i < fused) {
+                        v[2 * i] = std::fma(x0, c, -(x1 * s));
+                        v[2 * i + 1] = std::fma(x0, s, x1 * c);
+                    } else {
+                        v[2 * i] = x0 * c - x1 * s;
+                        v[2 * i + 1] = x1 * c + x0 * s;
+                    }
                 }
             }
         }
@@ -87,11 +103,11 @@ void rope_2d(float* x, int64_t n, int64_t H, int64_t D, const int32_t* pos_x, co
 void attend_full(runtime::ThreadPool& pool, const float* q, const float* k, const float* v, float* o, int64_t n,
                  int64_t H, int64_t D, float scale) {
     const int64_t ld = H * D;
-    // As ggml without flash attention: per head, scores in f32, a softmax over each query's row
-    // (ggml's: max subtracted, its vector exp on AVX2 machines, sum in double), then O = V^T P
-    // through the f32 matmul. The scores are built four queries x 16 keys at a time in registers
-    // (vision_scores_avx2.cpp), which is what makes short heads (d = 24..72) fast. Queries go in
-    // blocks so the score rows stay small for large images.
+    // As ggml without flash attention on the golden (AVX-512) build, per head: scores in f32 (a
+    // multiply-add chain per score, vision_scores_avx2.cpp, four queries x 16 keys at a time), a
+    // softmax over each query's row (ggml's AVX-512 arithmetic, vision_softmax_avx2.cpp), then
+    // O = V^T P through the f32 matmul, which picks ggml's kernel (tinyBLAS or ggml_vec_dot_f32).
+    // Queries go in blocks so the score rows stay small for large images.
     constexpr int64_t kBlock = 256;
     static const bool simd = quant::active_isa() != quant::Isa::scalar;   // AVX2 or better
     std::vector<float> kt(static_cast<size_t>(D * n)), vt(static_cast<size_t>(D * n));

@@ -1,12 +1,51 @@
-// The vision attention's softmax with ggml's AVX2 arithmetic (ggml_vec_soft_max_f32): the row
-// scaled, its max subtracted, exp 8 lanes at a time with ggml's vector exp, each lane group's
-// sum (ggml's horizontal order) added in double, then one multiply by 1 / sum.
-#include "backend/cpu/exp_avx2.h"
+// The vision attention's softmax with the arithmetic of llama.cpp's golden build
+// (ggml_vec_soft_max_f32 on AVX-512): the row scaled, its max subtracted, exp 16 lanes at a time
+// with the AVX-512 ggml_v_expf, each 16-lane group's sum by _mm512_reduce_add_ps's tree added in
+// double, the last n % 16 values with the libm expf, then one multiply by 1 / sum. Each 16-lane
+// register is two 8-lane halves here. The AVX-512 exp is not the AVX2 one (exp_avx2.h): it adds
+// the 1 inside the polynomial's last FMA and scales by 2^n with scalef, so some values differ
+// from it by an ulp.
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
 namespace kinfer::backend::cpu {
+
+namespace {
+
+// ggml_v_expf(__m512) on 8 lanes, for x <= 0 (a softmax's x - max): scalef(j, n) = j * 2^n is
+// one multiply while 2^n is a normal float, else two (the first exact), so the result is rounded
+// once, as scalef rounds it; |n| > 192 gives 0.
+inline __m256 exp8_avx512_order(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256 deep = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    const __m256 n2 = _mm256_and_ps(deep, _mm256_set1_ps(-100.0f));
+    const __m256i n1i = _mm256_cvtps_epi32(_mm256_sub_ps(n, n2));
+    const __m256i n2i = _mm256_cvtps_epi32(n2);
+    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1i, _mm256_set1_epi32(127)), 23));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2i, _mm256_set1_epi32(127)), 23));
+    const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+    const __m256 huge = _mm256_cmp_ps(n, _mm256_set1_ps(-192.0f), _CMP_LT_OQ);
+    return _mm256_andnot_ps(huge, res);
+}
+// _mm512_reduce_add_ps's tree over 16 lanes given as two 8-lane halves.
+inline float reduce16(__m256 lo, __m256 hi) {
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+
+}  // namespace
 
 void softmax_row_avx2(float* x, int64_t n, float scale) {
     // Scale and max 8 lanes at a time: the same products, and a max does not depend on the order.
@@ -29,13 +68,12 @@ void softmax_row_avx2(float* x, int64_t n, float scale) {
     double sum = 0;
     i = 0;
     const __m256 m = _mm256_set1_ps(mx);
-    for (; i + 7 < n; i += 8) {
-        const __m256 v = ops::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
-        _mm256_storeu_ps(x + i, v);
-        __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        sum += double(_mm_cvtss_f32(h));
+    for (; i + 16 <= n; i += 16) {
+        const __m256 lo = exp8_avx512_order(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 hi = exp8_avx512_order(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
+        _mm256_storeu_ps(x + i, lo);
+        _mm256_storeu_ps(x + i + 8, hi);
+        sum += double(reduce16(lo, hi));
     }
     for (; i < n; ++i) {
         x[i] = std::exp(x[i] - mx);
