@@ -113,8 +113,12 @@ void dot_f32_tile_avx2(const float* const* w, const float* const* x, int64_t n, 
     }
     float s[8];
     for (int k = 0; k < 8; ++k) s[k] = fold8(acc[k]);
-    for (int t = 0; t < 2; ++t)
-        for (int r = 0; r < 4; ++r) s[t * 4 + r] = tail_ggml(w[r], x[t], np, n, s[t * 4 + r]);
+    // The eight tails interleaved, so their dependent adds overlap.
+    const int64_t u = tail_unfused_end(np, n);
+    for (int64_t i = np; i < u; ++i)
+        for (int k = 0; k < 8; ++k) s[k] = madd_apart(s[k], w[k % 4][i], x[k / 4][i]);
+    for (int64_t i = u; i < n; ++i)
+        for (int k = 0; k < 8; ++k) s[k] = __builtin_fmaf(w[k % 4][i], x[k / 4][i], s[k]);
     for (int k = 0; k < 8; ++k) out[k] = s[k];
 }
 

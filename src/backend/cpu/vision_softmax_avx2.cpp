@@ -27,7 +27,11 @@ inline __m256 exp8_avx512_order(__m256 x) {
         _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
                         _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
         u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
-    const __m256 deep = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    const __m256 deep = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);   // 2^n subnormal
+    if (!_mm256_movemask_ps(deep)) {   // the usual case: one exact scaling
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(j, _mm256_castsi256_ps(e));
+    }
     const __m256 n2 = _mm256_and_ps(deep, _mm256_set1_ps(-100.0f));
     const __m256i n1i = _mm256_cvtps_epi32(_mm256_sub_ps(n, n2));
     const __m256i n2i = _mm256_cvtps_epi32(n2);
