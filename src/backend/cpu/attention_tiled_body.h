@@ -164,8 +164,8 @@ inline void rows_times_tile(const float* A, int64_t lda, int64_t rows, const flo
     rows_times_cols(A, lda, rows, Bt, TK, D, out, TK);
 }
 
-// acc[0..Dv) += sum over j < nk of p[j] * V[j][0..Dv); V rows ldv apart (0: Dv).
-inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t Dv, int64_t ldv = 0) {
+// acc[0..Dv) += sum over j < nk of p[j * ps] * V[j][0..Dv); V rows ldv apart (0: Dv).
+inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t Dv, int64_t ldv = 0, int64_t ps = 1) {
     if (ldv == 0) ldv = Dv;
     int64_t a0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -173,7 +173,7 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
         __m256 v0 = _mm256_loadu_ps(acc + a0), v1 = _mm256_loadu_ps(acc + a0 + 8), v2 = _mm256_loadu_ps(acc + a0 + 16),
                v3 = _mm256_loadu_ps(acc + a0 + 24);
         for (int j = 0; j < nk; ++j) {
-            const __m256 pj = _mm256_broadcast_ss(p + j);
+            const __m256 pj = _mm256_broadcast_ss(p + j * ps);
             const float* vr = V + j * ldv + a0;
             v0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), v0);
             v1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), v1);
@@ -188,7 +188,7 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
         float v[32];
         std::memcpy(v, acc + a0, sizeof v);
         for (int j = 0; j < nk; ++j) {
-            const float pj = p[j];
+            const float pj = p[j * ps];
             const float* vr = V + j * ldv + a0;
             for (int a = 0; a < 32; ++a) v[a] += pj * vr[a];
         }
@@ -196,14 +196,15 @@ inline void acc_pv(float* acc, const float* p, const float* V, int nk, int64_t D
     }
     for (; a0 < Dv; ++a0) {
         float v = acc[a0];
-        for (int j = 0; j < nk; ++j) v += p[j] * V[j * ldv + a0];
+        for (int j = 0; j < nk; ++j) v += p[j * ps] * V[j * ldv + a0];
         acc[a0] = v;
     }
 }
 
-// acc_pv for two rows, sharing each load of V.
+// acc_pv for two rows, sharing each load of V; their probabilities ps apart (1: rows of a P
+// tile; TQ: two query columns of a P^T tile, p1 = p0 + 1).
 inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, const float* V, int nk, int64_t Dv,
-                    int64_t ldv) {
+                    int64_t ldv, int64_t ps = 1) {
     int64_t a0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; a0 + 32 <= Dv; a0 += 32) {
@@ -216,7 +217,7 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
             __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
                    v3 = _mm256_loadu_ps(vr + 24);
             in_registers(v0, v1, v2, v3);
-            const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
+            const __m256 x = _mm256_broadcast_ss(p0 + j * ps), y = _mm256_broadcast_ss(p1 + j * ps);
             u0 = _mm256_fmadd_ps(x, v0, u0); u1 = _mm256_fmadd_ps(x, v1, u1);
             u2 = _mm256_fmadd_ps(x, v2, u2); u3 = _mm256_fmadd_ps(x, v3, u3);
             w0 = _mm256_fmadd_ps(y, v0, w0); w1 = _mm256_fmadd_ps(y, v1, w1);
@@ -229,46 +230,8 @@ inline void acc_pv2(float* acc0, float* acc1, const float* p0, const float* p1, 
     }
 #endif
     if (a0 < Dv) {   // the rest (or all of it, portable): one row at a time
-        acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, ldv);
-        acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, ldv);
-    }
-}
-
-// acc_pv2 for two query columns of a P^T tile: p[j * TQ] and p[j * TQ + 1] are the two queries'
-// probabilities of key j; V rows Dv apart.
-inline void acc_pv2_cols(float* acc0, float* acc1, const float* p, const float* V, int nk, int64_t Dv) {
-    int64_t a0 = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    for (; a0 + 32 <= Dv; a0 += 32) {
-        __m256 u0 = _mm256_loadu_ps(acc0 + a0), u1 = _mm256_loadu_ps(acc0 + a0 + 8), u2 = _mm256_loadu_ps(acc0 + a0 + 16),
-               u3 = _mm256_loadu_ps(acc0 + a0 + 24);
-        __m256 w0 = _mm256_loadu_ps(acc1 + a0), w1 = _mm256_loadu_ps(acc1 + a0 + 8), w2 = _mm256_loadu_ps(acc1 + a0 + 16),
-               w3 = _mm256_loadu_ps(acc1 + a0 + 24);
-        for (int j = 0; j < nk; ++j) {
-            const float* vr = V + j * Dv + a0;
-            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8), v2 = _mm256_loadu_ps(vr + 16),
-                   v3 = _mm256_loadu_ps(vr + 24);
-            in_registers(v0, v1, v2, v3);
-            const __m256 x = _mm256_broadcast_ss(p + j * TQ), y = _mm256_broadcast_ss(p + j * TQ + 1);
-            u0 = _mm256_fmadd_ps(x, v0, u0); u1 = _mm256_fmadd_ps(x, v1, u1);
-            u2 = _mm256_fmadd_ps(x, v2, u2); u3 = _mm256_fmadd_ps(x, v3, u3);
-            w0 = _mm256_fmadd_ps(y, v0, w0); w1 = _mm256_fmadd_ps(y, v1, w1);
-            w2 = _mm256_fmadd_ps(y, v2, w2); w3 = _mm256_fmadd_ps(y, v3, w3);
-        }
-        _mm256_storeu_ps(acc0 + a0, u0); _mm256_storeu_ps(acc0 + a0 + 8, u1);
-        _mm256_storeu_ps(acc0 + a0 + 16, u2); _mm256_storeu_ps(acc0 + a0 + 24, u3);
-        _mm256_storeu_ps(acc1 + a0, w0); _mm256_storeu_ps(acc1 + a0 + 8, w1);
-        _mm256_storeu_ps(acc1 + a0 + 16, w2); _mm256_storeu_ps(acc1 + a0 + 24, w3);
-    }
-#endif
-    for (; a0 < Dv; ++a0) {
-        float x = acc0[a0], y = acc1[a0];
-        for (int j = 0; j < nk; ++j) {
-            x += p[j * TQ] * V[j * Dv + a0];
-            y += p[j * TQ + 1] * V[j * Dv + a0];
-        }
-        acc0[a0] = x;
-        acc1[a0] = y;
+        acc_pv(acc0 + a0, p0, V + a0, nk, Dv - a0, ldv, ps);
+        acc_pv(acc1 + a0, p1, V + a0, nk, Dv - a0, ldv, ps);
     }
 }
 
@@ -554,7 +517,7 @@ struct ColumnSoftmax {
             for (int64_t d = 0; d < Dv; ++d) a[d] *= ci;
         }
         // acc += P . V, two queries at a time: P[i][j] = st[j][i].
-        for (int i = 0; i < TQ; i += 2) acc_pv2_cols(acc + i * Dv, acc + (i + 1) * Dv, st + i, V, nk, Dv);
+        for (int i = 0; i < TQ; i += 2) acc_pv2(acc + i * Dv, acc + (i + 1) * Dv, st + i, st + i + 1, V, nk, Dv, Dv, TQ);
     }
 };
 

@@ -1,7 +1,9 @@
 // AVX2/FMA fp32 dot product; compiled with -mavx2 -mfma and reached only through dot_f32's
 // run-time check.
-#include <immintrin.h>
+#include "backend/cpu/reduce16_avx2.h"
+
 #include <cstdint>
+#include <immintrin.h>
 
 namespace kinfer::backend::cpu {
 
@@ -186,16 +188,6 @@ void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k
 }  // namespace kinfer::backend::cpu
 
 namespace kinfer::backend::cpu {
-
-namespace {
-// _mm512_reduce_add_ps's tree over 16 lanes given as two 8-lane halves.
-inline float reduce16(__m256 lo, __m256 hi) {
-    const __m256 t3 = _mm256_add_ps(hi, lo);
-    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
-}
-}  // namespace
 
 // llamafile's tinyBLAS order (what llama.cpp runs for F32 matmuls of >= 2 rows on an AVX-512
 // build): one 16-lane FMA accumulator per output over k (k % 16 == 0), then the reduce tree.

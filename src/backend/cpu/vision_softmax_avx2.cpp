@@ -5,8 +5,9 @@
 // register is two 8-lane halves here. The AVX-512 exp is not the AVX2 one (exp_avx2.h): it adds
 // the 1 inside the polynomial's last FMA and scales by 2^n with scalef, so some values differ
 // from it by an ulp.
-#include <immintrin.h>
+#include "backend/cpu/reduce16_avx2.h"
 
+#include <immintrin.h>
 #include <cmath>
 #include <cstdint>
 
@@ -40,13 +41,6 @@ inline __m256 exp8_avx512_order(__m256 x) {
     const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
     const __m256 huge = _mm256_cmp_ps(n, _mm256_set1_ps(-192.0f), _CMP_LT_OQ);
     return _mm256_andnot_ps(huge, res);
-}
-// _mm512_reduce_add_ps's tree over 16 lanes given as two 8-lane halves.
-inline float reduce16(__m256 lo, __m256 hi) {
-    const __m256 t3 = _mm256_add_ps(hi, lo);
-    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
 }
 
 }  // namespace

@@ -489,15 +489,25 @@ gpu::LatentArgs latent_args(const LatentPages& c, const uint8_t* const* table) {
 }  // namespace
 
 const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* op) {
-    for (int64_t p = 0; p < c.n_pages; ++p) need(c.pages[p], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
-    const size_t bytes = size_t(c.n_pages) * sizeof(uint8_t*);
+    // Every MLA op of every layer asks for its cache's table, and a cache only grows by pages at
+    // its end: the pages the device copy already holds are neither checked nor uploaded again.
+    size_t same = 0;
+    const size_t n = size_t(c.n_pages);
+    if (table_of_ == c.pages)
+        while (same < std::min(n, table_host_.size()) && table_host_[same] == c.pages[same]) ++same;
+    if (same == n && n == table_host_.size()) return reinterpret_cast<const uint8_t* const*>(page_table_.ptr);
+    for (size_t p = same; p < n; ++p) need(c.pages[p], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
+    const size_t bytes = n * sizeof(uint8_t*);
     if (page_table_.bytes < bytes) {
         synchronize();                                      // the old table may still be read
         free(page_table_);
         page_table_ = alloc(std::max<size_t>(bytes, 4096), "latent page table");
+        same = 0;
     }
     // upload() returns once the copy is done, so the table may be rewritten by the next op.
-    upload(page_table_.ptr, c.pages, bytes);
+    if (n > same) upload(static_cast<uint8_t*>(page_table_.ptr) + same * sizeof(uint8_t*), c.pages + same, (n - same) * sizeof(uint8_t*));
+    table_of_ = c.pages;
+    table_host_.assign(c.pages, c.pages + n);
     return reinterpret_cast<const uint8_t* const*>(page_table_.ptr);
 }
 

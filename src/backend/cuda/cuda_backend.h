@@ -110,7 +110,8 @@ private:
     // A grow-only device scratch buffer (route's selections, MLA's pieces).
     void* scratch(size_t bytes);
     // A paged latent cache's page table copied to the device (a grow-only buffer of its own, so an
-    // MLA op can use it and scratch() at once), every page checked to be this device's.
+    // MLA op can use it and scratch() at once), every page checked to be this device's. Only the
+    // pages added since the last call for the same cache are checked and uploaded.
     const uint8_t* const* page_table(const LatentPages& c, const char* op);
 
     int device_;
@@ -121,6 +122,8 @@ private:
     std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
     Buffer scratch_;
     Buffer page_table_;
+    const uint8_t* const* table_of_ = nullptr;            // the cache whose table page_table_ holds
+    std::vector<const uint8_t*> table_host_;              // and the pages it holds
     std::unique_ptr<runtime::Device> expert_device_;
 };
 
