@@ -20,6 +20,7 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 void dot4_f32_sgemm_avx2(const float* const* w, const float* x, int64_t n, float* out);
 float dot_f32_sgemm_avx2(const float* a, const float* b, int64_t n);
 void mad_f32_avx2(float* y, const float* x, float a, int64_t n);
+void fma_f32_avx2(float* y, const float* a, const float* b, int64_t n);
 void dot4_f32_avx2(const float* a, const float* const* b, int64_t n, float* out);
 void dot_f32_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out);
 void dot_f32_sgemm_tile_avx2(const float* const* w, const float* const* x, int64_t n, float* out);
@@ -65,6 +66,11 @@ void dot4_f32(const float* a, const float* const* b, int64_t n, float* out) {
 void mad_f32(float* y, const float* x, float a, int64_t n) {
     if (have_avx2()) return mad_f32_avx2(y, x, a, n);
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void fma_f32(float* y, const float* a, const float* b, int64_t n) {
+    if (have_avx2()) return fma_f32_avx2(y, a, b, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a[i], b[i], y[i]);
 }
 
 void dequant_row(const Mat& W, int64_t r, float* out) {

@@ -72,6 +72,9 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void dot4_f32(const float* a, const float* const* b, int64_t n, float* out);
 // y[i] += a * x[i], multiply and add rounded separately (AVX2 when the CPU has it).
 void mad_f32(float* y, const float* x, float a, int64_t n);
+// y[i] = fma(a[i], b[i], y[i]), one rounding per element, the same bits at every ISA level (the
+// KDA conv: GCC contracts ggml_ssm_conv's `sumf += s * c` into fused multiply-adds).
+void fma_f32(float* y, const float* a, const float* b, int64_t n);
 
 // Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K product over
 // a matrix larger than the last-level cache runs on all of pool's threads with each of the ISA's

@@ -2,6 +2,7 @@
 // run-time check.
 #include "backend/cpu/reduce16_avx2.h"
 
+#include <cmath>
 #include <cstdint>
 #include <immintrin.h>
 
@@ -253,6 +254,14 @@ __attribute__((optimize("fp-contract=off"))) void mad_f32_avx2(float* y, const f
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), va), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// y[i] = fma(a[i], b[i], y[i]): one rounding per element (see fma_f32 in matmul.h).
+void fma_f32_avx2(float* y, const float* a, const float* b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] = std::fma(a[i], b[i], y[i]);
 }
 
 }  // namespace kinfer::backend::cpu
