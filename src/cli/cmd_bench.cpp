@@ -100,6 +100,7 @@ int run_layer_times(const BenchArgs& a, const model::Model& m) {
     dist::TimingOptions o;
     o.threads = a.threads.empty() ? 0 : a.threads.front();
     o.prompt = a.n_prompt.front() > 0 ? a.n_prompt.front() : 128;
+    o.batch = a.batch;
     o.decode = a.n_gen.front() > 0 ? a.n_gen.front() : 32;
     o.reps = a.reps;
     o.cache_type = cache_type_of(a.cache_type);
@@ -200,8 +201,8 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     add_cache_type_flag(app, a->cache_type);
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
-    app.add_option("--layer-times", a->layer_times, "time every layer instead (the first -p prompt, then the first -n "
-                   "decodes, the median of -r repetitions, the first -t threads) and write the layer profile to FILE "
+    app.add_option("--layer-times", a->layer_times, "time every layer instead (the first -p prompt in -b chunks: use "
+                   "--micro-batch's; then the first -n decodes, the median of -r repetitions, the first -t threads) and write the layer profile to FILE "
                    "(for --layer-profile)");
     return [a] { return run_bench(*a); };
 });

@@ -58,13 +58,14 @@ LayerProfile LayerProfile::load(const std::string& path) {
         if (line.rfind(head, 0) != 0) bad("expected single spaces in 'layers L fingerprint HEX model NAME'");
         p.model_name = line.substr(head.size());
     }
-    if (!next()) fail("layer profile '{}': missing the 'measured threads T prompt P decode D' line", path);
+    if (!next()) fail("layer profile '{}': missing the 'measured threads T prompt P batch B decode D' line", path);
     {
         const auto w = words(line);
-        if (w.size() != 7 || w[0] != "measured" || w[1] != "threads" || w[3] != "prompt" || w[5] != "decode" ||
-            !number(w[2], 1, 1 << 20, p.threads) || !number(w[4], int64_t(1), int64_t(1) << 40, p.prompt) ||
-            !number(w[6], int64_t(1), int64_t(1) << 40, p.decode))
-            bad("expected 'measured threads T prompt P decode D'");
+        const int64_t most = int64_t(1) << 40;
+        if (w.size() != 9 || w[0] != "measured" || w[1] != "threads" || w[3] != "prompt" || w[5] != "batch" || w[7] != "decode" ||
+            !number(w[2], 1, 1 << 20, p.threads) || !number(w[4], int64_t(1), most, p.prompt) ||
+            !number(w[6], int64_t(1), most, p.batch) || !number(w[8], int64_t(1), most, p.decode))
+            bad("expected 'measured threads T prompt P batch B decode D'");
     }
     // Every layer in order, then the head: each exactly once, so nothing is missing or doubled.
     for (int il = 0; il <= p.n_layer; ++il) {
@@ -84,7 +85,7 @@ LayerProfile LayerProfile::load(const std::string& path) {
 std::string LayerProfile::text() const {
     std::string s = "kinfer-layer-profile 1\n";
     s += fmt::format("layers {} fingerprint {:016x} model {}\n", n_layer, fingerprint, model_name);
-    s += fmt::format("measured threads {} prompt {} decode {}\n", threads, prompt, decode);
+    s += fmt::format("measured threads {} prompt {} batch {} decode {}\n", threads, prompt, batch, decode);
     s += "# layer  decode-ns-per-token  prefill-ns-per-token  (layer 0 with the embedding)\n";
     for (size_t il = 0; il < decode_ns.size(); ++il)
         s += fmt::format("{} {} {}\n", il + 1 == decode_ns.size() ? "head" : std::to_string(il), decode_ns[il], prefill_ns[il]);

@@ -7,7 +7,7 @@
 // it balances by the same numbers):
 //   kinfer-layer-profile 1
 //   layers <L> fingerprint <16 hex digits> model <file name>
-//   measured threads <T> prompt <P> decode <D>
+//   measured threads <T> prompt <P> batch <B> decode <D>
 //   <layer> <decode ns per token> <prefill ns per token>     one line per layer, 0 to L-1 in order
 //   head <decode ns per token> <prefill ns per token>        final stream, output norm, logits
 // Lines starting with '#' and empty lines are skipped. Layer 0 also carries the embedding (it
@@ -28,7 +28,7 @@ struct LayerProfile {
     uint64_t fingerprint = 0;       // model::Model::fingerprint of the model it was measured on
     std::string model_name;         // its file name, for the messages
     int threads = 0;                // how it was measured (informative)
-    int64_t prompt = 0, decode = 0;
+    int64_t prompt = 0, batch = 0, decode = 0;
     std::vector<uint64_t> decode_ns, prefill_ns;   // [n_layer + 1]: every layer, then the head
 
     // Throws kinfer::Error "layer profile 'PATH' line N: why" for a file that cannot be read,

@@ -34,7 +34,7 @@ LayerProfile time_layers(const model::Model& m, const TimingOptions& o) {
     const int L = m.hparams().n_layer;
     model::SessionOptions so;
     so.n_ctx = o.prompt + o.decode;
-    so.n_batch = o.prompt;   // one chunk: a layer sees the whole prompt at once, as a pipeline stage does
+    so.n_batch = o.batch > 0 ? std::min(o.batch, o.prompt) : o.prompt;
     so.n_threads = o.threads;
     so.cache_type = o.cache_type;
     model::Session s(m, so);
@@ -75,7 +75,7 @@ LayerProfile time_layers(const model::Model& m, const TimingOptions& o) {
     // One line of the file: no line breaks in the name.
     std::replace_if(p.model_name.begin(), p.model_name.end(), [](char c) { return c == '\n' || c == '\r'; }, '?');
     p.threads = s.n_threads();
-    p.prompt = o.prompt, p.decode = o.decode;
+    p.prompt = o.prompt, p.batch = so.n_batch, p.decode = o.decode;
     // The median over the repetitions: one slow repetition (a busy core) does not move it.
     auto median = [](std::vector<std::vector<double>>& runs, size_t slot) {
         std::vector<double> v;
@@ -103,9 +103,9 @@ std::string format_layer_times(const LayerProfile& p, const model::Model& m) {
                          double(p.decode_ns[i]) / 1e3, pct(p.decode_ns[i], dec), double(p.prefill_ns[i]) / 1e3, pct(p.prefill_ns[i], pre));
     }
     s += fmt::format("total: decode {:.1f} us/token ({:.1f} tokens/s), prefill {:.2f} us/token ({:.1f} tokens/s); {} threads, "
-                     "{}-token prompt, {} decodes\n",
+                     "{}-token prompt in chunks of {}, {} decodes\n",
                      double(dec) / 1e3, dec ? 1e9 / double(dec) : 0.0, double(pre) / 1e3, pre ? 1e9 / double(pre) : 0.0, p.threads,
-                     p.prompt, p.decode);
+                     p.prompt, p.batch, p.decode);
     return s;
 }
 

@@ -10,7 +10,11 @@ namespace kinfer::dist {
 
 struct TimingOptions {
     int threads = 0;                                  // 0: the machine's default
-    int64_t prompt = 128;                             // tokens of the timed prefill (one chunk)
+    int64_t prompt = 128;                             // tokens of the timed prefill
+    // Its chunk (0: the whole prompt). A pipeline prefill's micro-batches are such chunks, and
+    // an MLA layer's time per token grows with the keys before it: time a prompt as long as the
+    // real ones in chunks of --micro-batch.
+    int64_t batch = 0;
     int decode = 32;                                  // single-token decodes timed after it
     int reps = 3;                                     // timed repetitions (after one warm-up); the median is kept
     backend::CacheType cache_type = backend::CacheType::f16;

@@ -247,7 +247,7 @@ std::string format_plan(const Plan& p, const model::Model& m, const LayerProfile
     }
     if (profile)
         s += fmt::format("decode / prefill: the predicted share of one process's time per token (profile measured with "
-                         "threads {}, a {}-token prompt)\n", profile->threads, profile->prompt);
+                         "threads {}, a {}-token prompt in chunks of {})\n", profile->threads, profile->prompt, profile->batch);
     s += fmt::format("bytes moved per decoded token:                 {}\n", p.bytes_per_decode_token);
     s += fmt::format("bytes moved per prefill token (last logits):   {}\n", p.bytes_per_prefill_token);
     s += fmt::format("bytes moved per prefill token (every logit):   {}\n", p.bytes_per_all_logits_token);

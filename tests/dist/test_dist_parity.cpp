@@ -105,7 +105,7 @@ TEST_CASE("dist: stages balanced by a layer profile (--layer-profile), -np 2 and
         // cut the byte balance never makes, so every rank must take the costs from rank 0.
         kinfer::dist::LayerProfile prof;
         prof.n_layer = m->hparams().n_layer, prof.fingerprint = m->fingerprint(), prof.model_name = name;
-        prof.threads = 1, prof.prompt = 64, prof.decode = 8;
+        prof.threads = 1, prof.prompt = 64, prof.batch = 64, prof.decode = 8;
         prof.decode_ns.assign(size_t(prof.n_layer + 1), 1000);
         prof.prefill_ns = prof.decode_ns;
         prof.prefill_ns[0] = 100000;

@@ -190,7 +190,7 @@ std::vector<std::pair<int, int>> ranges(const dist::Plan& p) {
 dist::LayerProfile profile_of(const model::Model& m, std::vector<uint64_t> dec, std::vector<uint64_t> pre) {
     dist::LayerProfile p;
     p.n_layer = m.hparams().n_layer, p.fingerprint = m.fingerprint(), p.model_name = "tiny.gguf";
-    p.threads = 1, p.prompt = 64, p.decode = 8;
+    p.threads = 1, p.prompt = 64, p.batch = 16, p.decode = 8;
     p.decode_ns = std::move(dec), p.prefill_ns = std::move(pre);
     return p;
 }
@@ -323,6 +323,7 @@ TEST_CASE("dist plan: layer profiles round-trip and bad ones are refused with a 
         {replaced("fingerprint ", "fingerprint 0"), "line 2"},            // 17 hex digits
         {replaced(" model tiny.gguf", ""), "line 2"},
         {replaced("measured threads 1", "measured threads -1"), "line 3"},
+        {replaced(" batch 16", ""), "line 3"},
         {replaced("\n3 1003 106\n", "\n"), "expected '3 "},            // a layer left out
         {replaced("\n3 1003 106\n", "\n4 1003 106\n"), "expected '3 "},   // out of order
         {replaced("3 1003 106", "3 -1 106"), "expected '3 "},
@@ -365,7 +366,7 @@ TEST_CASE("dist plan: layer profiles round-trip and bad ones are refused with a 
 TEST_CASE("dist plan: kinfer bench --layer-times writes a profile that info --plan balances by") {
     const std::string model = data("models/k3-tiny-a-Q4_K_M.gguf");
     const std::string prof = temp_path("bench.prof");
-    const auto r = run_command(kinfer_bin() + " bench -m " + model + " --layer-times " + prof + " -p 32 -n 4 -r 1 -t 1");
+    const auto r = run_command(kinfer_bin() + " bench -m " + model + " --layer-times " + prof + " -p 32 -b 16 -n 4 -r 1 -t 1");
     INFO(r.out);
     REQUIRE(r.rc == 0);
     CHECK(r.out.find("MLA") != std::string::npos);
@@ -373,6 +374,7 @@ TEST_CASE("dist plan: kinfer bench --layer-times writes a profile that info --pl
     const auto p = dist::LayerProfile::load(prof);
     CHECK_NOTHROW(p.check(*m, prof));
     CHECK(p.prompt == 32);
+    CHECK(p.batch == 16);
     CHECK(p.decode == 4);
     for (int il = 0; il < p.n_layer; ++il) {   // every layer takes some time
         CHECK(p.decode_ns[size_t(il)] > 0);
