@@ -1,6 +1,8 @@
 // kinfer bench: llama-bench-shaped speed table. pp<N>: one prefill of N tokens into an empty
 // context (in -b chunks); tg<N>: N single-token decodes from an empty context. Each test runs
 // once to warm up, then -r times; t/s is mean +- standard deviation over the repetitions.
+// --layer-times FILE instead times every layer (one -p prompt, then -n decodes; the median of -r
+// repetitions) and writes the layer profile that --layer-profile balances pipeline stages by.
 #include "backend/cpu/matmul.h"
 #include "backend/cpu_backend.h"
 #include "backend/registry.h"
@@ -11,6 +13,7 @@
 #include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
+#include "dist/layer_timing.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
 #include "runtime/thread_pool.h"
@@ -35,6 +38,7 @@ struct BenchArgs {
     int64_t batch = 512;
     std::string cache_type = "f16";   // llama-bench's default -ctk
     runtime::ExpertFlags experts;
+    std::string layer_times;          // --layer-times FILE: the per-layer timing pass
 };
 
 // llama.cpp's names for general.file_type, so the "model" column reads the same.
@@ -90,9 +94,27 @@ double run_once(const model::Model& m, model::Session& s, int np, int ng, std::m
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One process, whatever mpirun started: a profile measures each layer alone, so every rank of a
+// later split reads the same numbers (the other ranks just wait for the quit).
+int run_layer_times(const BenchArgs& a, const model::Model& m) {
+    dist::TimingOptions o;
+    o.threads = a.threads.empty() ? 0 : a.threads.front();
+    o.prompt = a.n_prompt.front() > 0 ? a.n_prompt.front() : 128;
+    o.batch = a.batch;
+    o.decode = a.n_gen.front() > 0 ? a.n_gen.front() : 32;
+    o.reps = a.reps;
+    o.cache_type = cache_type_of(a.cache_type);
+    const dist::LayerProfile p = dist::time_layers(m, o);
+    p.save(a.layer_times);
+    std::fputs(dist::format_layer_times(p, m).c_str(), stdout);
+    std::printf("layer profile written to %s\n", a.layer_times.c_str());
+    return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
 int run_bench(const BenchArgs& a) {
     check_input_file(a.model, "bench: model");
     auto m = model::Model::load(a.model);
+    if (!a.layer_times.empty()) return run_layer_times(a, *m);
     const auto& f = m->file();
     double bytes = 0, params = 0;
     for (const auto& t : f.tensors()) bytes += double(t.nbytes), params += double(t.nelements());
@@ -179,6 +201,9 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     add_cache_type_flag(app, a->cache_type);
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
+    app.add_option("--layer-times", a->layer_times, "time every layer instead (the first -p prompt in -b chunks: use "
+                   "--micro-batch's; then the first -n decodes, the median of -r repetitions, the first -t threads) and write the layer profile to FILE "
+                   "(for --layer-profile)");
     return [a] { return run_bench(*a); };
 });
 

@@ -8,8 +8,10 @@
 #include "cli/lib/machine_plan.h"
 #include "cli/lib/memory_plan.h"
 #include "cli/lib/info_report.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "common/safe_file.h"
+#include "dist/layer_profile.h"
 #include "dist/plan.h"
 #include "gguf/reader.h"
 
@@ -30,6 +32,7 @@ struct InfoArgs {
     std::string split = "pipeline";
     int stages = 2;                    // --stages: pipeline stages of --split both
     std::string gpu, ram;              // --gpu COUNTxSIZE, --ram SIZE: a planned machine (cli/lib/machine_plan.h)
+    std::string balance, layer_profile;   // --balance, --layer-profile: what the stages are balanced by
 };
 
 void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -70,11 +73,15 @@ KINFER_COMMAND("info", "Show a GGUF file's metadata, tensors and memory needs", 
                    "multiple)")
         ->capture_default_str()
         ->check(kinfer::cli::int_in(1, 4096));
+    kinfer::cli::add_balance_flags(app, a->balance, a->layer_profile);
     return std::function<int()>([a] {
         kinfer::check_input_file(a->file, "info");   // a FIFO or device would block the open
         if (a->plan && a->ranks > 0) {
             auto m = kinfer::model::Model::load(a->file);
-            write_out(kinfer::dist::format_plan(kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(a->split), a->ranks, a->stages), *m));
+            kinfer::dist::LayerProfile prof;
+            const auto costs = kinfer::dist::costs_from_flags(*m, a->balance, a->layer_profile, &prof);
+            const auto p = kinfer::dist::Plan::make(*m, kinfer::dist::parse_split(a->split), a->ranks, a->stages, costs ? &*costs : nullptr);
+            write_out(kinfer::dist::format_plan(p, *m, a->layer_profile.empty() ? nullptr : &prof));
             return std::fflush(stdout) == 0 ? 0 : 1;
         }
         auto f = kinfer::gguf::File::open(a->file);

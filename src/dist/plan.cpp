@@ -1,8 +1,11 @@
 #include "dist/plan.h"
 
 #include "common/error.h"
+#include "common/fnv1a.h"
+#include "dist/layer_profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <limits>
 
@@ -30,10 +33,61 @@ int layer_of(const std::string& name) {
 bool is_routed_expert(const std::string& name) { return name.find("_exps.") != std::string::npos; }
 bool is_head(const std::string& name) { return name.rfind("output", 0) == 0; }   // output, output_norm, output_res_score
 
-// Contiguous split of w into `parts` non-empty ranges minimising the largest sum (exact DP; a
-// model has at most a few hundred layers). Returns the first index of every range and the end.
-std::vector<int> balance(const std::vector<uint64_t>& w, int parts) {
+// Bytes of the file's tensors by where they run.
+struct Tally {
+    std::vector<uint64_t> layer, experts;   // per layer: the dense tensors, the routed experts
+    uint64_t embd = 0, head = 0;
+};
+
+Tally tally(const model::Model& m) {
+    const int L = m.hparams().n_layer;
+    Tally t;
+    t.layer.assign(size_t(L), 0), t.experts.assign(size_t(L), 0);
+    for (const auto& ti : m.file().tensors()) {
+        const int il = layer_of(ti.name);
+        if (il >= 0 && il < L) (is_routed_expert(ti.name) ? t.experts : t.layer)[size_t(il)] += ti.nbytes;
+        else if (is_head(ti.name)) t.head += ti.nbytes;
+        else t.embd += ti.nbytes;
+    }
+    return t;
+}
+
+// layer_weights (plan.h). A profile holds a layer's whole time in one process; a shard of a
+// stage runs the dense part and 1 / shards of the experts, estimated as that share of its bytes.
+std::vector<uint64_t> weights_of(const Tally& t, int shards, const StageCosts* costs) {
+    const size_t L = t.layer.size();
+    std::vector<uint64_t> w(L);
+    for (size_t il = 0; il < L; ++il) {
+        const uint64_t all = t.layer[il] + t.experts[il], share = t.layer[il] + t.experts[il] / uint64_t(shards);
+        if (!costs) w[il] = share;
+        else if (shards == 1 || all == 0) w[il] = costs->layer[il];
+        else w[il] = uint64_t(std::llround(double(costs->layer[il]) * double(share) / double(all)));
+    }
+    if (L) w.back() += costs ? costs->head : t.head;
+    return w;
+}
+
+void check_costs(const model::Model& m, const StageCosts* costs) {
+    if (costs && costs->layer.size() != size_t(m.hparams().n_layer))
+        fail("stage costs for {} layers, the model has {}", costs->layer.size(), m.hparams().n_layer);
+}
+
+}  // namespace
+
+Balance parse_balance(const std::string& s) {
+    if (s == "bytes") return Balance::bytes;
+    if (s == "decode") return Balance::decode;
+    if (s == "prefill") return Balance::prefill;
+    throw UsageError(fmt::format("--balance must be bytes, decode or prefill (got '{}')", s));
+}
+
+const char* balance_name(Balance b) { return b == Balance::bytes ? "bytes" : b == Balance::decode ? "decode" : "prefill"; }
+
+// Exact DP over prefix sums: a model has at most a few hundred layers, so O(parts * L^2) is
+// nothing; ties keep the earliest cut, so the same weights always give the same ranges.
+std::vector<int> contiguous_split(const std::vector<uint64_t>& w, int parts) {
     const int L = int(w.size());
+    if (parts < 1 || parts > L) fail("cannot split {} layers into {} non-empty ranges", L, parts);
     std::vector<uint64_t> pre(size_t(L + 1), 0);
     for (int i = 0; i < L; ++i) pre[size_t(i + 1)] = pre[size_t(i)] + w[size_t(i)];
     const uint64_t inf = std::numeric_limits<uint64_t>::max();
@@ -54,7 +108,10 @@ std::vector<int> balance(const std::vector<uint64_t>& w, int parts) {
     return bounds;
 }
 
-}  // namespace
+std::vector<uint64_t> layer_weights(const model::Model& m, int shards, const StageCosts* costs) {
+    check_costs(m, costs);
+    return weights_of(tally(m), std::max(shards, 1), costs);
+}
 
 uint64_t residual_bytes_per_token(const model::HParams& hp, int boundary) {
     uint64_t blocks = 0;
@@ -63,11 +120,13 @@ uint64_t residual_bytes_per_token(const model::HParams& hp, int boundary) {
     return (1 + blocks) * uint64_t(hp.n_embd) * sizeof(float);
 }
 
-Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
+Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages, const StageCosts* costs) {
     const model::HParams& hp = m.hparams();
     if (ranks < 1) throw UsageError(fmt::format("--ranks must be at least 1 (got {})", ranks));
+    check_costs(m, costs);
     Plan p;
     p.kind = kind, p.ranks = ranks;
+    p.balance = costs ? costs->by : Balance::bytes;
     if (kind == SplitKind::pipeline) {
         p.stages = ranks, p.shards = 1;
     } else if (kind == SplitKind::experts) {
@@ -78,18 +137,10 @@ Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
             throw UsageError(fmt::format("--split both: {} ranks do not make {} stages of equal size (--stages)", ranks, stages));
         p.stages = stages, p.shards = ranks / stages;
     }
-    std::vector<uint64_t> layer_bytes(size_t(hp.n_layer), 0), expert_bytes(size_t(hp.n_layer), 0);
-    uint64_t embd = 0, head = 0;
-    for (const auto& t : m.file().tensors()) {
-        const int il = layer_of(t.name);
-        if (il >= 0 && il < hp.n_layer) {
-            (is_routed_expert(t.name) ? expert_bytes : layer_bytes)[size_t(il)] += t.nbytes;
-        } else if (is_head(t.name)) {
-            head += t.nbytes;
-        } else {
-            embd += t.nbytes;
-        }
-    }
+    const Tally t = tally(m);
+    const std::vector<uint64_t>& layer_bytes = t.layer;
+    const std::vector<uint64_t>& expert_bytes = t.experts;
+    const uint64_t embd = t.embd, head = t.head;
     const char* what = split_name(kind);
     if (p.stages > hp.n_layer)
         throw UsageError(fmt::format("--split {}: {} stages for {} layers (each stage needs a layer)", what, p.stages, hp.n_layer));
@@ -98,15 +149,10 @@ Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
     if (p.shards > 1 && p.shards > E)
         throw UsageError(fmt::format("--split {}: {} expert shards for {} experts per layer", what, p.shards, E));
 
-    // Stages: contiguous layer ranges balanced by the bytes a stage reads per token (the last
-    // stage also reads the head). Each rank of a stage reads the dense part and its share of the
-    // experts, so the experts weigh 1/E there.
-    std::vector<uint64_t> w(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il)
-        w[size_t(il)] = layer_bytes[size_t(il)] + expert_bytes[size_t(il)] / uint64_t(p.shards);
-    std::vector<uint64_t> wb = w;
-    wb.back() += head;
-    const std::vector<int> b = balance(wb, p.stages);
+    // Stages: contiguous layer ranges balanced by the bytes a stage reads per token, or by its
+    // measured time (layer_weights).
+    const std::vector<uint64_t> wb = weights_of(t, p.shards, costs);
+    const std::vector<int> b = contiguous_split(wb, p.stages);
     p.part.resize(size_t(ranks));
     for (int r = 0; r < ranks; ++r) {
         RankPart& q = p.part[size_t(r)];
@@ -120,6 +166,7 @@ Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
         if (E) q.bytes += experts * uint64_t(q.last_expert - q.first_expert) / uint64_t(E);
         if (q.embeds) q.bytes += embd;
         if (q.head) q.bytes += head;
+        for (int il = q.first_layer; il < q.last_layer; ++il) q.cost += wb[size_t(il)];
     }
 
     // On the wire, per token: each stage boundary carries the residual once per shard (shard e
@@ -140,6 +187,15 @@ Plan Plan::make(const model::Model& m, SplitKind kind, int ranks, int stages) {
     return p;
 }
 
+uint64_t Plan::digest() const {
+    uint64_t h = fnv1a(&ranks, sizeof ranks);
+    for (const RankPart& q : part) {
+        const int32_t f[4] = {q.first_layer, q.last_layer, q.first_expert, q.last_expert};
+        h = fnv1a(f, sizeof f, h);
+    }
+    return h;
+}
+
 int Plan::layer_stage(int il) const {
     for (int s = 0; s < stages; ++s) {
         const RankPart& q = part[size_t(rank_at(s, 0))];
@@ -156,20 +212,42 @@ int Plan::expert_shard(int e) const {
     return -1;
 }
 
-std::string format_plan(const Plan& p, const model::Model& m) {
+std::string format_plan(const Plan& p, const model::Model& m, const LayerProfile* profile) {
     auto mib = [](uint64_t b) { return fmt::format("{:.2f} MiB", double(b) / 1048576.0); };
     std::string s = fmt::format("plan: {} ({}), {} ranks, --split {}", m.path(), m.describe(), p.ranks, split_name(p.kind));
     if (p.kind == SplitKind::both) s += fmt::format(" ({} stages x {} expert shards)", p.stages, p.shards);
     s += "\n";
-    s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", "rank", "stage", "shard", "layers", "experts", "embeds",
+    if (p.stages > 1)
+        s += p.balance == Balance::bytes ? "stages balanced by the bytes each layer reads\n"
+                                         : fmt::format("stages balanced by the measured {} time per token\n", balance_name(p.balance));
+    // With a profile: each rank's predicted share of one process's time per token, from the
+    // weights the plan would balance by (so a stage's shards each show their own share).
+    std::vector<uint64_t> dec, pre;
+    uint64_t dec_all = 0, pre_all = 0;
+    if (profile) {
+        const StageCosts dc = profile->costs(Balance::decode), pc = profile->costs(Balance::prefill);
+        dec = layer_weights(m, p.shards, &dc), pre = layer_weights(m, p.shards, &pc);
+        for (size_t il = 0; il < dec.size(); ++il) dec_all += dec[il], pre_all += pre[il];
+    }
+    auto share = [](const std::vector<uint64_t>& w, uint64_t all, const RankPart& q) {
+        uint64_t x = 0;
+        for (int il = q.first_layer; il < q.last_layer; ++il) x += w[size_t(il)];
+        return fmt::format("{:.1f}%", all ? 100.0 * double(x) / double(all) : 0.0);
+    };
+    s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}", "rank", "stage", "shard", "layers", "experts", "embeds",
                      "head", "bytes");
+    s += profile ? fmt::format("  {:>7}  {:>7}\n", "decode", "prefill") : "\n";
     for (int r = 0; r < p.ranks; ++r) {
         const RankPart& q = p.part[size_t(r)];
-        s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}\n", r, q.stage, q.shard,
+        s += fmt::format("{:>4}  {:>5}  {:>5}  {:>9}  {:>9}  {:>6}  {:>4}  {:>12}", r, q.stage, q.shard,
                          fmt::format("{}-{}", q.first_layer, q.last_layer - 1),
                          q.last_expert > q.first_expert ? fmt::format("{}-{}", q.first_expert, q.last_expert - 1) : "-",
                          q.embeds ? "yes" : "no", q.head ? "yes" : "no", mib(q.bytes));
+        s += profile ? fmt::format("  {:>7}  {:>7}\n", share(dec, dec_all, q), share(pre, pre_all, q)) : "\n";
     }
+    if (profile)
+        s += fmt::format("decode / prefill: the predicted share of one process's time per token (profile measured with "
+                         "threads {}, a {}-token prompt in chunks of {})\n", profile->threads, profile->prompt, profile->batch);
     s += fmt::format("bytes moved per decoded token:                 {}\n", p.bytes_per_decode_token);
     s += fmt::format("bytes moved per prefill token (last logits):   {}\n", p.bytes_per_prefill_token);
     s += fmt::format("bytes moved per prefill token (every logit):   {}\n", p.bytes_per_all_logits_token);

@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "common/fnv1a.h"
 #include "quant/type_facts.h"
 
 #include <fmt/format.h>
@@ -29,6 +30,20 @@ std::string Model::type_summary() const {
     for (auto& [name, b] : bytes)
         if (b > most) most = b, best = name;
     return best;
+}
+
+uint64_t Model::fingerprint() const {
+    const HParams& hp = hp_;   // the same arithmetic as when it lived in session_state.cpp: saved states stay valid
+    uint64_t h = fnv1a(reinterpret_cast<const uint8_t*>(hp.arch_name.data()), hp.arch_name.size());
+    const int64_t dims[] = {hp.n_layer, hp.n_embd, hp.n_vocab, hp.n_head, hp.kda_head_dim, hp.conv_kernel, hp.kv_lora_rank,
+                            hp.rope_dim, hp.n_expert, hp.n_expert_used, int64_t(file().file_size())};
+    h = fnv1a(reinterpret_cast<const uint8_t*>(dims), sizeof dims, h);
+    for (const gguf::TensorInfo& t : file().tensors()) {
+        h = fnv1a(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
+        const uint64_t f[5] = {uint64_t(t.type), uint64_t(t.ne[0]), uint64_t(t.ne[1]), uint64_t(t.ne[2]), t.offset};
+        h = fnv1a(reinterpret_cast<const uint8_t*>(f), sizeof f, h);
+    }
+    return h;
 }
 
 }  // namespace kinfer::model

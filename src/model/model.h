@@ -23,6 +23,10 @@ public:
     // "kimi-k3 8L 256d" style one-liner, and the dominant weight type ("Q4_K_M"-like summary).
     std::string describe() const;
     std::string type_summary() const;
+    // A hash of the hyper-parameters and the tensor table (names, types, shapes, offsets) and
+    // the file size: files that save what a run of this model measured or computed (session
+    // states, layer profiles) carry it, so one from another model or quantization is refused.
+    uint64_t fingerprint() const;
 
 private:
     std::unique_ptr<gguf::File> file_;

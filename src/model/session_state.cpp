@@ -7,8 +7,7 @@
 //   u64 n_vocab, f32 logits[n_vocab]   u64 extra bytes, the bytes (the caller's: chat's
 //   conversation, empty for --prompt-cache)   u64 FNV-1a of everything before it
 // Version 2 files (no extra section) are still read.
-// The fingerprint covers the hyper-parameters the state depends on and the tensor table, so a
-// state from another model (or another quantization of it) is refused.
+// The fingerprint (Model::fingerprint) refuses a state from another model or quantization.
 #include "model/session.h"
 
 #include "common/error.h"
@@ -25,20 +24,6 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'N', 'F', 'S', 'E', 'S', '\0'};
 constexpr uint32_t kVersion = 3;
-
-uint64_t fingerprint(const Model& m) {
-    const HParams& hp = m.hparams();
-    uint64_t h = fnv1a(reinterpret_cast<const uint8_t*>(hp.arch_name.data()), hp.arch_name.size());
-    const int64_t dims[] = {hp.n_layer, hp.n_embd, hp.n_vocab, hp.n_head, hp.kda_head_dim, hp.conv_kernel, hp.kv_lora_rank,
-                            hp.rope_dim, hp.n_expert, hp.n_expert_used, int64_t(m.file().file_size())};
-    h = fnv1a(reinterpret_cast<const uint8_t*>(dims), sizeof dims, h);
-    for (const gguf::TensorInfo& t : m.file().tensors()) {
-        h = fnv1a(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
-        const uint64_t f[5] = {uint64_t(t.type), uint64_t(t.ne[0]), uint64_t(t.ne[1]), uint64_t(t.ne[2]), t.offset};
-        h = fnv1a(reinterpret_cast<const uint8_t*>(f), sizeof f, h);
-    }
-    return h;
-}
 
 struct Writer {
     std::vector<uint8_t> out;
@@ -75,7 +60,7 @@ std::vector<uint8_t> Session::save_state(std::span<const uint8_t> extra) const {
     w.raw(kMagic, sizeof kMagic);
     w.put<uint32_t>(kVersion);
     w.put<uint32_t>(uint32_t(opt_.cache_type));
-    w.put<uint64_t>(fingerprint(model_));
+    w.put<uint64_t>(model_.fingerprint());
     w.put<int64_t>(opt_.n_ctx);
     w.put<int64_t>(n_past_);
     w.put<uint64_t>(tokens_.size());
@@ -124,7 +109,7 @@ void Session::load_state(std::span<const uint8_t> bytes, const std::function<voi
         fail("session state: saved with a {} latent cache, this session uses {} (-ctk)",
              ct <= uint32_t(backend::CacheType::q8_0) ? backend::cache_type_name(backend::CacheType(ct)) : "unknown",
              backend::cache_type_name(opt_.cache_type));
-    if (r.get<uint64_t>("fingerprint") != fingerprint(model_))
+    if (r.get<uint64_t>("fingerprint") != model_.fingerprint())
         fail("session state: saved from another model than {} (fingerprint differs)", model_.path());
     r.get<int64_t>("n_ctx");
     const int64_t n_past = r.get<int64_t>("n_past");

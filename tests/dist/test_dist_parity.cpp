@@ -1,7 +1,8 @@
 // mpirun -np 2 / -np 3 (and -np 4 as 2 stages x 2 expert shards) on localhost against one
 // process: the logits of every golden tiny model must be the same bytes with --split pipeline,
 // --split experts and --split both, in one batch and token by token, and the greedy
-// continuation must be the same ids.
+// continuation must be the same ids; also with the stages balanced by a layer profile.
+#include "dist/layer_profile.h"
 #include "dist_util.h"
 
 #include <doctest/doctest.h>
@@ -89,6 +90,46 @@ TEST_CASE("dist: --micro-batch N keeps pieces in flight and equals one process w
         const EvalOut grid = eval(mpirun(4), model, "batch", dir, "micro4", "-b 64 --micro-batch 16 --split both --stages 2");
         CHECK(grid.logits == one.logits);
         CHECK(grid.greedy == one.greedy);
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("dist: stages balanced by a layer profile (--layer-profile), -np 2 and 3: logits bit-identical") {
+    if (!have_mpirun()) return;
+    const std::string dir = scratch_dir("balance");
+    for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        CAPTURE(name);
+        const std::string model = data(std::string("models/") + name + ".gguf");
+        auto m = kinfer::model::Model::load(model);
+        // A profile whose first layer outweighs the rest: its stage holds that layer alone, a
+        // cut the byte balance never makes, so every rank must take the costs from rank 0.
+        kinfer::dist::LayerProfile prof;
+        prof.n_layer = m->hparams().n_layer, prof.fingerprint = m->fingerprint(), prof.model_name = name;
+        prof.threads = 1, prof.prompt = 64, prof.batch = 64, prof.decode = 8;
+        prof.decode_ns.assign(size_t(prof.n_layer + 1), 1000);
+        prof.prefill_ns = prof.decode_ns;
+        prof.prefill_ns[0] = 100000;
+        const std::string path = dir + "/" + name + ".prof";
+        prof.save(path);
+        const auto costs = prof.costs(kinfer::dist::Balance::prefill);
+        for (int np : {2, 3}) {
+            const auto bytes = kinfer::dist::Plan::make(*m, kinfer::dist::SplitKind::pipeline, np);
+            const auto timed = kinfer::dist::Plan::make(*m, kinfer::dist::SplitKind::pipeline, np, 0, &costs);
+            REQUIRE(timed.part[0].last_layer == 1);
+            REQUIRE(bytes.part[0].last_layer != 1);
+        }
+        for (const char* mode : {"batch", "decode"}) {
+            CAPTURE(mode);
+            const EvalOut one = eval("", model, mode, dir, "one", "");
+            REQUIRE(one.logits.size() > 0);
+            for (int np : {2, 3}) {
+                CAPTURE(np);
+                const EvalOut many = eval(mpirun(np), model, mode, dir, "timed" + std::to_string(np),
+                                          "--split pipeline --dist-timeout 60 --layer-profile " + path);
+                CHECK(many.logits == one.logits);   // bit for bit
+                CHECK(many.greedy == one.greedy);
+            }
+        }
     }
     std::filesystem::remove_all(dir);
 }

@@ -96,6 +96,7 @@ TEST_CASE("dist: --dist-stats: the bytes the ranks sent are the plan's bytes per
         CHECK(sent >= want);
         CHECK(sent < want + 2048);
         for (int q = 0; q < R; ++q) CHECK(r.out.find("rank " + std::to_string(q) + ": sent") != std::string::npos);
+        CHECK(r.out.find(", busy ") != std::string::npos);   // each rank's compute time, the stages' balance
     }
     std::filesystem::remove_all(dir);
 }

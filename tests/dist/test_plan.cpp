@@ -1,10 +1,19 @@
 // The rank plan: every layer and expert has exactly one owner, the bytes add up to the file's
-// tensors, and the bytes moved per token follow from the model's shape.
+// tensors, and the bytes moved per token follow from the model's shape. Stages balanced by a
+// measured layer profile: the split is optimal, bytes give today's plan, bad profiles are refused.
 #include "common/error.h"
+#include "dist/layer_profile.h"
 #include "dist/plan.h"
 #include "test_util.h"
 
 #include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#ifdef KINFER_HAVE_MPI
+#include "dist/mpi/protocol.h"
+#endif
 
 using namespace kinfer;
 using namespace kinfer::test;
@@ -138,3 +147,271 @@ TEST_CASE("dist plan: both = a grid of stages x expert shards; each stage a pipe
         CHECK_THROWS_AS(dist::Plan::make(*m, dist::SplitKind::both, 5, 2), UsageError);   // 5 ranks are not 2 equal stages
     }
 }
+
+namespace {
+
+// The smallest largest range sum over every way to cut w into `parts` non-empty ranges.
+uint64_t brute_best(const std::vector<uint64_t>& w, int parts) {
+    uint64_t best = UINT64_MAX;
+    std::function<void(size_t, int, uint64_t)> go = [&](size_t from, int left, uint64_t worst) {
+        if (left == 1) {
+            uint64_t sum = 0;
+            for (size_t i = from; i < w.size(); ++i) sum += w[i];
+            best = std::min(best, std::max(worst, sum));
+            return;
+        }
+        uint64_t sum = 0;
+        for (size_t end = from + 1; end + size_t(left - 1) <= w.size(); ++end) {   // [from, end), then the rest
+            sum += w[end - 1];
+            go(end, left - 1, std::max(worst, sum));
+        }
+    };
+    go(0, parts, 0);
+    return best;
+}
+
+uint64_t largest_range(const std::vector<uint64_t>& w, const std::vector<int>& b) {
+    uint64_t worst = 0;
+    for (size_t k = 0; k + 1 < b.size(); ++k) {
+        uint64_t sum = 0;
+        for (int i = b[k]; i < b[k + 1]; ++i) sum += w[size_t(i)];
+        worst = std::max(worst, sum);
+    }
+    return worst;
+}
+
+std::vector<std::pair<int, int>> ranges(const dist::Plan& p) {
+    std::vector<std::pair<int, int>> r;
+    for (const auto& q : p.part) r.push_back({q.first_layer, q.last_layer});
+    return r;
+}
+
+// A profile of m with the given decode and prefill ns (every layer, then the head).
+dist::LayerProfile profile_of(const model::Model& m, std::vector<uint64_t> dec, std::vector<uint64_t> pre) {
+    dist::LayerProfile p;
+    p.n_layer = m.hparams().n_layer, p.fingerprint = m.fingerprint(), p.model_name = "tiny.gguf";
+    p.threads = 1, p.prompt = 64, p.batch = 16, p.decode = 8;
+    p.decode_ns = std::move(dec), p.prefill_ns = std::move(pre);
+    return p;
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+    const std::string path = temp_path(name);
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("dist plan: contiguous_split is optimal (brute force on small cases)") {
+    std::mt19937 rng(7);
+    for (int L = 1; L <= 9; ++L)
+        for (int parts = 1; parts <= L; ++parts)
+            for (int trial = 0; trial < 20; ++trial) {
+                std::vector<uint64_t> w(static_cast<size_t>(L));
+                // Wide and narrow ranges of weights, zeros and ties among them.
+                const uint64_t hi = trial % 3 == 0 ? 3 : trial % 3 == 1 ? 100 : 1000000;
+                for (auto& x : w) x = std::uniform_int_distribution<uint64_t>(0, hi)(rng);
+                CAPTURE(L);
+                CAPTURE(parts);
+                CAPTURE(trial);
+                const auto b = dist::contiguous_split(w, parts);
+                REQUIRE(b.size() == size_t(parts + 1));
+                CHECK(b.front() == 0);
+                CHECK(b.back() == L);
+                for (int k = 0; k < parts; ++k) CHECK(b[size_t(k)] < b[size_t(k + 1)]);   // every range non-empty
+                CHECK(largest_range(w, b) == brute_best(w, parts));
+            }
+    // A hand-made case: one heavy layer gets a stage of its own.
+    const auto b = dist::contiguous_split({1, 1, 10, 1, 1, 1}, 3);
+    CHECK(b == std::vector<int>{0, 2, 3, 6});
+    CHECK_THROWS_AS(dist::contiguous_split({1, 2}, 3), Error);
+}
+
+TEST_CASE("dist plan: stage costs equal to the bytes give today's plan; measured costs move the cuts") {
+    for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        CAPTURE(name);
+        auto m = model::Model::load(data(std::string("models/") + name + ".gguf"));
+        const int L = m->hparams().n_layer;
+        // The bytes as costs: every layer's bytes, the head's apart (layer_weights adds it to the last).
+        const std::vector<uint64_t> bytes = dist::layer_weights(*m, 1, nullptr);
+        uint64_t head = 0;
+        for (const auto& t : m->file().tensors())
+            if (t.name.rfind("output", 0) == 0) head += t.nbytes;
+        dist::StageCosts c;
+        c.by = dist::Balance::decode, c.layer = bytes, c.layer.back() -= head, c.head = head;
+        for (int R = 1; R <= std::min(4, L); ++R) {
+            CAPTURE(R);
+            const auto a = dist::Plan::make(*m, dist::SplitKind::pipeline, R), b = dist::Plan::make(*m, dist::SplitKind::pipeline, R, 0, &c);
+            CHECK(ranges(a) == ranges(b));
+            for (int r = 0; r < R; ++r) CHECK(a.part[size_t(r)].bytes == b.part[size_t(r)].bytes);
+            CHECK(a.bytes_per_decode_token == b.bytes_per_decode_token);
+            CHECK(a.balance == dist::Balance::bytes);
+            CHECK(b.balance == dist::Balance::decode);
+        }
+        for (const auto& grid : {std::pair{4, 2}, std::pair{6, 3}}) {
+            const int R = grid.first, S = grid.second;
+            CAPTURE(R);
+            const auto a = dist::Plan::make(*m, dist::SplitKind::both, R, S), b = dist::Plan::make(*m, dist::SplitKind::both, R, S, &c);
+            CHECK(ranges(a) == ranges(b));
+        }
+    }
+    // Today's byte plans of the shipped models, written out: the default must not move.
+    auto k3 = model::Model::load(data("models/k3-tiny-a-Q4_K_M.gguf"));
+    auto kl = model::Model::load(data("models/kl-tiny-a-Q4_K_M.gguf"));
+    using R = std::vector<std::pair<int, int>>;
+    CHECK(ranges(dist::Plan::make(*k3, dist::SplitKind::pipeline, 3)) == R{{0, 4}, {4, 7}, {7, 8}});
+    CHECK(ranges(dist::Plan::make(*kl, dist::SplitKind::pipeline, 3)) == R{{0, 3}, {3, 6}, {6, 7}});
+    CHECK(ranges(dist::Plan::make(*k3, dist::SplitKind::pipeline, 2)) == R{{0, 7}, {7, 8}});
+
+    // Measured costs: a heavy first layer gets a stage of its own, and each stage's cost is the
+    // sum of its layers' (the head's on the last): here the only cut with no stage over 30.
+    dist::StageCosts t;
+    t.by = dist::Balance::prefill, t.layer = {30, 10, 10, 10, 10, 10, 5, 0}, t.head = 5;
+    REQUIRE(int(t.layer.size()) == k3->hparams().n_layer);
+    const auto p = dist::Plan::make(*k3, dist::SplitKind::pipeline, 3, 0, &t);
+    CHECK(ranges(p) == R{{0, 1}, {1, 4}, {4, 8}});
+    CHECK(p.part[0].cost == 30);
+    CHECK(p.part[1].cost == 30);
+    CHECK(p.part[2].cost == 30);
+    std::vector<uint64_t> w = t.layer;
+    w.back() += t.head;
+    CHECK(std::max({p.part[0].cost, p.part[1].cost, p.part[2].cost}) == brute_best(w, 3));
+    dist::StageCosts wrong = t;
+    wrong.layer.pop_back();
+    CHECK_THROWS_AS(dist::Plan::make(*k3, dist::SplitKind::pipeline, 3, 0, &wrong), Error);
+}
+
+TEST_CASE("dist plan: layer profiles round-trip and bad ones are refused with a reason") {
+    auto m = model::Model::load(data("models/k3-tiny-a-Q4_K_M.gguf"));
+    const int L = m->hparams().n_layer;
+    std::vector<uint64_t> dec, pre;
+    for (int i = 0; i <= L; ++i) dec.push_back(uint64_t(1000 + i)), pre.push_back(uint64_t(100 + 2 * i));
+    const dist::LayerProfile good = profile_of(*m, dec, pre);
+    const std::string path = temp_path("layer.prof");
+    good.save(path);
+    const auto back = dist::LayerProfile::load(path);
+    CHECK(back.text() == good.text());
+    CHECK(back.decode_ns == dec);
+    CHECK(back.prefill_ns == pre);
+    CHECK_NOTHROW(back.check(*m, path));
+    const auto c = back.costs(dist::Balance::prefill);
+    CHECK(c.layer == std::vector<uint64_t>(pre.begin(), pre.end() - 1));
+    CHECK(c.head == pre.back());
+    CHECK_THROWS_AS(back.costs(dist::Balance::bytes), Error);
+
+    // Another model: the layer count or the fingerprint differs.
+    auto kl = model::Model::load(data("models/kl-tiny-a-Q4_K_M.gguf"));
+    CHECK_THROWS_WITH_AS(back.check(*kl, path), doctest::Contains("8-layer model"), Error);
+    dist::LayerProfile other = good;
+    other.fingerprint ^= 1;
+    CHECK_THROWS_WITH_AS(other.check(*m, path), doctest::Contains("another model"), Error);
+
+    // Malformed files, each refused with its own one-line reason.
+    const std::string text = good.text();
+    auto replaced = [&](const std::string& from, const std::string& to) {
+        std::string s = text;
+        const size_t at = s.find(from);
+        REQUIRE(at != std::string::npos);
+        return s.replace(at, from.size(), to);
+    };
+    const std::pair<std::string, std::string> bad[] = {
+        {"", "first line"},
+        {replaced("kinfer-layer-profile 1", "kinfer-layer-profile 2"), "first line"},
+        {replaced("layers 8", "layers 0"), "line 2"},
+        {replaced("layers 8", "layers x8"), "line 2"},
+        {replaced("fingerprint ", "fingerprint 0"), "line 2"},            // 17 hex digits
+        {replaced(" model tiny.gguf", ""), "line 2"},
+        {replaced("measured threads 1", "measured threads -1"), "line 3"},
+        {replaced(" batch 16", ""), "line 3"},
+        {replaced("\n3 1003 106\n", "\n"), "expected '3 "},            // a layer left out
+        {replaced("\n3 1003 106\n", "\n4 1003 106\n"), "expected '3 "},   // out of order
+        {replaced("3 1003 106", "3 -1 106"), "expected '3 "},
+        {replaced("3 1003 106", "3 1003"), "expected '3 "},
+        {replaced("3 1003 106", "3 1003 106 7"), "expected '3 "},
+        {replaced("3 1003 106", "3 1000000000001 106"), "at most"},
+        {replaced("3 1003 106", "3 18446744073709551617 106"), "expected '3 "},   // past 2^64
+        {replaced("3 1003 106", "3 1e3 106"), "expected '3 "},
+        {replaced("head ", "tail "), "expected 'head"},
+        {text.substr(0, text.find("head ")), "ends before the line of the head"},
+        {text + "8 1 1\n", "more lines"},
+    };
+    for (const auto& [body, why] : bad) {
+        CAPTURE(body);
+        const std::string f = write_text("bad.prof", body);
+        CHECK_THROWS_WITH_AS(dist::LayerProfile::load(f), doctest::Contains(why.c_str()), Error);
+        // Every reason is one line, naming the file.
+        try {
+            dist::LayerProfile::load(f);
+        } catch (const Error& e) {
+            CHECK(std::string(e.what()).find('\n') == std::string::npos);
+            CHECK(std::string(e.what()).find(f) != std::string::npos);
+        }
+    }
+    CHECK_THROWS_WITH_AS(dist::LayerProfile::load(temp_path("no-such.prof")), doctest::Contains("cannot open"), Error);
+    // Comments and empty lines are skipped.
+    const auto commented = dist::LayerProfile::load(write_text("comments.prof", "# measured here\n\n" + text + "\n# end\n"));
+    CHECK(commented.prefill_ns == pre);
+
+    // The flags: a profile balances by prefill unless told; a time balance needs a profile.
+    CHECK(dist::costs_from_flags(*m, "", path)->by == dist::Balance::prefill);
+    CHECK(dist::costs_from_flags(*m, "decode", path)->by == dist::Balance::decode);
+    CHECK_FALSE(dist::costs_from_flags(*m, "bytes", path).has_value());
+    CHECK_FALSE(dist::costs_from_flags(*m, "", "").has_value());
+    CHECK_THROWS_AS(dist::costs_from_flags(*m, "prefill", ""), UsageError);
+    CHECK_THROWS_AS(dist::costs_from_flags(*kl, "", path), Error);
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("dist plan: kinfer bench --layer-times writes a profile that info --plan balances by") {
+    const std::string model = data("models/k3-tiny-a-Q4_K_M.gguf");
+    const std::string prof = temp_path("bench.prof");
+    const auto r = run_command(kinfer_bin() + " bench -m " + model + " --layer-times " + prof + " -p 32 -b 16 -n 4 -r 1 -t 1");
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find("MLA") != std::string::npos);
+    auto m = model::Model::load(model);
+    const auto p = dist::LayerProfile::load(prof);
+    CHECK_NOTHROW(p.check(*m, prof));
+    CHECK(p.prompt == 32);
+    CHECK(p.batch == 16);
+    CHECK(p.decode == 4);
+    for (int il = 0; il < p.n_layer; ++il) {   // every layer takes some time
+        CHECK(p.decode_ns[size_t(il)] > 0);
+        CHECK(p.prefill_ns[size_t(il)] > 0);
+    }
+    const auto info = run_command(kinfer_bin() + " info " + model + " --plan --ranks 3 --split pipeline --layer-profile " + prof);
+    INFO(info.out);
+    REQUIRE(info.rc == 0);
+    CHECK(info.out.find("balanced by the measured prefill time") != std::string::npos);
+    CHECK(info.out.find("prefill") != std::string::npos);
+    // A time balance without a profile, and a profile of another model, are refused.
+    CHECK(run_command(kinfer_bin() + " info " + model + " --plan --ranks 3 --balance decode").rc != 0);
+    const auto other = run_command(kinfer_bin() + " info " + data("models/kl-tiny-a-Q4_K_M.gguf") +
+                                   " --plan --ranks 3 --layer-profile " + prof);
+    CHECK(other.rc != 0);
+    CHECK(other.out.find("8-layer model") != std::string::npos);
+    std::filesystem::remove(prof);
+}
+
+#ifdef KINFER_HAVE_MPI
+TEST_CASE("dist plan: the open command carries the stage costs to the other ranks") {
+    dist::OpenCmd c;
+    c.model_path = "/models/a b.gguf";
+    c.costs.by = dist::Balance::prefill, c.costs.layer = {5, 6, 7}, c.costs.head = 9;
+    const auto d = dist::decode_open(dist::encode(c));
+    CHECK(d.costs.by == dist::Balance::prefill);
+    CHECK(d.costs.layer == c.costs.layer);
+    CHECK(d.costs.head == 9);
+    CHECK(d.model_path == c.model_path);
+    c.costs = {};
+    const auto e = dist::decode_open(dist::encode(c));
+    CHECK(e.costs.layer.empty());
+    CHECK(e.model_path == c.model_path);
+    // A cost count past the message is refused, not read.
+    c.costs.layer = {1, 2};
+    auto m = dist::encode(c);
+    m.resize(m.size() - c.model_path.size() - 8);
+    CHECK_THROWS_AS(dist::decode_open(m), Error);
+}
+#endif

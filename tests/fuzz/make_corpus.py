@@ -43,6 +43,26 @@ out("expert_profile", "k3like", profile(8, 32, range(1, 8)))
 out("expert_profile", "empty", profile(2, 2, []))
 out("expert_profile", "big_count", "kinfer-expert-profile 1\nlayers 1 experts 2\n0 18446744073709551615 1\n")
 
+# layer profiles (`kinfer bench --layer-times`): the shipped tiny models' layer counts and
+# fingerprints (Model::fingerprint, as the bench writes them), so the seeds pass the model check
+def layer_profile(layers, fingerprint, name, values=None):
+    s = "kinfer-layer-profile 1\nlayers %d fingerprint %s model %s\nmeasured threads 1 prompt 128 batch 64 decode 32\n" % (
+        layers, fingerprint, name)
+    s += "# layer  decode-ns-per-token  prefill-ns-per-token\n"
+    for l in range(layers + 1):
+        d, p = values(l) if values else (20000 + 1000 * l, 10000 + 500 * l)
+        s += "%s %d %d\n" % ("head" if l == layers else str(l), d, p)
+    return s
+
+
+K3_FP, KL_FP = "f5ea1c83d709d15e", "22c676bc98efff84"
+out("layer_profile", "k3", layer_profile(8, K3_FP, "k3-tiny-a-Q4_K_M.gguf"))
+out("layer_profile", "kl", layer_profile(7, KL_FP, "kl-tiny-a-Q4_K_M.gguf"))
+out("layer_profile", "k3_zeros", layer_profile(8, K3_FP, "k3.gguf", lambda l: (0, 0)))
+out("layer_profile", "k3_max", layer_profile(8, K3_FP, "k3.gguf", lambda l: (10 ** 12, 10 ** 12 - l)))
+out("layer_profile", "one_layer", layer_profile(1, "0000000000000000", "x"))
+out("layer_profile", "short", layer_profile(8, K3_FP, "k3.gguf")[:-12])
+
 # KL-divergence base files: "KINFKLD1" n_ctx n_vocab n_chunk 0 fnv1a64(tokens) tokens records
 def fnv(tokens):
     h = 1469598103934665603

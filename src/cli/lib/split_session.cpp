@@ -1,6 +1,7 @@
 #include "cli/lib/split_session.h"
 
 #include "cli/lib/flag_check.h"
+#include "dist/layer_profile.h"
 #include "dist/plan.h"
 #include "model/split.h"
 
@@ -41,7 +42,19 @@ void add_split_flags(CLI::App& app) {
                    "tokens so that they overlap (the logits then equal one process run with -b N)")
         ->check(int_in(0, kMaxBatch))
         ->group("Across processes (mpirun)");
-    app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent and peak RSS at exit")
+    app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent, peak RSS and busy time at exit")
+        ->group("Across processes (mpirun)");
+    add_balance_flags(app, f.balance, f.layer_profile);
+}
+
+void add_balance_flags(CLI::App& app, std::string& balance, std::string& layer_profile) {
+    app.add_option("--balance", balance, "--split pipeline or both: balance the stages by the bytes each layer reads, or by "
+                   "its measured decode or prefill time per token (--layer-profile); default prefill with a profile (its "
+                   "micro-batches run the stages at once, so the slowest sets the pace), else bytes")
+        ->check(CLI::IsMember({"bytes", "decode", "prefill"}))
+        ->group("Across processes (mpirun)");
+    app.add_option("--layer-profile", layer_profile, "--split pipeline or both: the measured time of every layer (written by "
+                   "kinfer bench --layer-times FILE) to balance the stages by")
         ->group("Across processes (mpirun)");
 }
 
@@ -54,7 +67,10 @@ std::unique_ptr<model::Split> attach_split(const model::Model& m, model::Session
     c->timeout_s = f.timeout_s;
     // Ranks on one machine share its cores: by default each gets its share of them.
     if (so.n_threads <= 0) so.n_threads = std::max(1, runtime::ThreadPool::default_threads() / c->local_size());
-    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch, f.stages);
+    // Rank 0 alone reads the profile; the open command carries the costs to the other ranks.
+    const std::optional<dist::StageCosts> costs = dist::costs_from_flags(m, f.balance, f.layer_profile);
+    auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch, f.stages,
+                              costs ? &*costs : nullptr);
     so.split = s.get();
     return s;
 }

@@ -20,10 +20,14 @@ struct SplitFlags {
     double timeout_s = 600.0;    // a rank waiting longer than this on a peer ends the job
     int64_t micro_batch = 0;     // pipeline prefill pieces (0: whole chunks)
     int stages = 2;              // --split both: pipeline stages
-    bool stats = false;          // print each rank's bytes sent and peak RSS at exit
+    bool stats = false;          // print each rank's bytes sent, peak RSS and busy time at exit
+    std::string balance;         // --balance: bytes | decode | prefill (empty: prefill with a profile, else bytes)
+    std::string layer_profile;   // --layer-profile FILE (kinfer bench --layer-times)
 };
 SplitFlags& split_flags();
 void add_split_flags(CLI::App& app);
+// --balance and --layer-profile alone (kinfer info --plan takes them too).
+void add_balance_flags(CLI::App& app, std::string& balance, std::string& layer_profile);
 
 // The split the run asks for, wired into so.split; nullptr (and so untouched) when alone. Keep
 // it alive as long as the sessions made with so.

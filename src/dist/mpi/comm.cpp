@@ -36,8 +36,9 @@ const char* tag_name(int tag) {
 // peer's answer mid-pass is usually that close, and a sleep would add its own latency to every
 // hop), then sleeps 50 us growing to 1 ms, so a rank idle between commands leaves the cores to
 // the busy ones. Calls on_timeout() once the deadline passes (timeout_s < 0: no deadline).
+// Adds the seconds it took to waited.
 template <class Done, class OnTimeout>
-void poll(Done done, double timeout_s, OnTimeout on_timeout) {
+void poll(Done done, double timeout_s, OnTimeout on_timeout, double& waited_total) {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     int sleep_us = 50;
@@ -51,6 +52,7 @@ void poll(Done done, double timeout_s, OnTimeout on_timeout) {
             sleep_us = std::min(1000, sleep_us * 2);
         }
     }
+    waited_total += std::chrono::duration<double>(clock::now() - t0).count();
 }
 
 }  // namespace
@@ -90,14 +92,14 @@ void Comm::send(int to, Tag tag, const void* data, size_t bytes) {
     MPI_Request req;
     MPI_Isend(data, int(bytes), MPI_BYTE, to, tag, MPI_COMM_WORLD, &req);
     poll([&] { int f = 0; MPI_Test(&req, &f, MPI_STATUS_IGNORE); return f != 0; }, timeout_s,
-         [&] { abort(fmt::format("rank {} did not take the {} within {:.0f} s (stuck or gone)", to, tag_name(tag), timeout_s)); });
+         [&] { abort(fmt::format("rank {} did not take the {} within {:.0f} s (stuck or gone)", to, tag_name(tag), timeout_s)); }, wait_s);
     bytes_sent += bytes;
 }
 
 std::vector<uint8_t> Comm::recv(int from, Tag tag, double timeout) {
     MPI_Status st;
     poll([&] { int f = 0; MPI_Iprobe(from, tag, MPI_COMM_WORLD, &f, &st); return f != 0; }, timeout,
-         [&] { abort(fmt::format("no {} from rank {} within {:.0f} s (stuck or gone)", tag_name(tag), from, timeout)); });
+         [&] { abort(fmt::format("no {} from rank {} within {:.0f} s (stuck or gone)", tag_name(tag), from, timeout)); }, wait_s);
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
     std::vector<uint8_t> out(static_cast<size_t>(count));
@@ -138,7 +140,7 @@ void Comm::all_gather(const std::vector<uint8_t>& mine, std::vector<std::vector<
         return who;
     };
     poll([&] { int f = 0; MPI_Testall(int(reqs.size()), reqs.data(), &f, MPI_STATUSES_IGNORE); return f != 0; }, timeout_s,
-         [&] { abort(fmt::format("no {} from rank {} within {:.0f} s (stuck or gone)", tag_name(tag), silent(), timeout_s)); });
+         [&] { abort(fmt::format("no {} from rank {} within {:.0f} s (stuck or gone)", tag_name(tag), silent(), timeout_s)); }, wait_s);
 }
 
 }  // namespace kinfer::dist

@@ -28,6 +28,10 @@ public:
     // Seconds a forward pass waits for a peer before it gives up (--dist-timeout).
     double timeout_s = 600.0;
     uint64_t bytes_sent = 0;     // payload bytes this rank has sent
+    double wait_s = 0;           // seconds this rank's sends and receives waited on peers
+    // Seconds this rank computed its part of forward passes (their time less wait_s's growth in
+    // them): how even the stages are (--dist-stats).
+    double busy_s = 0;
 
     void send(int to, Tag tag, const void* data, size_t bytes);
     // Receives a message of any size; timeout_s < 0 waits for ever (a worker between commands).

@@ -20,6 +20,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace kinfer::dist {
@@ -28,7 +29,8 @@ namespace {
 
 class GridSplit final : public RankSplit {
 public:
-    GridSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages) : RankSplit(comm, m, kind, stages) {
+    GridSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages, const StageCosts* costs)
+        : RankSplit(comm, m, kind, stages, costs) {
         const RankPart& p = mine();
         for (int e = 0; e < plan_.shards; ++e) stage_group_.push_back(plan_.rank_at(p.stage, e));
     }
@@ -38,7 +40,10 @@ public:
 
     void forward(const model::FwdEnv& env, const int32_t* tokens, bool want_all, float* host) override {
         try {
+            const auto t0 = std::chrono::steady_clock::now();
+            const double waited = comm_.wait_s;
             run(env, tokens, want_all, host);
+            comm_.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - (comm_.wait_s - waited);
         } catch (const std::exception& e) {
             comm_.abort(fmt::format("{}: {}", describe(), e.what()));
         }
@@ -133,8 +138,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch, int stages) {
-    auto s = std::make_unique<GridSplit>(comm, m, kind, stages);
+std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch, int stages,
+                                      const StageCosts* costs) {
+    auto s = std::make_unique<GridSplit>(comm, m, kind, stages, costs);
     s->micro_batch = micro_batch;
     return s;
 }

@@ -19,6 +19,9 @@ struct OpenFixed {
     int64_t micro_batch;
     int32_t cache_type;
     int64_t cache_page_rows, tiled_min_keys;
+    int32_t balance;
+    uint64_t plan_digest;
+    int64_t n_costs;   // 0, or the layers' costs then the head's (uint64 each), before the path
 };
 struct ForwardFixed {
     Op op;
@@ -45,9 +48,14 @@ T fixed_of(std::span<const uint8_t> m, const char* what) {
 }  // namespace
 
 std::vector<uint8_t> encode(const OpenCmd& c) {
+    std::vector<uint64_t> costs = c.costs.layer;
+    if (!costs.empty()) costs.push_back(c.costs.head);
     OpenFixed f{Op::open, int32_t(c.kind), c.stages, c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
-                 c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys};
-    return with_tail(f, c.model_path.data(), c.model_path.size());
+                 c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys, int32_t(c.costs.by), c.plan_digest, int64_t(costs.size())};
+    std::vector<uint8_t> tail(costs.size() * sizeof(uint64_t));
+    if (!costs.empty()) std::memcpy(tail.data(), costs.data(), tail.size());
+    tail.insert(tail.end(), c.model_path.begin(), c.model_path.end());
+    return with_tail(f, tail.data(), tail.size());
 }
 
 std::vector<uint8_t> encode(const ForwardCmd& c) {
@@ -69,7 +77,19 @@ OpenCmd decode_open(std::span<const uint8_t> m) {
     c.kda_chunked = f.kda_chunked, c.mla_decompressed = f.mla_decompressed, c.timeout_s = f.timeout_s;
     c.micro_batch = f.micro_batch;
     c.cache_type = f.cache_type, c.cache_page_rows = f.cache_page_rows, c.tiled_min_keys = f.tiled_min_keys;
-    c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f, m.size() - sizeof f);
+    if (f.balance < int32_t(Balance::bytes) || f.balance > int32_t(Balance::prefill)) fail("open command: balance {} unknown", f.balance);
+    if (f.n_costs < 0 || uint64_t(f.n_costs) > (m.size() - sizeof f) / sizeof(uint64_t) || f.n_costs == 1)
+        fail("open command: {} stage costs in {} bytes", f.n_costs, m.size());
+    c.costs.by = Balance(f.balance);
+    c.plan_digest = f.plan_digest;
+    const size_t cost_bytes = size_t(f.n_costs) * sizeof(uint64_t);
+    if (f.n_costs > 0) {
+        std::vector<uint64_t> costs(size_t(f.n_costs));
+        std::memcpy(costs.data(), m.data() + sizeof f, cost_bytes);
+        c.costs.head = costs.back();
+        c.costs.layer.assign(costs.begin(), costs.end() - 1);
+    }
+    c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f + cost_bytes, m.size() - sizeof f - cost_bytes);
     return c;
 }
 

@@ -1,6 +1,6 @@
 // What rank 0 tells the other ranks (tag kTagCommand): open a session like mine, run this chunk,
 // drop the session, quit. Each message starts with its Op; the rest is a fixed little struct
-// and, for open and forward, a tail (the model path, the token ids).
+// and, for open and forward, a tail (the stage costs and the model path, the token ids).
 #pragma once
 #include "dist/plan.h"
 
@@ -25,6 +25,10 @@ struct OpenCmd {
     // MLA layers must round and tile alike, or the split stops being bit-identical.
     int32_t cache_type = 0;
     int64_t cache_page_rows = 256, tiled_min_keys = 1024;
+    // --layer-profile: the stages are balanced by these costs rank 0 read (empty: by bytes), so
+    // every rank makes the same plan without needing the file.
+    StageCosts costs;
+    uint64_t plan_digest = 0;    // Plan::digest of rank 0's plan
     std::string model_path;
 };
 

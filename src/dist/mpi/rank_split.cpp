@@ -16,8 +16,9 @@ void tell_workers(Comm& c, const std::vector<uint8_t>& m) {
 
 }  // namespace
 
-RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages)
-    : comm_(comm), model_(m), plan_(Plan::make(m, kind, comm.size(), stages)) {}
+RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages, const StageCosts* costs)
+    : comm_(comm), model_(m), costs_(costs ? *costs : StageCosts{}),
+      plan_(Plan::make(m, kind, comm.size(), stages, costs)) {}
 
 void RankSplit::open(const model::SessionOptions& o) {
     if (comm_.rank() != 0) return;
@@ -31,6 +32,8 @@ void RankSplit::open(const model::SessionOptions& o) {
     c.timeout_s = comm_.timeout_s;
     c.micro_batch = micro_batch;
     c.cache_type = int32_t(o.cache_type), c.cache_page_rows = o.cache_page_rows, c.tiled_min_keys = o.tiled_min_keys;
+    c.costs = costs_;
+    c.plan_digest = plan_.digest();
     c.model_path = model_.path();
     tell_workers(comm_, encode(c));
 }
@@ -50,7 +53,7 @@ void RankSplit::begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_
 RankStats own_stats(const Comm& comm) {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    return RankStats{comm.bytes_sent, uint64_t(ru.ru_maxrss) * 1024};
+    return RankStats{comm.bytes_sent, uint64_t(ru.ru_maxrss) * 1024, comm.busy_s};
 }
 
 void release_workers(Comm& comm, bool print_stats) {
@@ -64,8 +67,8 @@ void release_workers(Comm& comm, bool print_stats) {
     if (!print_stats) return;
     uint64_t total = 0;
     for (int q = 0; q < comm.size(); ++q) {
-        std::fprintf(stderr, "kinfer: rank %d: sent %llu bytes, peak RSS %.1f MiB\n", q, (unsigned long long)all[size_t(q)].bytes_sent,
-                     double(all[size_t(q)].max_rss) / 1048576.0);
+        std::fprintf(stderr, "kinfer: rank %d: sent %llu bytes, peak RSS %.1f MiB, busy %.3f s\n", q,
+                     (unsigned long long)all[size_t(q)].bytes_sent, double(all[size_t(q)].max_rss) / 1048576.0, all[size_t(q)].busy_s);
         total += all[size_t(q)].bytes_sent;
     }
     std::fprintf(stderr, "kinfer: %d ranks sent %llu bytes in all\n", comm.size(), (unsigned long long)total);

@@ -14,7 +14,8 @@ namespace kinfer::dist {
 
 class RankSplit : public model::Split {
 public:
-    RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages);
+    // costs: balance the stages by these instead of bytes (nullptr: by bytes).
+    RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stages, const StageCosts* costs);
     void open(const model::SessionOptions& opt) override;
     void close() override;
     void begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_all) override;
@@ -26,17 +27,20 @@ public:
 protected:
     Comm& comm_;
     const model::Model& model_;
+    StageCosts costs_;   // empty layer costs: balanced by bytes
     Plan plan_;
 };
 
-// stages: --split both's pipeline stages (0: the plan's default).
+// stages: --split both's pipeline stages (0: the plan's default); costs: what the stages are
+// balanced by (nullptr: bytes).
 std::unique_ptr<RankSplit> make_split(Comm& comm, const model::Model& m, SplitKind kind, int64_t micro_batch = 0,
-                                      int stages = 0);
+                                      int stages = 0, const StageCosts* costs = nullptr);
 
 // What each rank reports when the job ends (--dist-stats).
 struct RankStats {
     uint64_t bytes_sent = 0;   // payload bytes this rank sent
     uint64_t max_rss = 0;      // peak resident set, bytes (mapped weight pages it touched count)
+    double busy_s = 0;         // seconds it computed its part of the forward passes (Comm::busy_s)
 };
 RankStats own_stats(const Comm& comm);
 

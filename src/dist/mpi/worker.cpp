@@ -21,7 +21,9 @@ struct Worker {
             model.reset();
             model = model::Model::load(c.model_path);
         }
-        split = make_split(comm, *model, c.kind, c.micro_batch, c.stages);
+        split = make_split(comm, *model, c.kind, c.micro_batch, c.stages, c.costs.layer.empty() ? nullptr : &c.costs);
+        if (split->plan().digest() != c.plan_digest)
+            fail("this rank's plan of {} differs from rank 0's (the model files or the stage costs differ)", c.model_path);
         comm.timeout_s = c.timeout_s;
         model::SessionOptions so;
         so.n_ctx = c.n_ctx, so.n_batch = c.n_batch, so.n_threads = c.n_threads;
