@@ -136,6 +136,20 @@ std::string dump(const nlohmann::json& j, int indent) {
 
 }  // namespace
 
+// An image of the conversation with the same file and the same rows is the same image: taking
+// it keeps its serial, so the session's rows of it still stand after a /load (an edit then
+// re-reads from the edit, not from the first image). Each held image is taken once: a serial
+// names one place in the conversation.
+ImageRef ChatRepl::same_image_held(const ImageRef& im, const std::vector<std::vector<ImageRef>>& taken) const {
+    auto is_taken = [&](const ImageRef& h) {
+        return std::any_of(taken.begin(), taken.end(), [&](const auto& l) { return std::find(l.begin(), l.end(), h) != l.end(); });
+    };
+    for (const auto& list : msg_images_)
+        for (const auto& held : list)
+            if (held->path == im->path && held->hash == im->hash && held->n_rows == im->n_rows && !is_taken(held)) return held;
+    return im;
+}
+
 // Every image of a loaded conversation, encoded again; the errors name the chat file too.
 std::vector<std::vector<ImageRef>> ChatRepl::encode_images(const std::vector<std::vector<std::string>>& paths,
                                                            const std::string& file) {
@@ -145,11 +159,13 @@ std::vector<std::vector<ImageRef>> ChatRepl::encode_images(const std::vector<std
         if (!paths[i].empty() && !vision_)
             fail("{}: message {} has images; start kinfer chat with --mmproj FILE to read them", file, i + 1);
         for (const auto& p : paths[i]) {
+            ImageRef im;
             try {
-                out.back().push_back(vision_->encode(p));
+                im = vision_->encode(p);
             } catch (const kinfer::Error& e) {
                 fail("{}: message {}: {}", file, i + 1, e.what());
             }
+            out.back().push_back(same_image_held(im, out));
         }
     }
     return out;

@@ -99,6 +99,7 @@ private:
     void save_state(const std::string& path) const;
     void load_state(const std::string& path);
     // The images of a loaded conversation, encoded again (file: the chat file, for the errors).
+    ImageRef same_image_held(const ImageRef& im, const std::vector<std::vector<ImageRef>>& taken) const;
     std::vector<std::vector<ImageRef>> encode_images(const std::vector<std::vector<std::string>>& paths, const std::string& file);
     // How much of what the session holds still stands: the longest run from the start (at most
     // max_tokens) whose text starts the rendering, a held image counting where the rendering has
