@@ -114,8 +114,15 @@ std::unique_ptr<LineReader> make_reader(bool interactive) {
     return make_plain_reader();
 }
 
-int run_chat(GenArgs& args, int64_t snapshot_every, bool dash) {
+struct ChatImageArgs {
+    std::string mmproj;
+    std::vector<std::string> images;
+    std::string rules = "llama.cpp";
+};
+
+int run_chat(GenArgs& args, int64_t snapshot_every, const ChatImageArgs& vision, bool dash) {
     if (dash) fail("chat reads its messages from the terminal (or a pipe); '-' is for kinfer run");
+    if (!vision.images.empty() && vision.mmproj.empty()) usage_fail("--image needs the vision projector: pass --mmproj FILE");
     std::setlocale(LC_CTYPE, "");   // libedit decodes UTF-8 keystrokes by the locale
     if (args.escape) process_escapes(args.system_prompt);
     check_utf8(args.system_prompt, "the system prompt");
@@ -132,6 +139,9 @@ int run_chat(GenArgs& args, int64_t snapshot_every, bool dash) {
     cfg.color = interactive && std::getenv("NO_COLOR") == nullptr;
     cfg.args = args;
     cfg.snapshot_every = snapshot_every;
+    cfg.mmproj = vision.mmproj;
+    cfg.images = vision.images;
+    cfg.moonshot_rules = vision.rules == "moonshot";
 
     model::SessionOptions so;
     so.n_ctx = args.n_ctx;
@@ -145,7 +155,7 @@ int run_chat(GenArgs& args, int64_t snapshot_every, bool dash) {
         std::fprintf(stderr, "kinfer chat: %s (%s), format %s, context %lld, seed %lld. /help for commands, Ctrl-D to quit.\n",
                      model->describe().c_str(), path.c_str(), text::chat_format_name(cfg.format), (long long)args.n_ctx,
                      (long long)args.sampling.seed);
-    ChatRepl repl(session, *tok, std::move(cfg));
+    ChatRepl repl(session, *tok, std::move(cfg));   // encodes --image now
     // SIGINT stays caught for the whole chat: at the prompt the plain reader polls for it; while
     // a reply is generated it stops the reply.
     InterruptScope guard;
@@ -166,7 +176,14 @@ std::function<int()> setup_chat(CLI::App& app) {
                    "what follows the nearest copy (0: none; default: by memory, so the copies take about as much "
                    "as the latent cache)")
         ->check(int_in(0, kMaxCtx));
-    return [a, every, &app] { return run_chat(*a, *every, take_extras(app, *a)); };
+    auto vision = std::make_shared<ChatImageArgs>();
+    app.add_option("--mmproj", vision->mmproj, "vision projector GGUF (llama.cpp's mmproj): lets /image and --image attach images");
+    app.add_option("--image", vision->images,
+                   "image file for the first message (repeatable, in order): at its <__media__> markers, else before its text");
+    app.add_option("--image-rules", vision->rules,
+                   "llama.cpp (default) or moonshot: how images are preprocessed and wrapped, as for kinfer run (docs/vision.md)")
+        ->check(CLI::IsMember({"llama.cpp", "moonshot"}));
+    return [a, every, vision, &app] { return run_chat(*a, *every, *vision, take_extras(app, *a)); };
 }
 
 }  // namespace

@@ -93,7 +93,9 @@ int run(RunArgs& a, bool dash) {
             format = pick_chat_format(a.gen, *tok);
             std::vector<text::ChatMessage> msgs;
             if (!a.gen.system_prompt.empty()) msgs.push_back({"system", a.gen.system_prompt, "", ""});
-            msgs.push_back({"user", prompt, "", ""});
+            // Images without markers go in front of the user's text, inside the user message
+            // (mtmd-cli's placement, and chat's), not in front of the whole chat rendering.
+            msgs.push_back({"user", vision::with_media_markers(prompt, a.vision.images.size()), "", ""});
             prompt = text::render_chat(*format, msgs, chat_opts);
         }
         ids = tok->encode(prompt, /*parse_special=*/true);

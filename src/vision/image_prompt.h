@@ -27,6 +27,13 @@ struct ImagePromptArgs {
     bool verbose = true;          // one "image FILE: WxH -> N tokens in T ms" line per image on stderr
 };
 
+// The projector of path on be, checked to write rows text_n_embd wide (throws kinfer::Error
+// naming the file otherwise).
+std::unique_ptr<Mmproj> load_mmproj_for(const std::string& path, int64_t text_n_embd, backend::Backend& be);
+
+// One "kinfer: image FILE: W x H -> ... tokens, encoded in T ms" line on stderr.
+void report_encoded(const EncodedImage& im);
+
 // be: where the tower runs (the session's CPU backend today).
 ImagePrompt prepare_image_prompt(const ImagePromptArgs& a, std::string_view prompt, const text::Tokenizer& tok,
                                  int64_t text_n_embd, backend::Backend& be);

@@ -4,18 +4,25 @@
 
 namespace kinfer::vision {
 
-std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt, size_t n_images,
+size_t count_media_markers(std::string_view text, std::string_view marker) {
+    size_t n = 0;
+    for (size_t at = text.find(marker); at != std::string_view::npos; at = text.find(marker, at + marker.size())) ++n;
+    return n;
+}
+
+std::string with_media_markers(std::string_view text, size_t n_images) {
+    std::string out;
+    if (count_media_markers(text) == 0)
+        for (size_t i = 0; i < n_images; ++i) out += kMediaMarker;
+    out += text;
+    return out;
+}
+
+std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::string_view prompt_in, size_t n_images,
                                              bool moonshot_wrapper) {
-    std::string with_markers;
-    size_t markers = 0;
-    for (size_t at = prompt.find(kMediaMarker); at != std::string_view::npos; at = prompt.find(kMediaMarker, at + kMediaMarker.size()))
-        ++markers;
-    if (markers == 0 && n_images > 0) {
-        for (size_t i = 0; i < n_images; ++i) with_markers += kMediaMarker;
-        with_markers += prompt;
-        prompt = with_markers;
-        markers = n_images;
-    }
+    const std::string placed = with_media_markers(prompt_in, n_images);
+    const std::string_view prompt = placed;
+    const size_t markers = count_media_markers(prompt);
     if (markers != n_images)
         fail("the prompt has {} {} marker(s) but {} image(s) were given (--image)", markers, kMediaMarker, n_images);
     const text::Token begin = n_images ? tok.find("<|media_begin|>") : text::kNoToken;
@@ -54,16 +61,16 @@ std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::st
     return chunks;
 }
 
-std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper) {
+std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper, std::string_view marker) {
     const std::string opening = moonshot_wrapper ? "<|media_begin|>image<|media_content|>" : "<|media_begin|>";
     std::string out;
     size_t pos = 0;
-    for (size_t at = prompt.find(kMediaMarker); at != std::string_view::npos; at = prompt.find(kMediaMarker, pos)) {
+    for (size_t at = prompt.find(marker); at != std::string_view::npos; at = prompt.find(marker, pos)) {
         out.append(prompt.substr(pos, at - pos));
         out += opening;
-        out += kMediaMarker;
+        out += marker;
         out += "<|media_end|>";
-        pos = at + kMediaMarker.size();
+        pos = at + marker.size();
     }
     out.append(prompt.substr(pos));
     return out;

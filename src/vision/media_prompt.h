@@ -24,6 +24,11 @@ struct PromptChunk {
     bool is_image() const { return image >= 0; }
 };
 
+// The text of one message or prompt with its images placed: unchanged when it has a marker, else
+// one marker per image in front of it (mtmd-cli's habit, also for a chat's user message).
+std::string with_media_markers(std::string_view text, size_t n_images);
+size_t count_media_markers(std::string_view text, std::string_view marker = kMediaMarker);
+
 // Splits and tokenizes; throws kinfer::Error when the markers and n_images disagree or the
 // vocabulary lacks the media tokens.
 // moonshot_wrapper: Moonshot's serving form, <|media_begin|> image <|media_content|> [rows]
@@ -36,7 +41,10 @@ std::vector<PromptChunk> layout_media_prompt(const text::Tokenizer& tok, std::st
 // `<|media_end|>` after it. Tokenizing the pieces between markers with special tokens parsed then
 // gives exactly layout_media_prompt's chunks. The chat compares this form with the text its
 // session holds, so a held image and the tokens around it count as one stretch of the prompt.
-std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper = false);
+// marker: what stands for an image in `prompt` (the chat uses a string no message can hold, so
+// that a literal <__media__> in a message without images stays text).
+std::string expand_media_markers(std::string_view prompt, bool moonshot_wrapper = false,
+                                 std::string_view marker = kMediaMarker);
 
 // Evaluates the chunks in order, one prefill per chunk (text tokens, or the image's rows through
 // Session::prefill_embd); images[k] is [rows x n_embd]. all_logits (optional) gets every

@@ -2,6 +2,7 @@
 #pragma once
 #include "test_util.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,15 @@ inline std::string quote(const std::string& s) {
 }
 
 inline std::string tiny_model(const std::string& name) { return data("models/" + name + ".gguf"); }
+
+// The tiny K3 with a vision tower, for chat's image tests: vision/<rel> from tests/data (the
+// mmproj, the images), else from ../shared/golden (the text GGUF); "" and the case marked
+// skipped when neither has it.
+inline std::string vision_chat_file(const std::string& rel) {
+    const std::string local = data("vision/" + rel);
+    if (std::filesystem::exists(local)) return local;
+    return have_golden("vision/" + rel) ? golden("vision/" + rel) : "";
+}
 
 // `kinfer run` on a shipped tiny model with two threads (what the golden runs used).
 inline std::string run_cmd(const std::string& model, const std::string& args) {

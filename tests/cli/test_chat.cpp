@@ -3,6 +3,7 @@
 #include "cli_util.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -125,4 +126,110 @@ TEST_CASE("chat: /save-state in one process and /load-state in a new one continu
     auto bad = run_command(chat_cmd("kl-tiny-a-Q4_K_M", "", "--state-snapshot-every -3"));
     CHECK(bad.rc == 2);
     CHECK(bad.out.find("--state-snapshot-every") != std::string::npos);
+}
+
+// Images (--mmproj, /image): the tiny K3 with a vision tower (its text GGUF lives in
+// ../shared/golden; the case skips without it).
+namespace {
+
+struct VisionChat {
+    std::string gguf, mmproj, photo, tall;
+    bool ok() const { return !gguf.empty() && !mmproj.empty() && !photo.empty() && !tall.empty(); }
+    std::string args() const { return " -m " + quote(gguf) + " --mmproj " + quote(mmproj) + " -t 2 -n 8 --temp 0 --show-think "; }
+    std::string chat(const std::string& input, const std::string& extra = "") const {
+        return "printf '%s' " + quote(input) + " | " + quote(kinfer_bin()) + " chat" + args() + extra;
+    }
+    std::string run(const std::string& extra) const { return quote(kinfer_bin()) + " run --chat" + args() + extra; }
+};
+
+VisionChat vision_chat() {
+    return {vision_chat_file("gguf/k3v-tiny-f32.gguf"), vision_chat_file("gguf/mmproj-k3v-tiny-f32.gguf"),
+            vision_chat_file("images/photo_150x97.png"), vision_chat_file("images/tall_61x203.jpg")};
+}
+
+}  // namespace
+
+TEST_CASE("chat images: an image turn answers as kinfer run --chat with the same image and text") {
+    const VisionChat v = vision_chat();
+    if (!v.ok()) return;
+    // run prints no newline after the reply on a pipe; chat ends its reply's line.
+    auto run = run_command(quiet(v.run("--image " + quote(v.photo) + " -p 'Describe this image.'")));
+    auto by_command = run_command(quiet(v.chat("/image " + v.photo + "\nDescribe this image.\n")));
+    auto by_flag = run_command(quiet(v.chat("Describe this image.\n", "--image " + quote(v.photo))));
+    REQUIRE(run.rc == 0);
+    REQUIRE(!run.out.empty());
+    CHECK(by_command.out == run.out + "\n");
+    CHECK(by_flag.out == run.out + "\n");
+    // At a marker inside the text, two images: the same as run with the markers.
+    const std::string msg = "Compare <__media__> with <__media__>, please.";
+    auto run2 = run_command(quiet(v.run("--image " + quote(v.photo) + " --image " + quote(v.tall) + " -p " + quote(msg))));
+    auto chat2 = run_command(quiet(v.chat("/image " + v.photo + "\n/image " + v.tall + "\n" + msg + "\n")));
+    REQUIRE(run2.rc == 0);
+    CHECK(chat2.out == run2.out + "\n");
+    CHECK(run2.out != run.out);
+    // Without the image the reply is another one (the test would see an image that was dropped).
+    auto text_only = run_command(quiet(v.chat("Describe this image.\n")));
+    CHECK(text_only.out != by_command.out);
+}
+
+TEST_CASE("chat images: a bad image file or a missing --mmproj is one error line and the chat goes on") {
+    const VisionChat v = vision_chat();
+    if (!v.ok()) return;
+    const std::string junk = temp_path("not-an-image.png");
+    {
+        std::ofstream(junk) << "this is text, not a PNG\n";
+    }
+    auto r = run_command(v.chat("/image /nonexistent/cat.png\n/image " + junk + "\nhello\n/stats\n"));
+    INFO(r.out);
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("kinfer: error: /nonexistent/cat.png: cannot open") != std::string::npos);
+    CHECK(r.out.find("kinfer: error: " + junk + ": not an image") != std::string::npos);
+    CHECK(r.out.find("| 1 turns |") != std::string::npos);
+    CHECK(r.out.find("attached to your next message]") == std::string::npos);   // nothing stayed attached
+    std::remove(junk.c_str());
+
+    const std::string no_mmproj = "printf '%s' " + quote("/image " + v.photo + "\nhello\n/stats\n") + " | " + quote(kinfer_bin()) +
+                                  " chat -m " + quote(v.gguf) + " -t 2 -n 4 --temp 0";
+    auto n = run_command(no_mmproj);
+    INFO(n.out);
+    CHECK(n.rc == 0);
+    CHECK(n.out.find("kinfer: error: /image needs the vision projector: start kinfer chat with --mmproj FILE") != std::string::npos);
+    CHECK(n.out.find("| 1 turns |") != std::string::npos);
+    auto flag = run_command(quote(kinfer_bin()) + " chat -m " + quote(v.gguf) + " --image " + quote(v.photo) + " </dev/null");
+    CHECK(flag.rc == 2);
+    CHECK(flag.out.find("--image needs the vision projector: pass --mmproj FILE") != std::string::npos);
+    // /help lists /image.
+    auto help = run_command(v.chat("/help\n"));
+    CHECK(help.out.find("/image FILE") != std::string::npos);
+}
+
+TEST_CASE("chat images: /save writes the image's path, /load in a new chat encodes it again; a missing image refuses the load") {
+    const VisionChat v = vision_chat();
+    if (!v.ok()) return;
+    const std::string img = temp_path("chat-photo.png"), saved = temp_path("image-chat.json");
+    std::filesystem::copy_file(v.photo, img, std::filesystem::copy_options::overwrite_existing);
+    auto first = run_command(quiet(v.chat("/image " + img + "\nDescribe this image.\n/save " + saved + "\n")));
+    REQUIRE(first.rc == 0);
+    {
+        std::ifstream f(saved);
+        REQUIRE(f);
+        const json j = json::parse(f);
+        const auto& m = j.at("messages").at(0);
+        CHECK(m.at("content") == "<__media__>Describe this image.");
+        REQUIRE(m.at("images").size() == 1);
+        CHECK(m.at("images")[0] == std::filesystem::absolute(img).lexically_normal().string());
+        CHECK(!j.at("messages").at(1).contains("images"));
+    }
+    // /regen answers the loaded conversation's last message again: the same reply, which needs
+    // the image's rows in the same place.
+    auto again = run_command(quiet(v.chat("/load " + saved + "\n/regen\n")));
+    CHECK(again.out == first.out);
+    std::filesystem::remove(img);
+    auto gone = run_command(v.chat("/load " + saved + "\n/stats\n"));
+    INFO(gone.out);
+    CHECK(gone.rc == 0);
+    CHECK(gone.out.find("kinfer: error: " + saved + ": message 1: " + std::filesystem::absolute(img).lexically_normal().string() +
+                        ": cannot open") != std::string::npos);
+    CHECK(gone.out.find("[loaded") == std::string::npos);
+    std::remove(saved.c_str());
 }

@@ -3,6 +3,7 @@
 #include "cli/lib/prompt_text.h"
 #include "common/error.h"
 #include "common/text_file.h"
+#include "vision/media_prompt.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +23,8 @@ constexpr const char* kHelp =
     "  /clear           forget the conversation (the system prompt stays)\n"
     "  /regen           answer the last message again\n"
     "  /read FILE       send a file's text as your message\n"
+    "  /image FILE      attach an image to your next message (needs --mmproj): before its text, or at\n"
+    "                   its <__media__> markers, one per image\n"
     "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
     "  /save FILE       write the conversation as JSON\n"
     "  /load FILE       read a conversation written by /save\n"
@@ -93,6 +96,20 @@ std::string visible(std::string_view s) {
 
 bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
 
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+    return s;
+}
+
+// The media tokens an image is wrapped in must be special tokens of this vocabulary: otherwise
+// their text would be read as ordinary words.
+void check_media_tokens(const text::Tokenizer& tok, bool moonshot) {
+    for (const char* t : {"<|media_begin|>", "<|media_end|>", "<|media_content|>"}) {
+        if (!moonshot && std::string_view(t) == "<|media_content|>") continue;
+        if (tok.find(t) == text::kNoToken) fail("the model's vocabulary has no {} token: it cannot take images", t);
+    }
+}
+
 }  // namespace
 
 std::unique_ptr<LineReader> make_plain_reader() { return std::make_unique<PlainReader>(); }
@@ -104,7 +121,16 @@ ChatRepl::ChatRepl(model::Session& session, const text::Tokenizer& tok, ChatConf
       // --split sessions keep their states on other ranks too: no local snapshots there.
       snapshots_(session.options().split ? 0
                  : cfg_.snapshot_every < 0 ? default_snapshot_every(session)
-                                            : cfg_.snapshot_every) {}
+                                            : cfg_.snapshot_every) {
+    if (!cfg_.mmproj.empty()) {
+        check_media_tokens(tok_, cfg_.moonshot_rules);
+        vision_ = std::make_unique<ChatImageEncoder>(cfg_.mmproj, session.model().hparams().n_embd, cfg_.args.n_threads,
+                                                     cfg_.moonshot_rules);
+    } else if (!cfg_.images.empty()) {
+        fail("--image needs the vision projector: pass --mmproj FILE");
+    }
+    for (const auto& path : cfg_.images) attach_image(path);
+}
 
 void ChatRepl::notice(const std::string& s) const {
     std::fflush(stdout);   // keep the order of reply text and notices on a shared terminal
@@ -114,9 +140,67 @@ void ChatRepl::notice(const std::string& s) const {
 
 std::vector<text::ChatMessage> ChatRepl::conversation() const {
     std::vector<text::ChatMessage> all;
-    if (!system_.empty()) all.push_back({"system", system_, "", ""});
-    all.insert(all.end(), msgs_.begin(), msgs_.end());
+    if (!system_.empty()) all.push_back({"system", scrub_image_slots(system_), "", ""});
+    for (size_t i = 0; i < msgs_.size(); ++i) {
+        text::ChatMessage m = msgs_[i];
+        m.content = scrub_image_slots(std::move(m.content));
+        m.reasoning_content = scrub_image_slots(std::move(m.reasoning_content));
+        // A message with images has exactly one marker per image (add_user_message, load); in
+        // one without, a marker is text.
+        if (!msg_images_[i].empty()) m.content = replace_all(std::move(m.content), vision::kMediaMarker, kImageSlot);
+        all.push_back(std::move(m));
+    }
     return all;
+}
+
+ChatRepl::Rendering ChatRepl::render() const {
+    Rendering r;
+    const std::string plain = text::render_chat(cfg_.format, conversation(), cfg_.opts);
+    r.text = vision::expand_media_markers(plain, vision_ && vision_->moonshot_rules(), kImageSlot);
+    for (const auto& list : msg_images_) r.images.insert(r.images.end(), list.begin(), list.end());
+    if (vision::count_media_markers(r.text, kImageSlot) != r.images.size())
+        fail("the {} chat format does not render every user message: its images have no place",
+             text::chat_format_name(cfg_.format));
+    return r;
+}
+
+const ChatImage& ChatRepl::image_of(const Rendering& r, int serial) const {
+    for (const auto& im : r.images)
+        if (im->serial == serial) return *im;
+    fail("chat: image {} is held by the session but not in the conversation", serial);
+}
+
+void ChatRepl::push_message(text::ChatMessage m, std::vector<ImageRef> images) {
+    msgs_.push_back(std::move(m));
+    msg_images_.push_back(std::move(images));
+}
+
+void ChatRepl::unsend_last() {
+    if (msgs_.empty() || msgs_.back().role != "user") return;
+    // Its images go back in front of any attached since, so the message can be sent again.
+    pending_.insert(pending_.begin(), msg_images_.back().begin(), msg_images_.back().end());
+    msgs_.pop_back();
+    msg_images_.pop_back();
+}
+
+void ChatRepl::add_user_message(std::string text) {
+    if (!pending_.empty()) {
+        text = vision::with_media_markers(text, pending_.size());
+        const size_t markers = vision::count_media_markers(text);
+        if (markers != pending_.size())
+            fail("the message has {} {} marker(s) but {} image(s) are attached (/image); it was not sent", markers,
+                 vision::kMediaMarker, pending_.size());
+    }
+    push_message({"user", std::move(text), "", ""}, std::move(pending_));
+    pending_.clear();
+}
+
+void ChatRepl::attach_image(const std::string& path) {
+    if (!vision_) fail("/image needs the vision projector: start kinfer chat with --mmproj FILE");
+    ImageRef im = vision_->encode(path);
+    notice(fmt::format("[image {}: {} x {}, {} tokens; it goes with your next message]", path, im->width, im->height,
+                       im->n_rows));
+    pending_.push_back(std::move(im));
 }
 
 void ChatRepl::reset_session() {
@@ -160,7 +244,7 @@ bool ChatRepl::handle(const std::string& input) {
     }
     std::string text = starts_with(input, "//") ? input.substr(1) : input;
     check_utf8(text, "the message");
-    msgs_.push_back({"user", std::move(text), "", ""});
+    add_user_message(std::move(text));
     respond();
     return true;
 }
@@ -172,7 +256,7 @@ void ChatRepl::respond() {
         // The session may hold part of a prefill that in_session_ does not know about: forget it
         // (the next turn prefills from the start) and drop the unanswered message.
         reset_session();
-        if (!msgs_.empty() && msgs_.back().role == "user") msgs_.pop_back();
+        unsend_last();
         throw;
     }
 }
@@ -184,11 +268,18 @@ bool ChatRepl::command(const std::string& name, const std::string& arg) {
         std::fputs(kHelp, stderr);
     } else if (name == "/clear") {
         msgs_.clear();
+        msg_images_.clear();
+        const size_t dropped = pending_.size();
+        pending_.clear();
         reset_session();
         sampler_.reset();
-        notice("[conversation cleared]");
+        notice(dropped ? fmt::format("[conversation cleared, and the {} image(s) attached to the next message]", dropped)
+                       : std::string("[conversation cleared]"));
     } else if (name == "/regen") {
-        if (!msgs_.empty() && msgs_.back().role == "assistant") msgs_.pop_back();
+        if (!msgs_.empty() && msgs_.back().role == "assistant") {
+            msgs_.pop_back();
+            msg_images_.pop_back();
+        }
         if (msgs_.empty() || msgs_.back().role != "user") {
             notice("[nothing to regenerate]");
             return true;
@@ -199,8 +290,11 @@ bool ChatRepl::command(const std::string& name, const std::string& arg) {
         std::string text = read_text_file(arg);
         check_utf8(text, arg);
         notice(fmt::format("[{}: {} bytes]", arg, text.size()));
-        msgs_.push_back({"user", std::move(text), "", ""});
+        add_user_message(std::move(text));
         respond();
+    } else if (name == "/image") {
+        if (arg.empty()) fail("/image needs a file name");
+        attach_image(arg);
     } else if (name == "/system") {
         check_utf8(arg, "the system prompt");
         system_ = arg;
@@ -231,6 +325,7 @@ bool ChatRepl::command(const std::string& name, const std::string& arg) {
                                  snapshots_.count(), double(snapshots_.bytes()) / (1 << 20))
                    : std::string("[state snapshots off: an edit re-reads the conversation from the start]"));
         if (c.turns > 0) notice("[last reply: " + timing_line(last_, last_stop_) + "]");
+        if (!pending_.empty()) notice(fmt::format("[{} image(s) attached to your next message]", pending_.size()));
     } else {
         notice("[unknown command " + name + "; /help lists them]");
     }
@@ -250,42 +345,59 @@ void ChatRepl::print_reply(ReplyStream::Channel ch, std::string_view s) {
     at_line_start_ = s.back() == '\n';
 }
 
-// How many of the session's tokens still stand: the longest run from the start whose text
-// (special tokens as their text) starts the rendering.
-size_t ChatRepl::kept_prefix(const std::string& rendered) const {
-    size_t at = 0, n = 0;
-    for (text::Token id : in_session_) {
-        if (id < 0) break;   // an embedding row has no text
+// How much of the session still stands: the longest run from the start whose text (special
+// tokens as their text) starts the rendering; a held image stands where the rendering has the
+// same image. A text token never covers part of an image slot.
+ChatRepl::Kept ChatRepl::kept_prefix(const Rendering& r, size_t max_tokens) const {
+    Kept k;
+    const std::string& text = r.text;
+    const size_t limit = std::min(max_tokens, in_session_.size());
+    size_t slot = std::min(text.find(kImageSlot), text.size());
+    while (k.tokens < limit) {
+        const text::Token id = in_session_[k.tokens];
+        if (is_image_row(id)) {
+            size_t end = k.tokens;
+            while (end < in_session_.size() && in_session_[end] == id) ++end;
+            const bool same = k.chars == slot && k.images < r.images.size() && r.images[k.images]->serial == image_serial(id) &&
+                              int64_t(end - k.tokens) == r.images[k.images]->n_rows && end <= limit;
+            if (!same) break;
+            k.tokens = end;
+            k.chars += kImageSlot.size();
+            ++k.images;
+            slot = std::min(text.find(kImageSlot, k.chars), text.size());
+            continue;
+        }
+        if (id < 0) break;   // rows of an image the chat cannot name (load_state)
         const std::string& p = tok_.piece(id);
-        if (rendered.compare(at, p.size(), p) != 0 || at + p.size() > rendered.size()) break;
-        at += p.size();
-        ++n;
+        if (k.chars + p.size() > slot || text.compare(k.chars, p.size(), p) != 0) break;
+        k.chars += p.size();
+        ++k.tokens;
     }
-    return n;
+    return k;
 }
 
 void ChatRepl::answer() {
-    const std::string rendered = text::render_chat(cfg_.format, conversation(), cfg_.opts);
+    const Rendering rendered = render();
     // Keep the tokens the session holds as far as their text starts the new rendering, and
     // prefill only the rest. Comparing text rather than re-tokenising keeps the model's own reply
     // tokens (a sampled reply is rarely the canonical BPE of its text). After a stop string the
     // session may hold the start of that string as plain tokens where the rendering has a special
     // token: keep nothing of that reply.
-    size_t keep = kept_prefix(rendered);
-    if (stopped_on_string_) keep = std::min(keep, reply_start_);
+    const Kept kept = kept_prefix(rendered, stopped_on_string_ ? reply_start_ : in_session_.size());
+    const size_t keep = kept.tokens;
     // Going back (an edit, /regen): KDA state cannot drop tokens, so restart from the nearest
     // snapshot at or before the kept tokens (or from 0) and read the kept ones after it again.
     const model::Session::Snapshot* snap = keep < in_session_.size() ? snapshots_.at_or_before(int64_t(keep)) : nullptr;
     const size_t start = keep == in_session_.size() ? keep : snap ? size_t(snap->pos) : 0;
     std::vector<text::Token> fresh(in_session_.begin() + std::ptrdiff_t(start), in_session_.begin() + std::ptrdiff_t(keep));
     {
-        const std::vector<text::Token> kept(in_session_.begin(), in_session_.begin() + std::ptrdiff_t(keep));
-        const std::vector<text::Token> rest = tok_.encode(rendered.substr(tok_.decode(kept, /*special=*/true).size()), /*parse_special=*/true);
+        const std::vector<text::Token> rest = tokenize_with_images(tok_, std::string_view(rendered.text).substr(kept.chars),
+                                                                   std::span(rendered.images).subspan(kept.images));
         fresh.insert(fresh.end(), rest.begin(), rest.end());
     }
     const size_t total = start + fresh.size();
     if (int64_t(total) >= session_.n_ctx()) {
-        msgs_.pop_back();   // leave the conversation as it was
+        unsend_last();   // leave the conversation as it was
         notice(fmt::format("[the conversation is {} tokens and does not fit the context of {} (-c); /clear starts over]",
                            total, session_.n_ctx()));
         return;
@@ -314,7 +426,9 @@ void ChatRepl::answer() {
     Timings t;
     t.seed = cfg_.args.sampling.seed;
     InterruptScope guard;
-    const size_t fed = prefill_chunked(session_, fresh, t, snapshots_.every(), [&] { snapshots_.after_chunk(session_); });
+    const size_t fed = prefill_with_images(
+        session_, fresh, [&](int serial) -> const ChatImage& { return image_of(rendered, serial); }, t, snapshots_.every(),
+        [&] { snapshots_.after_chunk(session_); });
     in_session_.insert(in_session_.end(), fresh.begin(), fresh.begin() + std::ptrdiff_t(fed));
     counters_.prefilled += int64_t(fed);
     counters_.last_prefilled = int64_t(fed);
@@ -327,14 +441,16 @@ void ChatRepl::answer() {
         } else {
             reset_session();
         }
-        msgs_.pop_back();
+        unsend_last();
         clear_interrupt();
-        notice("[interrupted while reading your message; it was not sent]");
+        notice(pending_.empty() ? "[interrupted while reading your message; it was not sent]"
+                                : "[interrupted while reading your message; it was not sent, its images stay attached]");
         return;
     }
     snapshots_.end_of_prompt(std::move(before), session_);
     reply_start_ = in_session_.size();
-    for (text::Token id : fresh) sampler_.accept(id);
+    for (text::Token id : fresh)
+        if (id >= 0) sampler_.accept(id);   // text only, as run does with an image prompt
 
     GenResult r;
     ThinkingLine thinking_line(!cfg_.args.show_think && isatty(STDOUT_FILENO));
@@ -368,7 +484,7 @@ void ChatRepl::answer() {
 
     // The partial reply of an interrupted turn is kept: the conversation stays consistent.
     const text::ChatReply reply = text::split_reply(cfg_.format, r.text, cfg_.opts.thinking);
-    msgs_.push_back({"assistant", reply.response, reply.reasoning, ""});
+    push_message({"assistant", reply.response, reply.reasoning, ""});
     last_ = t;
     last_stop_ = r.stop;
     stopped_on_string_ = r.stop == StopReason::StopString;
