@@ -336,7 +336,10 @@ TEST_CASE("dist plan: layer profiles round-trip and bad ones are refused with a 
         {text.substr(0, text.find("head ")), "ends before the line of the head"},
         {text + "8 1 1\n", "more lines"},
     };
-    for (const auto& [body, why] : bad) {
+    for (const auto& entry : bad) {
+        // Not a structured binding: clang refuses those inside doctest's capturing macros.
+        const std::string& body = entry.first;
+        const std::string& why = entry.second;
         CAPTURE(body);
         const std::string f = write_text("bad.prof", body);
         CHECK_THROWS_WITH_AS(dist::LayerProfile::load(f), doctest::Contains(why.c_str()), Error);
