@@ -161,7 +161,7 @@ int run_bench(const BenchArgs& a) {
             else if (!ds.gbps.empty()) {
                 std::string tried;
                 for (auto [n, r] : ds.gbps) tried += fmt::format("{}{}: {:.1f}", tried.empty() ? "" : ", ", n, r);
-                std::fprintf(stderr, "decode layout: %d stream(s) per core, %d threads (Q4_K read GB/s by streams: %s; %.0f ms)\n",
+                std::fprintf(stderr, "decode layout: %d stream(s) per core, %d threads (Q4_K + Q6_K read GB/s by streams: %s; %.0f ms)\n",
                              ds.chosen, nt, tried.c_str(), ds.ms);
             }
         }

@@ -295,32 +295,54 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
     const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(64) << 20);
-    Mat W;
-    W.type = quant::Type::Q4_K;
-    W.cols = 7168;
-    W.row_bytes = quant::row_size(quant::traits(W.type), W.cols);
-    W.rows = int64_t(want / W.row_bytes) / 64 * 64;
-    W.name = "decode-calibration";
-    // Every byte written (fresh zero pages would all map to one page and read from cache); the
-    // super-block scales are small fp16 values so the float sums stay finite.
-    std::vector<uint8_t> buf(W.bytes());
-    std::memset(buf.data(), 0x5a, buf.size());
-    const size_t sb = quant::traits(W.type).type_size;
-    for (size_t off = 0; off + sb <= buf.size(); off += sb) {
-        buf[off] = 0x00, buf[off + 1] = 0x1c;       // d = 2^-8
-        buf[off + 2] = 0x00, buf[off + 3] = 0x1c;   // dmin
-    }
-    W.data = buf.data();
-    std::vector<float> x(size_t(W.cols)), y(size_t(W.rows));
+    // Q4_K and Q6_K, the two types of a Q4_K_M model's decode (its attn_v, ffn_down and output
+    // are Q6_K), half the size each: they do not prefer the same layouts (Zen 5, one thread:
+    // Q6_K reads at 8 GB/s with its rows side by side and at 30 GB/s from 4 segments; Q4_K at 19
+    // and 25), so a layout chosen by one alone can halve the other's speed.
+    struct Bench {
+        Mat W;
+        std::vector<uint8_t> buf;
+        QuantActs xq;
+    };
+    Bench bench[2];
+    const quant::Type types[2] = {quant::Type::Q4_K, quant::Type::Q6_K};
+    std::vector<float> x(7168);
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.125f;
-    QuantActs xq;
-    quantize_acts(&pool, W.type, x.data(), 1, W.cols, W.cols, xq);
+    size_t rows_max = 0;
+    for (int k = 0; k < 2; ++k) {
+        Mat& W = bench[k].W;
+        W.type = types[k];
+        W.cols = 7168;
+        W.row_bytes = quant::row_size(quant::traits(W.type), W.cols);
+        W.rows = int64_t(want / 2 / W.row_bytes) / 64 * 64;
+        W.name = "decode-calibration";
+        // Every byte written (fresh zero pages would all map to one page and read from cache);
+        // the super-block scales (Q4_K: d and dmin first, Q6_K: d last) are small fp16 values so
+        // the float sums stay finite.
+        std::vector<uint8_t>& buf = bench[k].buf;
+        buf.resize(W.bytes());
+        std::memset(buf.data(), 0x5a, buf.size());
+        const size_t sb = quant::traits(W.type).type_size;
+        for (size_t off = 0; off + sb <= buf.size(); off += sb) {
+            const size_t d = W.type == quant::Type::Q4_K ? off : off + sb - 2;
+            buf[d] = 0x00, buf[d + 1] = 0x1c;   // d = 2^-8
+            if (W.type == quant::Type::Q4_K) buf[off + 2] = 0x00, buf[off + 3] = 0x1c;   // dmin
+        }
+        W.data = buf.data();
+        quantize_acts(&pool, W.type, x.data(), 1, W.cols, W.cols, bench[k].xq);
+        rows_max = std::max(rows_max, size_t(W.rows));
+    }
+    std::vector<float> y(rows_max);
     auto rate = [&](int streams) {
         quant::set_decode_streams(streams);
-        const auto a = std::chrono::steady_clock::now();
-        matmul_q(pool, W, xq, 1, y.data());
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-        return double(W.bytes()) / s / 1e9;
+        double s = 0, bytes = 0;
+        for (Bench& b : bench) {
+            const auto a = std::chrono::steady_clock::now();
+            matmul_q(pool, b.W, b.xq, 1, y.data());
+            s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+            bytes += double(b.W.bytes());
+        }
+        return bytes / s / 1e9;
     };
     const int def = quant::default_decode_streams(isa);
     rate(def);   // warm-up: the pool's threads, the activations in cache

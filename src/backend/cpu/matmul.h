@@ -76,8 +76,8 @@ void mad_f32(float* y, const float* x, float a, int64_t n);
 // KDA conv: GCC contracts ggml_ssm_conv's `sumf += s * c` into fused multiply-adds).
 void fma_f32(float* y, const float* a, const float* b, int64_t n);
 
-// Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K product over
-// a matrix larger than the last-level cache runs on all of pool's threads with each of the ISA's
+// Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K and a Q6_K
+// product over matrices larger than the last-level cache together run on all of pool's threads with each of the ISA's
 // layouts (quant::decode_stream_layouts), and the fastest stays (the default unless another is
 // > 3 % faster). Tens of milliseconds (a 32-64 MiB matrix, read 3 times per layout), so
 // `kinfer bench` runs it, not every load. KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout
