@@ -39,6 +39,7 @@ constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
 constexpr int kActsPerTile = 4;     // activation rows (halved for two-chain formats)
 constexpr int kPairs = 2;           // activation row pairs of a 512-bit one-chain tile
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
+constexpr size_t kDecodePrefetch = 768;   // bytes ahead a decode tile asks for in each row
 
 // One tile: out_r[r][t * out_stride] for r < RM, t < RN over all nb blocks. decode_u(r, b) gives
 // block b of weight row r as 32 unsigned bytes w + 128, scale_w(r, b) its float scale; dy[t][b]
@@ -226,6 +227,12 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
         // core reads a large matrix 1.3-1.5x faster from 4-8 streams than from one (membw). The
         // scales convert in the loop, which keeps those reads interleaved too.
         auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
+        // And each row asks for its bytes kDecodePrefetch ahead (one line per block: they are
+        // 17-34 bytes), as the K-quant decode tiles do (vec_dot_simd.inc says why).
+        auto du_ahead = [&](int r, int64_t b) {
+            _mm_prefetch(reinterpret_cast<const char*>(xrow[r] + b) + kDecodePrefetch, _MM_HINT_T0);
+            return decode_u(xrow[r][b]);
+        };
         constexpr int streams = kDecodeStreams / Chains;   // two-chain formats: registers for 4
         const int seg = (nx + streams - 1) / streams;
         for (int i = 0; i < seg; ++i) {
@@ -234,7 +241,7 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
                 xrow[rm] = xrow_at(r);
                 orow[rm] = out + r;
             }
-            tile_any<Chains>(rm, 1, nb, du, sc, yrow, dyrow, orow, out_stride);
+            tile_any<Chains>(rm, 1, nb, du_ahead, sc, yrow, dyrow, orow, out_stride);
         }
     } else {
         // Prefill: weight scales as floats once per row group, reused for every activation tile.
