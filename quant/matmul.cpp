@@ -53,18 +53,20 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
     // Blocks of activation rows small enough to stay in L2 while every weight row of the range
     // streams past them once; within a block each weight row is reused from L1.
     constexpr int64_t kActBlock = 16;
+    if (m == 1 && t.vec_dot_rows) {
+        // Decode: several weight rows per call against the one activation row. Before the tiles:
+        // these kernels read in the calibrated stream layout (Q4_K has both).
+        t.vec_dot_rows(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin), xb, y + row_begin);
+        return;
+    }
     if (t.vec_dot_tile) {
-        // Register tiles over weight rows x activation rows, decode included.
+        // Register tiles over weight rows x activation rows (decode too, for the types without
+        // the kernels above).
         for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {
             const int64_t k1 = m < k0 + kActBlock ? m : k0 + kActBlock;
             t.vec_dot_tile(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin),
                            xb + size_t(k0) * ab, ab, int(k1 - k0), y + k0 * ldy + row_begin, size_t(ldy));
         }
-        return;
-    }
-    if (m == 1 && t.vec_dot_rows) {
-        // Decode: several weight rows per call against the one activation row.
-        t.vec_dot_rows(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin), xb, y + row_begin);
         return;
     }
     for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {

@@ -183,8 +183,10 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
         if (!tile) continue;
         INFO(std::string(traits(w).name));
         const VecDotFn single = vec_dot_for(w, Isa::avx512);
-        // 37 blocks: an odd count, so the two-chain formats take their scalar last block.
-        for (int64_t n : {int64_t(32), int64_t(37 * 32), int64_t(2304)}) {
+        // 37 blocks: an odd count, so the two-chain formats take their scalar last block; the
+        // K-quants (256-element blocks) take 768, 2304 and K3's 7168.
+        for (int64_t n : {int64_t(32), int64_t(37 * 32), int64_t(768), int64_t(2304), int64_t(7168)}) {
+            if (n % traits(w).block_size != 0) continue;
             // Decode takes its rows from up to 8 places of the range: 15 and 31 rows make uneven groups.
             for (int nx : {1, 3, 4, 5, 9, 15, 31}) {
                 auto x = random_row(n * nx, 300 + uint32_t(nx));
@@ -196,7 +198,8 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
                         for (int64_t b = 0; b < n / 32; ++b)
                             for (int j = 0; j < 32; ++j) wq[r * rb + size_t(b) * 34 + 2 + size_t(j)] = uint8_t(b * 32 + j + int(r));
                 }
-                for (int ny : {1, 2, 3, 4, 5, 7, 16, 17}) {
+                // Q4_K packs 8 / 12 / 16 rows (9 and 13 padded, below 8 the 1 x 4 tile).
+                for (int ny : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17}) {
                     const auto a = random_row(n * ny, 400 + uint32_t(ny));
                     const size_t ab = act_row_size(w, n);
                     std::vector<uint8_t> aq(ab * size_t(ny));
