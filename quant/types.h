@@ -51,7 +51,7 @@ struct Traits {
     VecDotMultiFn vec_dot_multi;
     // Several weight rows per activation row (SIMD levels, Q4_K / Q6_K); nullptr: loop vec_dot.
     VecDotRowsFn vec_dot_rows;
-    // Weight-row x activation-row tiles (AVX-512 VNNI: the Q8_0-activation formats and Q4_K);
+    // Weight-row x activation-row tiles (AVX-512 VNNI: the Q8_0-activation formats, Q4_K, Q6_K);
     // nullptr: the two above. gemm prefers it when present, but for decode when vec_dot_rows is.
     VecDotTileFn vec_dot_tile;
 };

@@ -1,0 +1,306 @@
+// Q4_K and Q6_K x Q8_K prefill tiles for AVX-512 VNNI: two weight rows x up to 16 activation rows
+// per pass, with the activations repacked once per call so that the inner loop is 512-bit loads
+// and multiply-adds only.
+//
+// Bit equality. q4_K_tile (vec_dot_simd.inc), like ggml's AVX2 kernel, forms per super-block
+// eight exact int32 lanes (lane l: the scaled sums of bytes 4l..4l+3 of each 32-byte chunk),
+// converts them to float and adds d_w * d_y times them into an 8-lane FMA chain, and the min
+// terms' four int32 lanes times -d_y * dmin_w into a 4-lane one; after the last super-block it
+// reduces both. Every lane is its own chain of roundings, so nothing requires a lane to sit in
+// its own register:
+//   - a zmm here holds the 8 lanes of two activation rows (t, t + 1) of one weight row: the
+//     weights' 32 bytes are broadcast to both halves and the activations of the two rows are
+//     packed side by side. The integer lanes are q4_K_tile's integers (the same products,
+//     summed in another order: exact);
+//   - the min terms of four activation rows share one zmm (4 x 4 lanes);
+//   - the scale products d_y * d_w and -d_y * dmin_w are the same float multiplies, done 16 at
+//     a time.
+// The final reductions are q4_K_tile's (hsum_f32, hsum_f32x4), so every output equals
+// vec_dot_q4_K_q8_K bit for bit (tests/quant). Q6_K follows q6_K_tile the same way: its lanes
+// less 32 * (the bsums times the scales, two rows per zmm), times d_y * d_w, into one chain.
+//
+// Why: prefill on a Q4_K_M model is these products (80 + 10 % of k3-wide's pp256), and the
+// 1 x 4 tiles spend half their instructions on loads, broadcasts and the per-super-block float
+// step. Here those are shared by 2 x 16 outputs. Zen 5, one thread, Q4_K 512 x 7168 x 64: 1.7x.
+//
+// GCC 12 reports the deliberately undefined pass-through operand of its own 512-bit intrinsics
+// as maybe-uninitialized once inlined here (cvtepi32_ps included), and as uninitialized for the
+// plain broadcasts and extracts: those take their maskz forms.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/kernels.h"
+
+namespace kinfer::quant::avx512 {
+
+namespace {
+
+#include "quant/vec_dot_simd_prims.inc"
+
+constexpr int kMaxActs = 16;   // activation rows of one packed block (quant::gemm passes 16)
+constexpr int kMinActs = 8;    // below this the 1 x 4 tile of vec_dot_multi is as fast
+
+// One call's activations, per super-block i: for each row pair p, the eight 32-byte pieces k
+// (bytes 32k..32k+31: for Q4_K chunk k / 2's low-nibble partners at even k, high at odd; for Q6_K
+// half k / 4, quarter k % 4) as [row 2p | row 2p + 1], then [d of row 2p x 8 | d of row 2p+1 x 8]
+// and [bsums of row 2p | of row 2p + 1]; after the pairs, for each row quad q (Q4_K's min terms),
+// the pair sums of bsums (8 int16 per row, k4_min_prod's hadd) and [-d x 4 per row]. Rows past
+// ny repeat the last one (their results are not stored).
+constexpr int kPerPair = 10;
+struct Vec {
+    __m512i v;   // a struct: std::vector<__m512i> would drop the type's attributes (GCC warns)
+};
+struct ActPack {
+    int pairs = 0;
+    std::vector<Vec> v;
+    size_t per_sb() const { return size_t(pairs) * kPerPair + size_t(pairs / 2) * 2; }
+    const Vec* sb(int64_t i) const { return v.data() + size_t(i) * per_sb(); }
+};
+
+void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb, ActPack& a) {
+    a.pairs = padded / 2;
+    a.v.resize(size_t(nb) * a.per_sb());
+    auto row = [&](int t) { return reinterpret_cast<const block_q8_K*>(y + size_t(std::min(t, ny - 1)) * y_stride); };
+    for (int64_t i = 0; i < nb; ++i) {
+        Vec* o = a.v.data() + size_t(i) * a.per_sb();
+        for (int p = 0; p < a.pairs; ++p) {
+            const block_q8_K& y0 = row(2 * p)[i];
+            const block_q8_K& y1 = row(2 * p + 1)[i];
+            // 32-byte pieces k = 2j (bytes 64j.., the low nibbles' partners) and 2j + 1 (the high ones').
+            for (int k = 0; k < 8; ++k) {
+                alignas(64) int8_t both[64];
+                std::memcpy(both, y0.qs + 32 * k, 32);
+                std::memcpy(both + 32, y1.qs + 32 * k, 32);
+                o[p * kPerPair + k].v = _mm512_load_si512(both);
+            }
+            alignas(64) float d[16];
+            for (int l = 0; l < 8; ++l) d[l] = y0.d, d[8 + l] = y1.d;
+            o[p * kPerPair + 8].v = _mm512_castps_si512(_mm512_load_ps(d));
+            alignas(64) int16_t bs[32];
+            std::memcpy(bs, y0.bsums, 32);
+            std::memcpy(bs + 16, y1.bsums, 32);
+            o[p * kPerPair + 9].v = _mm512_load_si512(bs);
+        }
+        Vec* oq = o + size_t(a.pairs) * kPerPair;
+        for (int q = 0; q < a.pairs / 2; ++q) {
+            alignas(64) int16_t hb[32];
+            alignas(64) float dn[16];
+            for (int k = 0; k < 4; ++k) {
+                const block_q8_K& yt = row(4 * q + k)[i];
+                const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(yt.bsums));
+                const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(yt.bsums + 8));
+                _mm_store_si128(reinterpret_cast<__m128i*>(hb + 8 * k), _mm_hadd_epi16(b0, b1));
+                for (int l = 0; l < 4; ++l) dn[4 * k + l] = -yt.d;
+            }
+            oq[2 * q].v = _mm512_load_si512(hb);
+            oq[2 * q + 1].v = _mm512_castps_si512(_mm512_load_ps(dn));
+        }
+    }
+}
+
+// NR weight rows x 2 NP packed activation rows (NP even), all nb super-blocks; out[t * os + r]
+// for the t < ny_valid that were real rows.
+template <int NR, int NP>
+void tile_q4_K(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+    constexpr int NQ = NP / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[NR][NP], acc_m[NR][NQ];
+    for (int r = 0; r < NR; ++r) {
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+        for (int q = 0; q < NQ; ++q) acc_m[r][q] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+        const Vec* A = a.sb(i);
+        const Vec* AQ = A + size_t(a.pairs) * kPerPair;
+        __m512i sc[NR], sum[NR][NP];
+        __m128i mn[NR];
+        for (int r = 0; r < NR; ++r) {
+            const K4ScalesMins k = k4_unpack(x[r][i].scales);
+            sc[r] = _mm512_maskz_broadcast_i32x4(0xffff, _mm256_castsi256_si128(k.sc));
+            mn[r] = k.mn16;
+            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 4; ++j) {
+            // Chunk j of each weight row in both halves: low nibbles pair with scale 2j, high with 2j + 1.
+            __m512i lo[NR], hi[NR], s_lo[NR], s_hi[NR];
+            for (int r = 0; r < NR; ++r) {
+                const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
+                lo[r] = _mm512_and_si512(q, m4);
+                hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                s_lo[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi16(int16_t((4 * j) | ((4 * j + 1) << 8))));
+                s_hi[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi16(int16_t((4 * j + 2) | ((4 * j + 3) << 8))));
+            }
+            for (int p = 0; p < NP; ++p) {
+                const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
+                for (int r = 0; r < NR; ++r) {
+                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(lo[r], ylo), s_lo[r]);
+                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(hi[r], yhi), s_hi[r]);
+                }
+            }
+        }
+        for (int r = 0; r < NR; ++r) {
+            const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d)), xdmin = _mm512_set1_ps(h2f(x[r][i].dmin));
+            for (int p = 0; p < NP; ++p) {
+                const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), acc[r][p]);
+            }
+            const __m512i mn4 = _mm512_maskz_broadcast_i32x4(0xffff, mn[r]);
+            for (int q = 0; q < NQ; ++q) {
+                const __m512 dmin = _mm512_mul_ps(_mm512_castsi512_ps(AQ[2 * q + 1].v), xdmin);   // -d_y * dmin_w
+                const __m512i prod = _mm512_madd_epi16(mn4, AQ[2 * q].v);
+                acc_m[r][q] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc_m[r][q]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; ++r) {
+        alignas(64) float m[NQ][16];
+        for (int q = 0; q < NQ; ++q) _mm512_store_ps(m[q], acc_m[r][q]);
+        for (int p = 0; p < NP; ++p) {
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 0), _mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 1)};
+            for (int h = 0; h < 2; ++h) {
+                const int t = 2 * p + h;
+                if (t >= ny_valid) break;
+                out[r][size_t(t) * os] = hsum_f32(halves[h]) + hsum_f32x4(_mm_load_ps(&m[t / 4][4 * (t % 4)]));
+            }
+        }
+    }
+}
+
+// q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
+// both halves, bytes 0..15 with scale 8 (k / 4) + 2 (k % 4), 16..31 with the next one.
+template <int NR, int NP>
+void tile_q6_K(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    __m512 acc[NR][NP];
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const Vec* A = a.sb(i);
+        __m512i sc[NR], sum[NR][NP];
+        for (int r = 0; r < NR; ++r) {
+            sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales))));
+            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+        }
+        for (int k = 0; k < 2; ++k) {
+            __m512i sck[NR], H[NR];
+            for (int r = 0; r < NR; ++r) {
+                // Scales 8k..8k+7 in every 128-bit lane (q6_K_tile's permute2x128, four times).
+                sck[r] = k ? _mm512_shuffle_i64x2(sc[r], sc[r], 0x55) : _mm512_shuffle_i64x2(sc[r], sc[r], 0x00);
+                H[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh + 32 * k)));
+            }
+            for (int quarter = 0; quarter < 4; ++quarter) {
+                __m512i q[NR], s[NR];
+                for (int r = 0; r < NR; ++r) {
+                    const __m512i L = _mm512_maskz_broadcast_i64x4(
+                        0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].ql + 64 * k + 32 * (quarter & 1))));
+                    const __m512i lq = _mm512_and_si512(quarter < 2 ? L : _mm512_srli_epi16(L, 4), m4);
+                    const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H[r], 2 * quarter), m2), 4);
+                    q[r] = _mm512_or_si512(lq, hb);
+                    const __m512i sa = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter) | ((4 * quarter + 1) << 8))));
+                    const __m512i sb = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter + 2) | ((4 * quarter + 3) << 8))));
+                    s[r] = _mm512_mask_blend_epi32(0xf0f0, sa, sb);
+                }
+                for (int p = 0; p < NP; ++p) {
+                    const __m512i yq = A[p * kPerPair + 4 * k + quarter].v;
+                    for (int r = 0; r < NR; ++r) sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(q[r], yq), s[r]);
+                }
+            }
+        }
+        for (int r = 0; r < NR; ++r) {
+            const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+            for (int p = 0; p < NP; ++p) {
+                // Lane-wise 32 * sum(y) * scale for both rows, the offset of the stored levels.
+                const __m512i corr = _mm512_slli_epi32(_mm512_madd_epi16(A[p * kPerPair + 9].v, sc[r]), 5);
+                const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], corr)), acc[r][p]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) {
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 0), _mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 1)};
+            for (int h = 0; h < 2; ++h)
+                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
+        }
+}
+
+// Every weight row against one packed block, two rows per tile (Tile is tile_q4_K or tile_q6_K).
+template <class Block, int NP, class Tile2, class Tile1>
+void rows(const uint8_t* xb, size_t xs, int nx, float* out, Tile2 tile2, Tile1 tile1) {
+    auto at = [&](int r) { return reinterpret_cast<const Block*>(xb + size_t(r) * xs); };
+    int r = 0;
+    for (; r + 2 <= nx; r += 2) {
+        const Block* x[2] = {at(r), at(r + 1)};
+        float* o[2] = {out + r, out + r + 1};
+        tile2(x, o);
+    }
+    if (r < nx) {
+        const Block* x[1] = {at(r)};
+        float* o[1] = {out + r};
+        tile1(x, o);
+    }
+}
+
+// The whole product in blocks of kMaxActs activation rows: blocks of kMinActs or more rows are
+// packed and tiled, smaller ones go to the type's 1 x 4 kernel (multi).
+template <class Block, class Multi, template <int> class Tiles>
+void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out, size_t os, Multi multi) {
+    const int64_t nb = n / QK_K;
+    const auto* xb = static_cast<const uint8_t*>(x);
+    const auto* yb = static_cast<const uint8_t*>(y);
+    thread_local ActPack pack;
+    for (int t0 = 0; t0 < ny; t0 += kMaxActs) {
+        const int m = std::min(kMaxActs, ny - t0);
+        const uint8_t* yt = yb + size_t(t0) * ys;
+        float* ot = out + size_t(t0) * os;
+        if (m < kMinActs) {   // few rows: one weight row x several activation rows (same bits)
+            for (int r = 0; r < nx; ++r) {
+                float o[kMinActs];
+                multi(n, xb + size_t(r) * xs, yt, ys, m, o);
+                for (int t = 0; t < m; ++t) ot[size_t(t) * os + size_t(r)] = o[t];
+            }
+            continue;
+        }
+        const int padded = (m + 3) / 4 * 4;   // whole quads for Q4_K's min terms
+        pack_acts(yt, ys, m, padded, nb, pack);
+        if (padded == 8) Tiles<4>::run(nb, xb, xs, nx, pack, m, ot, os);
+        else if (padded == 12) Tiles<6>::run(nb, xb, xs, nx, pack, m, ot, os);
+        else Tiles<8>::run(nb, xb, xs, nx, pack, m, ot, os);
+    }
+}
+
+template <int NP>
+struct Q4KTiles {
+    static void run(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
+        rows<block_q4_K, NP>(xb, xs, nx, out, [&](const block_q4_K* const* x, float* const* o) { tile_q4_K<2, NP>(nb, x, a, ny, o, os); },
+                             [&](const block_q4_K* const* x, float* const* o) { tile_q4_K<1, NP>(nb, x, a, ny, o, os); });
+    }
+};
+template <int NP>
+struct Q6KTiles {
+    static void run(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
+        rows<block_q6_K, NP>(xb, xs, nx, out, [&](const block_q6_K* const* x, float* const* o) { tile_q6_K<2, NP>(nb, x, a, ny, o, os); },
+                             [&](const block_q6_K* const* x, float* const* o) { tile_q6_K<1, NP>(nb, x, a, ny, o, os); });
+    }
+};
+
+}  // namespace
+
+void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiled<block_q4_K, decltype(&vec_dot_multi_q4_K_q8_K), Q4KTiles>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
+}
+
+void vec_dot_tile_q6_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiled<block_q6_K, decltype(&vec_dot_multi_q6_K_q8_K), Q6KTiles>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q6_K_q8_K);
+}
+
+}  // namespace kinfer::quant::avx512
