@@ -51,6 +51,7 @@ std::unique_ptr<ExpertRuntime> ExpertRuntime::create(const gguf::File& f, const 
     o.half_life = fl.half_life;
     o.seed_fraction = fl.seed_fraction;
     o.record = !fl.profile.empty() || fl.verbose;
+    o.count_faults = fl.verbose;   // the report is the only reader of the faulted bytes
     o.async = !fl.sync_io;
     o.cpu_gbps = fl.cpu_gbps;
     const size_t total = ExpertLayout::from_file(f, names).total_bytes();

@@ -6,7 +6,7 @@
 //           (Device::alloc_pinned), so host -> device copies run at full speed and overlap
 //   device  a slot pool on a Device (--expert-cache / --device sim:SIZE[,GBps])
 // With no budget and no device the store is a view of the mapping: acquire() is pointer
-// arithmetic, no lock, no copy.
+// arithmetic, no lock, no copy (count_faults, for the report, adds a mincore call and a lock).
 //
 // Per layer the forward pass calls route() with the router's choices as soon as they are known:
 // the store counts them (profile, policy), and sends the misses at once to its I/O thread (file ->
@@ -32,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -57,6 +58,10 @@ struct ExpertStoreOptions {
     // uses a copied expert is expected to serve). cpu_gbps = 0: always copy.
     double cpu_gbps = 0;
     double reuse = 4;
+    // Count the bytes of experts served from the mapping that were not in RAM (mincore at each
+    // acquire from it and each device copy from it; --verbose-experts sets it). Off by default:
+    // only the report reads the count.
+    bool count_faults = false;
 };
 
 // Where an acquired expert's bytes are.
@@ -79,6 +84,12 @@ struct ExpertLayerStats {
     uint64_t cpu_computed = 0;    // device misses the cost model left on the CPU
     uint64_t bytes_read = 0;      // file -> host
     uint64_t bytes_copied = 0;    // host -> device
+    // count_faults: the mapping's bytes behind acquires served from it (Tier::mapped) and
+    // device copies made from it, on pages that were not resident then: read from disk by the
+    // page faults that follow. mapped_uses / mapped_resident: those acquires, and the ones whose
+    // pages were all resident.
+    uint64_t bytes_faulted = 0;
+    uint64_t mapped_uses = 0, mapped_resident = 0;
     uint64_t stall_ns = 0;        // waiting for bytes: file reads in acquire(), device copies (add_stall)
     uint64_t prefetched = 0, prefetch_used = 0;
 };
@@ -121,8 +132,9 @@ public:
     ExpertStoreStats stats() const;
     const ExpertProfile& profile() const { return profile_; }   // read it once routing has stopped
     ExpertReader& reader() { return *reader_; }
-    // The --verbose-experts report: per-layer hit rate, bytes moved per token, stall time, and
-    // the hottest experts (by this run's routing counts).
+    // The --verbose-experts report: per-layer hit rate, bytes moved per token (read, copied,
+    // faulted from the mapping), the share of mapped uses found in RAM, stall time, and the
+    // hottest experts (by this run's routing counts).
     std::string report(int top_n = 10) const;
 
 private:
@@ -149,6 +161,10 @@ private:
     uint32_t key(int l, int e) const { return uint32_t(l) * uint32_t(lay_.n_expert) + uint32_t(e); }
     Entry& ent(int l, int e) { return entries_[key(l, e)]; }
     bool dev_layer(int l) const { return dev_on_ && placement_[size_t(l)] != Placement::cpu; }
+    bool cached_layer(int l) const { return host_on_ || dev_layer(l); }   // a hit rate means something
+    // Bytes of expert (l, e)'s slices in the mapping on pages not in RAM now (no lock needed).
+    uint64_t mapped_missing(int l, int e) const;
+    void count_mapped_use(int l, int e);   // count_faults: one acquire served from the mapping; takes mu_
 
     // All below run with mu_ held (the unique_lock is passed where they may wait).
     uint8_t* host_alloc(size_t bytes, bool may_wait, std::unique_lock<std::mutex>& lk);
@@ -173,6 +189,8 @@ private:
     std::unique_ptr<ExpertReader> reader_;
     std::vector<Placement> placement_;
     bool host_on_ = false, dev_on_ = false;
+    bool faults_visible_ = true;   // mincore tells this process the file's page cache (page_residency.h)
+    std::optional<uint64_t> storage_read0_;   // the process's storage reads when the store opened
     int first_moe_layer_ = -1;
 
     mutable std::mutex mu_;

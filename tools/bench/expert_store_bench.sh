@@ -3,7 +3,9 @@
 # cache budgets of 10, 25, 50 and 100 % of the routed experts, for LRU, LFU-decay and a
 # profile-seeded LFU cache, with and without --prefetch-next; then the same sweep against a
 # simulated device at PCIe-like bandwidth (--device sim:...,GBPS). The first row is the plain
-# mapping (no store) and the second the zero-copy store, which shows the store's own overhead.
+# mapping (no store) and the second the zero-copy store, which shows the store's own overhead
+# (with --verbose-experts that includes mincore on every expert used, to count the bytes the
+# mapping faults in; the zero-copy store has no cache, so its hit % reads "-").
 # Host rows read experts with pread on an O_DIRECT descriptor (IO=direct), so a miss really
 # costs a read: with mmap the page cache would hold everything and hide the policy.
 #
