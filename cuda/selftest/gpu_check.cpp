@@ -3,8 +3,10 @@
 // per check (the worst error against its bound) and a speed table; exits 1 on any mismatch, 2
 // when there is no GPU. Nothing here runs in CI: the CPU-mode tests (tests/cuda) cover the
 // kernels' logic on small shapes everywhere.
+#define KINFER_CUDA_NS gpu   // kernels.h's constants (the GEMM threshold), nvcc-built side
 #include "backend/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
 #include "quant/types.h"
 
 #include <algorithm>
@@ -111,6 +113,70 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         const double gbps = double(W.size()) / s / 1e9;
         std::printf("%-8s %8lld %8lld %10.1f %10.1f %10.1f %7.1f%%\n", tr.name, (long long)rows, (long long)cols,
                     double(W.size()) / double(1 << 20), s * 1e6, gbps, 100.0 * gbps / kPeakGBps);
+    }
+}
+
+// The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized
+// fp16 / bf16 tiles and cuBLAS; F32 weights an fp32 GEMM) against the CPU backend on a K3 shape,
+// and its speed. Dequantization and GEMM are timed together, as a prefill pays for both.
+void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    const int64_t rows = 7168, cols = 3584, n = 512;
+    std::printf("\n# prefill GEMM, %lld rows x %lld cols, %lld tokens (dequantize + cuBLAS, fp32 accumulate)\n",
+                (long long)rows, (long long)cols, (long long)n);
+    std::printf("%-8s %8s %8s %8s %10s %10s\n", "type", "rows", "cols", "tokens", "ms", "TFLOP/s");
+    const quant::Type types[] = {quant::Type::Q4_K, quant::Type::MXFP4, quant::Type::Q8_0, quant::Type::Q6_K,
+                                 quant::Type::Q5_K, quant::Type::Q4_0,  quant::Type::Q5_0, quant::Type::IQ4_NL,
+                                 quant::Type::IQ4_XS, quant::Type::F16, quant::Type::BF16, quant::Type::F32};
+    const std::vector<float> x = randn(size_t(n * cols), 80);
+    Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(n * rows) * 4, "y");
+    // 256 random rows quantized once, then repeated; the CPU computes those 256 for every token.
+    const int64_t uniq = 256;
+    for (quant::Type t : types) {
+        const quant::Traits& tr = quant::traits(t);
+        const size_t rb = quant::row_size(tr, cols);
+        std::vector<uint8_t> W(rb * size_t(rows));
+        const std::vector<float> wf = randn(size_t(uniq * cols), 81 + uint32_t(t));
+        for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+        Dev dW(gpu, W.data(), W.size(), "weight");
+        const backend::Mat Mg{t, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
+        gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
+        const std::vector<float> all = down(gpu, dy, size_t(n * rows));
+        std::vector<float> got(size_t(n * uniq)), want(size_t(n * uniq));
+        for (int64_t j = 0; j < n; ++j)
+            std::memcpy(got.data() + j * uniq, all.data() + j * rows, size_t(uniq) * 4);
+        const backend::Mat Mc{t, cols, uniq, W.data(), rb, 0, "bench_weight"};
+        cpu.matmul(Mc, x.data(), n, want.data(), 0, 0);
+        // fp16 weights and activations (2^-11 each) on the GPU, Q8 / F16 / BF16 activations on the
+        // CPU: the CPU's rounding dominates, the matvec check's bound covers it.
+        double ymax = 0;
+        for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
+        check((std::string("gemm ") + tr.name + " vs cpu matmul, 512 tokens").c_str(), got, want, 2e-2, 2e-2 * ymax);
+        const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0); });
+        std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f\n", tr.name, (long long)rows, (long long)cols, (long long)n,
+                    s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12);
+    }
+    // Q4_K over token counts: below kGemmMinTokens the matvec runs (4 tokens a block), from there
+    // on the GEMM; the rows around the threshold show whether it is placed well.
+    const int64_t thr = kinfer::cuda::gpu::kGemmMinTokens;
+    std::printf("\n# Q4_K %lld x %lld by token count (n < %lld: matvec, from %lld: GEMM)\n", (long long)rows,
+                (long long)cols, (long long)thr, (long long)thr);
+    std::printf("%8s %8s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s");
+    const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
+    const size_t rb = quant::row_size(tr, cols);
+    std::vector<uint8_t> W(rb * size_t(rows));
+    const std::vector<float> wf = randn(size_t(uniq * cols), 90);
+    for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+    for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+    Dev dW(gpu, W.data(), W.size(), "weight");
+    const backend::Mat Mg{quant::Type::Q4_K, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
+    const int64_t nmax = 2048;
+    const std::vector<float> xl = randn(size_t(nmax * cols), 91);
+    Dev dxl(gpu, xl.data(), xl.size() * 4, "x"), dyl(gpu, nullptr, size_t(nmax * rows) * 4, "y");
+    for (int64_t nt : {thr / 2, thr - 1, thr, 2 * thr, int64_t(128), int64_t(512), nmax}) {
+        const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
+        std::printf("%8lld %8s %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3,
+                    2.0 * double(rows) * double(cols) * double(nt) / s / 1e12);
     }
 }
 
@@ -339,6 +405,7 @@ int main() {
     }
     backend::CpuBackend cpu(0);
     matvec_table(*gpu, cpu);
+    gemm_table(*gpu, cpu);
     row_ops(*gpu, cpu);
     more_ops(*gpu, cpu);
     mixers(*gpu, cpu);

@@ -1,10 +1,13 @@
 // Shared helpers of the CPU-mode kernel tests: seeded random data, the CPU backend the kernels
-// are checked against, and a tolerance check that reports the worst element.
+// are checked against, a tolerance check that reports the worst element, and the bound on the
+// CPU backend's activation rounding in a matmul.
 #pragma once
 #include "backend/cpu_backend.h"
+#include "quant/types.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -42,6 +45,25 @@ inline void check_close(const std::vector<float>& got, const std::vector<float>&
     }
     INFO(std::string(what), ": worst element ", worst, " got ", got[worst], " want ", want[worst], " (rel ", rel, ", abs ", abs, ")");
     CHECK(worst_excess <= 0);
+}
+
+// Per-element bound on |x - round(x)| of the CPU backend's activation conversion before a matmul
+// with weight type t (the vec_dot format: Q8_0 / Q8_K blocks, or F16 / BF16; F32 none).
+inline std::vector<double> act_rounding(quant::Type t, const float* x, int64_t cols) {
+    std::vector<double> e(size_t(cols), 0.0);
+    const quant::Type vt = quant::type_facts(t).vec_dot_type;
+    if (t == quant::Type::F16 || t == quant::Type::BF16) {
+        const double rel = t == quant::Type::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+        for (int64_t i = 0; i < cols; ++i) e[size_t(i)] = std::fabs(x[i]) * rel;
+    } else if (vt == quant::Type::Q8_0 || vt == quant::Type::Q8_K) {
+        const int64_t bs = quant::type_facts(vt).block_size;
+        for (int64_t b = 0; b < cols; b += bs) {
+            double amax = 0;
+            for (int64_t i = b; i < b + bs; ++i) amax = std::max(amax, double(std::fabs(x[i])));
+            for (int64_t i = b; i < b + bs; ++i) e[size_t(i)] = 0.57 * amax / 127.0;
+        }
+    }
+    return e;
 }
 
 }  // namespace kinfer::cuda::testing

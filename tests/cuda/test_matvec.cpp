@@ -16,6 +16,7 @@
 #include <string>
 
 using namespace kinfer;
+using kinfer::cuda::testing::act_rounding;
 using kinfer::cuda::testing::randn;
 
 namespace {
@@ -24,24 +25,6 @@ struct Case {
     quant::Type type;
     int64_t cols;
 };
-
-// Per-element bound on |x - round(x)| of the CPU's activation conversion for weight type t.
-std::vector<double> act_rounding(quant::Type t, const float* x, int64_t cols) {
-    std::vector<double> e(size_t(cols), 0.0);
-    const quant::Type vt = quant::type_facts(t).vec_dot_type;
-    if (t == quant::Type::F16 || t == quant::Type::BF16) {
-        const double rel = t == quant::Type::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-        for (int64_t i = 0; i < cols; ++i) e[size_t(i)] = std::fabs(x[i]) * rel;
-    } else if (vt == quant::Type::Q8_0 || vt == quant::Type::Q8_K) {
-        const int64_t bs = quant::type_facts(vt).block_size;
-        for (int64_t b = 0; b < cols; b += bs) {
-            double amax = 0;
-            for (int64_t i = b; i < b + bs; ++i) amax = std::max(amax, double(std::fabs(x[i])));
-            for (int64_t i = b; i < b + bs; ++i) e[size_t(i)] = 0.57 * amax / 127.0;
-        }
-    }
-    return e;
-}
 
 // n = 1 is the decode kernel; n = 5 the several-token one (4 tokens a block: the second block
 // has one).

@@ -8,7 +8,9 @@
 #  3. the first kernel's self-test (Q8_0 dequant, bit-exact against the CPU);
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
-#     per quant type against the 4.8 TB/s HBM peak, KDA recurrent tokens/s on a 96 x 128 layer,
+#     per quant type against the 4.8 TB/s HBM peak; the prefill GEMM (dequantized fp16 / bf16
+#     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
+#     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent tokens/s on a 96 x 128 layer,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions; the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
@@ -34,8 +36,9 @@ echo "== CUDA ops against the CPU backend, and the speed table"
 echo "== the GPU expert tier: k3-tiny-a Q4_K_M with its routed experts paged through a GPU cache of 25 %"
 # Every layer on the CPU but the experts' matmuls on cuda0 through the store's slots (copies on
 # the copy stream, the compute stream waiting for them), then every layer on the GPU; both
-# against the CPU alone. The GPU keeps fp32 activations where the CPU quantizes them (Q8_K), so
-# the logits agree to the activation rounding, not bit for bit.
+# against the CPU alone. The GPU keeps fp32 activations in the decode matvec and rounds them to
+# fp16 in the prefill GEMM (the 64-token prompt takes it), where the CPU quantizes them (Q8_K),
+# so the logits agree to the activation rounding, not bit for bit.
 m=tests/data/models/k3-tiny-a-Q4_K_M.gguf
 ids=tests/data/prompt64.ids.txt
 out=$(mktemp -d)

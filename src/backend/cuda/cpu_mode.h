@@ -182,6 +182,11 @@ inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+// Rounded operations that nvcc never fuses into an FMA; the host compiler does not fuse them
+// either, since kinfer_cuda_emu is built with -ffp-contract=off.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline unsigned __float_as_uint(float f) { return kinfer::cuda::cpu_mode::from_bits<unsigned>(kinfer::cuda::cpu_mode::to_bits(f)); }
 inline float __uint_as_float(unsigned u) { return kinfer::cuda::cpu_mode::from_bits<float>(kinfer::cuda::cpu_mode::to_bits(u)); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

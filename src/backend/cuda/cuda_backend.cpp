@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 namespace kinfer::backend::cuda {
 
@@ -84,6 +85,8 @@ CudaBackend::~CudaBackend() {
     select();
     for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
     if (scratch_.valid()) cudaFree(scratch_.ptr);
+    if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
+    gpu::blas_destroy(static_cast<gpu::Blas*>(blas_));
     if (page_table_.valid()) cudaFree(page_table_.ptr);
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
@@ -178,6 +181,27 @@ void* CudaBackend::scratch(size_t bytes) {
         scratch_ = alloc(bytes, "op scratch");
     }
     return scratch_.ptr;
+}
+
+void* CudaBackend::blas() {
+    if (!blas_) {
+        select();
+        try {
+            blas_ = gpu::blas_create(compute_);
+        } catch (const std::exception& e) {
+            fail("{}: {}", name_, e.what());
+        }
+    }
+    return blas_;
+}
+
+void* CudaBackend::gemm_workspace(size_t bytes) {
+    if (gemm_ws_.bytes < bytes) {
+        synchronize();                                      // a queued GEMM may still read the old one
+        free(gemm_ws_);
+        gemm_ws_ = alloc(bytes, "prefill GEMM workspace");
+    }
+    return gemm_ws_.ptr;
 }
 
 // ---- copies ----
@@ -289,9 +313,19 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     need(W, "matmul");
     if (!gpu::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
-    // Prefill shapes run the decode kernel per token too (correct, not fast: the GEMM path is
-    // still to come).
-    gpu::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
+    if (n < gpu::kGemmMinTokens) {
+        gpu::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
+        check(cudaGetLastError(), "matmul");
+        return;
+    }
+    // Prefill: dequantized tiles and cuBLAS (gemm.cu), on the compute stream.
+    void* ws = gemm_workspace(gpu::gemm_workspace_bytes(W.type, W.rows, W.cols, n));
+    try {
+        gpu::gemm_matmul(static_cast<gpu::Blas*>(blas()), W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y,
+                         ldy, ws, gemm_ws_.bytes, compute_);
+    } catch (const std::exception& e) {
+        fail("{}: matmul {} ({} x {}, {} tokens): {}", name_, W.name, W.rows, W.cols, n, e.what());
+    }
     check(cudaGetLastError(), "matmul");
 }
 

@@ -1,6 +1,7 @@
 // The CUDA backend (issue 16): device buffers (cudaMalloc), a compute and a copy stream with
 // events, pinned host memory (cudaHostAlloc), and the ops that have CUDA kernels (kernels.h):
-// matmul / matmul_tasks (decode matvec for every type of matvec_supported), rms_norm, l2_norm,
+// matmul / matmul_tasks (every type of matvec_supported: the decode matvec below
+// kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
 // conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
 // mla_attend_absorbed, the paged latent cache (mla_cache_store / load, mla_attend_tiled: the
@@ -109,6 +110,10 @@ private:
     void select() const;                                  // cudaSetDevice(device_)
     // A grow-only device scratch buffer (route's selections, MLA's pieces).
     void* scratch(size_t bytes);
+    // The prefill GEMM's cuBLAS handle (on the compute stream, made on first use) and its own
+    // grow-only workspace (bounded: kernels.h gemm_workspace_bytes).
+    void* blas();
+    void* gemm_workspace(size_t bytes);
     // A paged latent cache's page table copied to the device (a grow-only buffer of its own, so an
     // MLA op can use it and scratch() at once), every page checked to be this device's. Only the
     // pages added since the last call for the same cache are checked and uploaded.
@@ -121,6 +126,8 @@ private:
     uint64_t next_ticket_ = 1;
     std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
     Buffer scratch_;
+    void* blas_ = nullptr;                                // kinfer::cuda::gpu::Blas*
+    Buffer gemm_ws_;
     Buffer page_table_;
     const uint8_t* const* table_of_ = nullptr;            // the cache whose table page_table_ holds
     std::vector<const uint8_t*> table_host_;              // and the pages it holds

@@ -5,6 +5,7 @@
 // complete on return in CPU mode. `stream` is a cudaStream_t (nullptr: the default stream).
 // A shape a kernel does not handle throws std::invalid_argument naming the kernel and the shape.
 #pragma once
+#include "backend/cuda/blas.h"
 #include "backend/cuda/kernel_ns.h"
 #include "quant/type_facts.h"
 
@@ -22,6 +23,44 @@ bool matvec_supported(quant::Type t);
 // decoded to fp32 in registers), so there is no activation quantization error.
 void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
             int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream);
+
+// ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------
+// From this many tokens on, a matmul takes gemm_matmul instead of matvec. The matvec reads a
+// weight row once per 4 tokens; the GEMM path reads the quantized row once, then writes and reads
+// a 2-byte copy of each weight (about 4 bytes an element more). For a 4-bit type (~0.56 bytes an
+// element) the two move the same bytes near n = 32, for Q8_0 (~1.06) near 20, and past that the
+// tensor cores' flops win too. A first guess from byte counts, not measured on a GPU.
+inline constexpr int64_t kGemmMinTokens = 32;
+// Tokens per activation copy: a longer call goes in chunks (its weights dequantized per chunk).
+inline constexpr int64_t kGemmMaxTokens = 4096;
+// The dequantized weight tile's size at most (16 MiB: about a third of the H200's L2, so a tile
+// written by dequant_rows is still there when the GEMM reads it; not measured).
+inline constexpr size_t kGemmTileBytes = size_t(16) << 20;
+
+// The GEMM operands' element type for weight type t: F32 weights stay fp32 (an fp32 GEMM, no
+// TF32: they are the small precision-sensitive ones); BF16 weights are used as they are, with
+// bf16 activations; every other type (F16 and the quantized ones) is dequantized to fp16, with
+// fp16 activations. fp16 keeps 11 significant bits where bf16 keeps 8, so a dequantized weight
+// and an activation are rounded by at most 2^-11 of their value, below the CPU backend's own Q8
+// activation rounding. The price is fp16's range: an activation of 65520 or more becomes inf.
+Elem gemm_elem(quant::Type t);
+// Rows [0, rows) of W (row_bytes apart, cols elements, any type of matvec_supported()) as out
+// elements, rows ldy elements apart (0: cols): the CPU's dequantized values (quant's
+// to_float) bit for bit, then rounded to fp16 / bf16 as quant/fp16.h rounds (nearest even).
+void dequant_rows(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem out, void* y,
+                  int64_t ldy, void* stream);
+// rows of cols fp32 values (ldx apart) as out elements (ldy apart), quant/fp16.h's rounding.
+void convert_rows(const float* x, int64_t ldx, int64_t rows, int64_t cols, Elem out, void* y, int64_t ldy,
+                  void* stream);
+// The workspace gemm_matmul wants for this shape: one chunk's converted activations plus one
+// weight tile (bounded by kGemmMaxTokens and kGemmTileBytes, not by the matrix).
+size_t gemm_workspace_bytes(quant::Type type, int64_t rows, int64_t cols, int64_t n);
+// matvec's result (y[t * ldy + r] = W.row(r) . x[t]) through dequantized tiles and blas's GEMM,
+// fp32 accumulate. `blas` must queue its work on `stream`. A workspace smaller than
+// gemm_workspace_bytes() gives smaller tiles; one that cannot hold a chunk and one row throws.
+void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, void* workspace, size_t ws_bytes,
+                 void* stream);
 
 // ---- rows and element-wise ------------------------------------------------------------------
 // y = x / sqrt(mean(x^2) + eps) [* w] per row of d; rows ld apart; y may alias x.

@@ -1,7 +1,9 @@
 // The CUDA kernels built by the host compiler in CPU execution mode (cpu_mode.h): the same .cu
 // sources, in namespace kinfer::cuda::emu. test_cuda runs them against the CPU backend's ops on
 // every machine, GPU or not.
+#include "backend/cuda/blas.cu"
 #include "backend/cuda/elementwise.cu"
+#include "backend/cuda/gemm.cu"
 #include "backend/cuda/kda.cu"
 #include "backend/cuda/latent.cu"
 #include "backend/cuda/matvec.cu"

@@ -1,0 +1,32 @@
+// The one door to cuBLAS: a handle bound to a stream and one GEMM shape, the prefill matmul's
+// (gemm.cu). Under nvcc, blas.cu calls cublasGemmEx; in the CPU execution mode (host compiler,
+// namespace emu) it runs the same product as plain host loops, so the prefill path is tested by
+// test_cuda without a GPU. Every cuBLAS type, enum and status lives in blas.cu only.
+// Plain C++ (no CUDA types), like kernels.h.
+#pragma once
+#include "backend/cuda/kernel_ns.h"
+
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+// Element type of a GEMM operand: a dequantized weight tile or a converted activation copy.
+enum class Elem : int { F32 = 0, F16 = 1, BF16 = 2 };
+inline constexpr int elem_bytes(Elem e) { return e == Elem::F32 ? 4 : 2; }
+
+// A cuBLAS handle whose work is queued on `stream` (a cudaStream_t; nullptr the default
+// stream). Creating one costs time and a little device memory, so the backend keeps one.
+class Blas;
+Blas* blas_create(void* stream);
+void blas_destroy(Blas* b);
+
+// C[j * ldc + i] = sum over p < k of A[i * lda + p] * B[j * ldb + p], for i < m, j < n:
+// A is m rows of k (the weight rows), B n rows of k (the tokens), C n rows of m (one row of
+// outputs per token); A and B of element type t, C fp32. Accumulation is fp32 in both builds:
+// CUBLAS_COMPUTE_32F, and no TF32 for F32 operands (the default math mode). Asynchronous on the
+// handle's stream on a GPU; complete on return in CPU mode. Throws std::runtime_error naming the
+// cuBLAS status, std::invalid_argument for a shape cuBLAS's int arguments cannot hold.
+void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
+          float* C, int64_t ldc);
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

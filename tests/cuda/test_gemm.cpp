@@ -1,0 +1,287 @@
+// The prefill GEMM path (src/backend/cuda/gemm.cu, blas.h) in CPU mode: the dequantization
+// kernels, the activation conversion, and gemm_matmul (tiles, token chunks, strides) with the
+// CPU-mode GEMM standing in for cuBLAS.
+//  - dequant_rows is exact: to F32 it gives quant's to_float bit for bit, to F16 / BF16 the
+//    quant/fp16.h rounding of those same floats, bit for bit (every type of matvec_supported).
+//  - convert_rows is quant/fp16.h's rounding bit for bit, specials (inf, NaN, subnormals,
+//    overflow to inf) included.
+//  - gemm_matmul against two references. Exact: the dequantized weights dotted with x in double.
+//    The path rounds each weight w and activation x to the GEMM element type (fp16: at most
+//    2^-11 |v|, plus 2^-25 absolute below fp16's normal range; bf16 activations 2^-8 |x|; bf16
+//    and fp32 weights and fp32 activations not at all); the products of two 16-bit values are
+//    exact in fp32, and an fp32 sum of K terms is off by at most K 2^-24 sum |w x|. So
+//    |err| <= sum |w| |x| (ew + ex + ew ex) + 2^-25 sum (|w| + |x|) [fp16] + K 2^-24 sum |w x|,
+//    times 1.01 for the second-order terms. The CPU backend's matmul rounds the activations to
+//    its vec_dot format first (cuda_test_util.h act_rounding): its bound adds that, as
+//    test_matvec.cpp does. Shapes are k3-tiny-a's (n_embd 256, q / kv ranks 64, expert ff 32,
+//    vocab 4352) and K3-like multiples of 256 / 32, with odd token counts; then every matrix of
+//    the shipped k3-tiny-a Q4_K_M file itself (trained weights, not random ones).
+//    Measured here: at most 0.61 of the exact bound (an f32 matrix with K = 4, where the fp32
+//    sum's worst case is nearly reached) and 0.43 of the CPU one; against the CPU backend the
+//    quantized types differ by up to 1.1 % of the largest |y| (its Q8 activations), f16 / bf16 /
+//    f32 weights by under 1e-6 of it.
+#include "backend/cuda/blas.h"
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "gguf/reader.h"
+#include "test_util.h"
+#include "quant/fp16.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace kinfer;
+using kinfer::cuda::emu::Elem;
+using kinfer::cuda::testing::act_rounding;
+using kinfer::cuda::testing::randn;
+
+namespace {
+
+constexpr quant::Type kAllTypes[] = {quant::Type::F32,  quant::Type::F16,    quant::Type::BF16,  quant::Type::Q8_0,
+                                     quant::Type::Q4_0, quant::Type::Q5_0,   quant::Type::IQ4_NL, quant::Type::MXFP4,
+                                     quant::Type::Q4_K, quant::Type::Q5_K,   quant::Type::Q6_K,  quant::Type::IQ4_XS};
+
+bool unblocked(quant::Type t) { return t == quant::Type::F32 || t == quant::Type::F16 || t == quant::Type::BF16; }
+
+// A weight matrix: rows of cols elements of one type, rb bytes apart.
+struct WeightView {
+    quant::Type type;
+    int64_t rows, cols;
+    const uint8_t* data;
+    size_t rb;
+    std::vector<float> dequantized() const {
+        std::vector<float> out(size_t(rows * cols));
+        for (int64_t i = 0; i < rows; ++i) quant::traits(type).to_float(data + size_t(i) * rb, out.data() + i * cols, cols);
+        return out;
+    }
+};
+
+// A quantized weight matrix of random rows.
+struct Weights {
+    quant::Type type;
+    int64_t rows, cols;
+    size_t rb;
+    std::vector<uint8_t> bytes;
+    Weights(quant::Type t, int64_t r, int64_t c, uint32_t seed, float scale = 1.0f)
+        : type(t), rows(r), cols(c), rb(quant::row_size(quant::traits(t), c)), bytes(rb * size_t(r)) {
+        const std::vector<float> wf = randn(size_t(r * c), seed, scale);
+        for (int64_t i = 0; i < r; ++i) quant::traits(t).quantize(wf.data() + i * c, bytes.data() + size_t(i) * rb, c);
+    }
+    WeightView view() const { return {type, rows, cols, bytes.data(), rb}; }
+    std::vector<float> dequantized() const { return view().dequantized(); }
+};
+
+uint32_t bits_as(Elem e, float v) {
+    uint32_t u;
+    switch (e) {
+        case Elem::F16: return quant::fp32_to_fp16(v);
+        case Elem::BF16: return quant::fp32_to_bf16(v);
+        case Elem::F32: break;
+    }
+    std::memcpy(&u, &v, 4);
+    return u;
+}
+
+uint32_t stored(Elem e, const std::vector<uint8_t>& buf, int64_t i) {
+    uint32_t u = 0;
+    std::memcpy(&u, buf.data() + size_t(i) * size_t(cuda::emu::elem_bytes(e)), size_t(cuda::emu::elem_bytes(e)));
+    return u;
+}
+
+const char* elem_name(Elem e) { return e == Elem::F32 ? "f32" : e == Elem::F16 ? "f16" : "bf16"; }
+
+// The largest error / bound ratios seen, per reference (the file's header gives the bounds).
+struct Worst {
+    double exact = 0, cpu = 0;
+};
+
+// gemm_matmul of W with n random tokens (rows ldx apart, outputs ldy apart) against the exact
+// product and the CPU backend's matmul; ws_bytes 0: what gemm_workspace_bytes asks.
+Worst check_gemm(const WeightView& W, int64_t n, int64_t ldx, int64_t ldy, size_t ws_bytes = 0) {
+    const int64_t rows = W.rows, K = W.cols;
+    INFO("type ", quant::traits(W.type).name, " rows ", rows, " K ", K, " tokens ", n, " ldx ", ldx, " ldy ", ldy,
+         " workspace ", ws_bytes);
+    const std::vector<float> x = randn(size_t((n - 1) * ldx + K), 500 + uint32_t(n));
+    const float sentinel = -12345.0f;
+    std::vector<float> y(size_t((n - 1) * ldy + rows), sentinel);
+    if (ws_bytes == 0) ws_bytes = cuda::emu::gemm_workspace_bytes(W.type, rows, K, n);
+    std::vector<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+    std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)> blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    cuda::emu::gemm_matmul(blas.get(), W.type, W.data, W.rb, rows, K, x.data(), ldx, n, y.data(), ldy, ws.data(),
+                           ws_bytes, nullptr);
+
+    std::vector<float> cpu_y(y.size(), sentinel);
+    const backend::Mat M{W.type, K, rows, W.data, W.rb, 0, "test_weight"};
+    cuda::testing::cpu().matmul(M, x.data(), n, cpu_y.data(), ldx, ldy);
+
+    const Elem e = cuda::emu::gemm_elem(W.type);
+    const double ex = e == Elem::F16 ? std::ldexp(1.0, -11) : e == Elem::BF16 ? std::ldexp(1.0, -8) : 0.0;
+    const double ew = e == Elem::F16 && W.type != quant::Type::F16 ? std::ldexp(1.0, -11) : 0.0;
+    const double sub = e == Elem::F16 ? std::ldexp(1.0, -25) : 0.0;
+    const double sum_u = double(K) * std::ldexp(1.0, -24);
+    const std::vector<float> deq = W.dequantized();
+    Worst worst;
+    int bad_exact = 0, bad_cpu = 0, touched_gap = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xt = x.data() + t * ldx;
+        const std::vector<double> act = act_rounding(W.type, xt, K);
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* w = deq.data() + r * K;
+            double s = 0, mag = 0, absum = 0, cpu_round = 0;
+            for (int64_t i = 0; i < K; ++i) {
+                s += double(w[i]) * double(xt[i]);
+                mag += std::fabs(double(w[i]) * double(xt[i]));
+                absum += std::fabs(double(w[i])) + std::fabs(double(xt[i]));
+                cpu_round += std::fabs(double(w[i])) * act[size_t(i)];
+            }
+            const double tol = 1.01 * (mag * (ew + ex + ew * ex) + sub * absum + sum_u * mag) + 1e-30;
+            const double cpu_tol = tol + cpu_round + 1e-5 * mag + 1e-6;
+            const size_t at = size_t(t * ldy + r);
+            const double e1 = std::fabs(double(y[at]) - s), e2 = std::fabs(double(y[at]) - double(cpu_y[at]));
+            bad_exact += !(e1 <= tol);
+            bad_cpu += !(e2 <= cpu_tol);
+            worst.exact = std::max(worst.exact, e1 / tol);
+            worst.cpu = std::max(worst.cpu, e2 / cpu_tol);
+        }
+        if (t + 1 < n)
+            for (int64_t r = rows; r < ldy; ++r) touched_gap += y[size_t(t * ldy + r)] != sentinel;
+    }
+    INFO("worst error / bound: exact ", worst.exact, ", cpu backend ", worst.cpu);
+    CHECK(bad_exact == 0);
+    CHECK(bad_cpu == 0);
+    CHECK(touched_gap == 0);
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("cuda dequant_rows (cpu mode): quant's values bit for bit, and their fp16 / bf16 rounding") {
+    for (const quant::Type t : kAllTypes) {
+        for (const float scale : {1.0f, 3e-5f}) {   // 3e-5: fp16 subnormals, tiny fp16 block scales
+            const int64_t rows = 3, cols = unblocked(t) ? 516 : 512, ldy = cols + 3;
+            const Weights W(t, rows, cols, 2000 + uint32_t(t), scale);
+            const std::vector<float> want = W.dequantized();
+            for (const Elem e : {Elem::F32, Elem::F16, Elem::BF16}) {
+                INFO("type ", quant::traits(t).name, " to ", elem_name(e), " scale ", scale);
+                const size_t eb = size_t(cuda::emu::elem_bytes(e));
+                std::vector<uint8_t> got(size_t(rows * ldy) * eb, 0xab);
+                cuda::emu::dequant_rows(t, W.bytes.data(), W.rb, rows, cols, e, got.data(), ldy, nullptr);
+                int bad = 0, gap = 0;
+                for (int64_t r = 0; r < rows; ++r) {
+                    for (int64_t i = 0; i < cols; ++i) bad += stored(e, got, r * ldy + i) != bits_as(e, want[size_t(r * cols + i)]);
+                    for (size_t b = size_t(r * ldy + cols) * eb; b < size_t((r + 1) * ldy) * eb; ++b) gap += got[b] != 0xab;
+                }
+                CHECK(bad == 0);
+                CHECK(gap == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda convert_rows (cpu mode): quant/fp16.h's rounding bit for bit, specials included") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> x = randn(3 * 300, 9, 10.0f);
+    const float special[] = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, -1e6f, inf, -inf, nan, 6e-8f, 2.9e-8f, 1e-40f,
+                             3.4e38f, 1.00048828125f /* ties in fp16 */, 1.00390625f /* ties in bf16 */};
+    for (size_t i = 0; i < std::size(special); ++i) x[i * 7] = special[i];
+    const int64_t rows = 3, cols = 297, ldx = 300, ldy = 301;
+    for (const Elem e : {Elem::F32, Elem::F16, Elem::BF16}) {
+        INFO("to ", elem_name(e));
+        std::vector<uint8_t> got(size_t(rows * ldy) * size_t(cuda::emu::elem_bytes(e)), 0);
+        cuda::emu::convert_rows(x.data(), ldx, rows, cols, e, got.data(), ldy, nullptr);
+        int bad = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < cols; ++i) bad += stored(e, got, r * ldy + i) != bits_as(e, x[size_t(r * ldx + i)]);
+        CHECK(bad == 0);
+    }
+    CHECK(quant::fp32_to_fp16(65520.0f) == 0x7c00);   // the overflow gemm_elem's note warns of
+}
+
+TEST_CASE("cuda gemm_matmul (cpu mode): every type, k3-tiny-a and K3-like shapes, odd token counts") {
+    Worst all;
+    for (const quant::Type t : kAllTypes) {
+        const int64_t K = unblocked(t) ? 516 : 512;
+        for (const int64_t n : {1, 7, 33}) {
+            const Worst w = check_gemm(Weights(t, 37, K, 3000 + uint32_t(t)).view(), n, K, 37);
+            all.exact = std::max(all.exact, w.exact);
+            all.cpu = std::max(all.cpu, w.cpu);
+        }
+        // K = 32 / 96 (32-element blocks) or 256 (256-element blocks), as k3-tiny-a's expert and
+        // attention shapes are.
+        const bool k256 = quant::traits(t).block_size == 256;
+        check_gemm(Weights(t, 64, 256, 3100 + uint32_t(t)).view(), 33, 256, 64);              // attn_k: 256 -> 64
+        check_gemm(Weights(t, 256, k256 ? 256 : 64, 3200 + uint32_t(t)).view(), 17, k256 ? 256 : 64, 256);   // attn_output
+        if (!k256) check_gemm(Weights(t, 32, 96, 3300 + uint32_t(t)).view(), 9, 96, 32);
+    }
+    INFO("worst error / bound over the first shapes: exact ", all.exact, ", cpu backend ", all.cpu);
+    CHECK(all.exact <= 1.0);
+}
+
+TEST_CASE("cuda gemm_matmul (cpu mode): strides, several weight tiles, token chunks, the vocab projection") {
+    for (const quant::Type t : kAllTypes) {
+        const int64_t K = unblocked(t) ? 516 : 512;
+        const Weights W(t, 37, K, 4000 + uint32_t(t));
+        // Rows and outputs with gaps between them; the gaps stay untouched.
+        check_gemm(W.view(), 11, K + 40, 37 + 5);
+        // A workspace of one chunk and 10 weight rows: four tiles, the last of 7 rows.
+        const Elem e = cuda::emu::gemm_elem(t);
+        const size_t x_bytes = (size_t(11 * K * cuda::emu::elem_bytes(e)) + 255) / 256 * 256;
+        if (e != Elem::F32) check_gemm(W.view(), 11, K, 37, x_bytes + size_t(10 * K * cuda::emu::elem_bytes(e)));
+    }
+    // More tokens than one activation chunk holds (kGemmMaxTokens): the weights are decoded again
+    // for the second chunk, whose outputs land after the first's.
+    check_gemm(Weights(quant::Type::Q8_0, 3, 32, 4100).view(), cuda::emu::kGemmMaxTokens + 3, 32, 3);
+    check_gemm(Weights(quant::Type::BF16, 5, 40, 4101).view(), cuda::emu::kGemmMaxTokens + 1, 40, 5);
+    // k3-tiny-a's output projection (Q6_K, 4352 x 256) over a short prompt.
+    check_gemm(Weights(quant::Type::Q6_K, 4352, 256, 4102).view(), 9, 256, 4352);
+}
+
+TEST_CASE("cuda gemm_matmul (cpu mode): every matrix of k3-tiny-a Q4_K_M, a 33-token prompt") {
+    // Real weight distributions (trained scales, q4_K / q5_0 / q6_K / f32 / ...): each 2-D
+    // matrix, and the first expert of each 3-D one, against the same bounds.
+    const auto file = gguf::File::open(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
+    int checked = 0;
+    for (const gguf::TensorInfo& t : file->tensors()) {
+        if (t.n_dims < 2 || !cuda::emu::matvec_supported(t.type)) continue;
+        const WeightView W{t.type, t.ne[1], t.ne[0], t.data, t.row_bytes()};
+        INFO("tensor ", t.name, " ", t.shape_str());
+        check_gemm(W, 33, t.ne[0], t.ne[1]);
+        ++checked;
+    }
+    CHECK(checked > 50);
+}
+
+TEST_CASE("cuda gemm_matmul (cpu mode): the workspace it asks for is bounded, and refusals are clear") {
+    using quant::Type;
+    // K3-sized calls: one chunk of activations and one tile of at most kGemmTileBytes.
+    const size_t big = cuda::emu::gemm_workspace_bytes(Type::Q4_K, 18432, 7168, 100000);
+    CHECK(big <= size_t(cuda::emu::kGemmMaxTokens * 7168 * 2) + cuda::emu::kGemmTileBytes + 256);
+    CHECK(cuda::emu::gemm_workspace_bytes(Type::F32, 7168, 7168, 512) == 0);   // used in place
+    CHECK(cuda::emu::gemm_workspace_bytes(Type::BF16, 7168, 7168, 512) == size_t(512 * 7168 * 2));
+    CHECK(cuda::emu::gemm_elem(Type::Q4_K) == Elem::F16);
+    CHECK(cuda::emu::gemm_elem(Type::BF16) == Elem::BF16);
+    CHECK(cuda::emu::gemm_elem(Type::F32) == Elem::F32);
+
+    std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)> blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    std::vector<uint8_t> w(4096), ws(1 << 16);
+    std::vector<float> x(4 * 256), y(64);
+    CHECK_THROWS_WITH_AS(cuda::emu::gemm_matmul(blas.get(), Type::Q2_K, w.data(), 84, 1, 256, x.data(), 0, 4, y.data(), 0,
+                                                ws.data(), ws.size(), nullptr),
+                         doctest::Contains("q2_K"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(cuda::emu::gemm_matmul(blas.get(), Type::Q4_K, w.data(), 144, 1, 200, x.data(), 0, 4, y.data(), 0,
+                                                ws.data(), ws.size(), nullptr),
+                         doctest::Contains("whole blocks"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(cuda::emu::gemm_matmul(blas.get(), Type::Q4_K, w.data(), 144, 1, 256, x.data(), 0, 4, y.data(), 0,
+                                                ws.data(), 100, nullptr),
+                         doctest::Contains("workspace"), std::invalid_argument);
+    CHECK_THROWS_AS(cuda::emu::gemm(blas.get(), Elem::F16, 4, 4, 8, w.data(), 4, w.data(), 8, y.data(), 4),
+                    std::invalid_argument);   // lda shorter than a row
+}
