@@ -36,9 +36,15 @@ void normalize_heads(std::vector<float>& x, int64_t D) {
     }
 }
 
-// Gates as the model makes them: the K3 form lb * sigmoid(x) with lb = -5 (values in (-5, 0),
-// many near the bound) for odd seeds, the Kimi Linear form -a * softplus(x) for even ones.
-KdaInputs make_inputs(int64_t n, int64_t H, int64_t D, uint32_t seed) {
+// Gates as the model makes them. K3: lb * sigmoid(x) with lb = -5, values in (-5, 0), many near
+// the bound; Kimi Linear: -a * softplus(x), small; and a strong decay (-3 .. -12 a token, Kimi
+// Linear's gate is unbounded below) that makes every chunk size take the pairwise products.
+// These K3 gates average about -3 a token: C = 16 chunks factor, full C = 32 / 64 chunks decay
+// past 80 and go pairwise; Kimi Linear's small gates factor at every C; n = 1 and the 3-token
+// tail of 2C + 3 factor too. So every chunk size runs both forms.
+enum class Gate { k3, kimi_linear, strong };
+
+KdaInputs make_inputs(int64_t n, int64_t H, int64_t D, uint32_t seed, Gate gate) {
     KdaInputs in;
     in.n = n;
     in.H = H;
@@ -51,8 +57,11 @@ KdaInputs make_inputs(int64_t n, int64_t H, int64_t D, uint32_t seed) {
     in.v = randn(nd, seed + 2);
     in.g = randn(nd, seed + 3, 2.0f);
     for (float& x : in.g) {
-        if (seed % 2) x = -5.0f / (1.0f + std::exp(-x - 1.0f));
-        else x = -0.3f * std::log1p(std::exp(x - 2.0f));
+        switch (gate) {
+            case Gate::k3: x = -5.0f / (1.0f + std::exp(-x - 1.0f)); break;
+            case Gate::kimi_linear: x = -0.3f * std::log1p(std::exp(x - 2.0f)); break;
+            case Gate::strong: x = -3.0f - 9.0f / (1.0f + std::exp(-x)); break;
+        }
     }
     in.beta = randn(size_t(n * H), seed + 4);
     for (float& b : in.beta) b = 1.0f / (1.0f + std::exp(-b));
@@ -95,18 +104,25 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
     for (const Shape s : {Shape{2, 32, 16, 1}, Shape{3, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{2, 128, 64, 1},
                           Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0}}) {
         const int64_t C = s.chunk;
-        for (const int64_t n : {int64_t(1), C - 1, C, 2 * C + 3}) {
-            if (s.D >= 128 && n == C - 1) continue;   // CPU-mode time; n = 1, C, 2C + 3 cover them
-            INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n);
-            const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(100 + n + s.D + C));
+        // Each n with its own gate, so that every shape runs each gate and both product forms.
+        struct Run {
+            int64_t n;
+            Gate gate;
+        };
+        for (const Run run : {Run{1, Gate::k3}, Run{C - 1, Gate::kimi_linear}, Run{C, Gate::strong},
+                              Run{2 * C + 3, Gate::k3}, Run{2 * C + 3, Gate::kimi_linear}}) {
+            const int64_t n = run.n;
+            if (s.D >= 128 && n == C - 1) continue;   // CPU-mode time; the other runs cover both forms
+            INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate));
+            const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(100 + n + s.D + C), run.gate);
             std::vector<float> state = in.state, want_state = in.state;
             std::vector<float> o(size_t(n * s.H * s.D), -1.0f);
             cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
                                    o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices);
             const std::vector<float> want = cpu_recurrent(in, want_state);
-            std::printf("kda_chunked H %lld D %lld C %lld slices %d n %lld: max err/max(1,|x|) out %.2e state %.2e\n",
-                        (long long)s.H, (long long)s.D, (long long)C, s.slices, (long long)n, max_rel_err(o, want),
-                        max_rel_err(state, want_state));
+            std::printf("kda_chunked H %lld D %lld C %lld slices %d n %lld gate %d: max err/max(1,|x|) out %.2e state %.2e\n",
+                        (long long)s.H, (long long)s.D, (long long)C, s.slices, (long long)n, int(run.gate),
+                        max_rel_err(o, want), max_rel_err(state, want_state));
             check_close(o, want, kTol, kTol, "kda_chunked outputs");
             check_close(state, want_state, kTol, kTol, "kda_chunked state");
         }
@@ -116,7 +132,7 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
 TEST_CASE("cuda kda_chunked (cpu mode): a prefill in chunks, then kda_recurrent decode steps, equals the recurrence "
           "over all tokens") {
     const int64_t H = 2, D = 64, n_pre = 37, n_dec = 3, n = n_pre + n_dec, di = H * D;
-    const KdaInputs in = make_inputs(n, H, D, 7);
+    const KdaInputs in = make_inputs(n, H, D, 7, Gate::k3);
     std::vector<float> state = in.state, want_state = in.state;
     std::vector<float> o(size_t(n * di), -1.0f);
     cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
@@ -135,7 +151,7 @@ TEST_CASE("cuda kda_chunked (cpu mode): the default chunk runs, and unsupported 
     CHECK(cuda::emu::kda_chunked_default_chunk(128) == 32);
     CHECK(cuda::emu::kda_chunked_default_chunk(256) == 16);
     const int64_t H = 1, D = 32, n = 5;
-    const KdaInputs in = make_inputs(n, H, D, 9);
+    const KdaInputs in = make_inputs(n, H, D, 9, Gate::kimi_linear);
     std::vector<float> state = in.state, want_state = in.state, o(size_t(n * D));
     cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
                            n, H, D, nullptr);

@@ -5,8 +5,10 @@
 //   u_t       = beta_t (v_t - S0^T (exp(G_t) k_t)) - sum_{s<t} A[t][s] u_s      (forward substitution)
 //   o_t       = (S0^T (exp(G_t) q_t) + sum_{s<=t} Aqk[t][s] u_s) / sqrt(D)
 //   S         = diag(exp(G_L)) S0 + sum_s (exp(G_L - G_s) k_s) u_s^T           (L the chunk's last token)
-// The decays are formed pairwise, exp(G_t - G_s) <= 1, never as exp(G_t) * exp(-G_s): over 64
-// tokens at the K3 bound -5 the cumulative decay reaches -320 and exp(+320) overflows fp32.
+// The C x C products need exp(G_t - G_s). As exp(G_t) * exp(-G_s) they are plain dots of rows
+// computed once, but exp(-G_s) overflows fp32 past a decay of 88 (64 tokens at the K3 bound -5
+// reach -320); so a chunk whose G stays within +-80 is factored, and one that decays more forms
+// each exp(G_t - G_s) <= 1 pairwise (chunk_products).
 //
 // Mapping. A block owns one head and J = D / slices value columns j (rows M[j] of the stored
 // state, M[j][i] = S[i][j]). A value column evolves on its own given the shared k, q, g, so
@@ -20,8 +22,9 @@
 // the shared k / q / g rows of a chunk. fp32 throughout. 256 threads a block at D = 128.
 //
 // Shared memory per block (floats): k, q, G rows 3 C D; v / u C J; A and Aqk 2 C (C + 1) (rows
-// padded: lanes of a warp read 4 rows at one column); G_L D; beta C. D = 128, C = 64, J = 128:
-// 165 KiB, over the 48 KiB default, so the launcher opts in (H100 / H200 allow 227 KiB a block).
+// padded: lanes of a warp read 4 rows at one column); G_L and exp(-G_L) 2 D; beta C; a flag.
+// D = 128, J = 128: C = 16 35 KiB, C = 32 73 KiB, C = 64 162 KiB; past 48 KiB the launcher opts
+// in (H100 / H200 allow 227 KiB a block).
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -34,7 +37,7 @@ namespace {
 
 // The per-block shared floats for head dim D, chunk C and J value columns (the layout above).
 constexpr size_t kda_chunk_smem_floats(int D, int C, int J) {
-    return size_t(3 * C * D + C * J + 2 * C * (C + 1) + D + C);
+    return size_t(3 * C * D + C * J + 2 * C * (C + 1) + 2 * D + C + 1);
 }
 // What a block may opt in to on sm_90 (H100 / H200).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
@@ -54,6 +57,59 @@ __device__ __forceinline__ float group4_sum(float v) {
 // lane's share of the registers.
 template <int D>
 constexpr int kColsPerGroup = D >= 256 ? 1 : 2;
+
+// The largest decay over a chunk, -G_L, for which the C x C products are factored: exp(G_t - G_s)
+// as exp(G_t) * exp(-G_s), both inside fp32's normal range (exp(80) = 5.5e34). Each factor has
+// its own rounding, so the product is as exact as the pairwise exp; what it saves is the
+// C (C + 1) / 2 * D exps of the pairwise form. K3's gate is above -5 a token, so C = 16 always
+// factors; a chunk that decays more (long chunks, Kimi Linear's unbounded gate) goes pairwise.
+constexpr float kMaxFactoredDecay = 80.0f;
+
+// A[t][s] = beta_t k_t.(exp(G_t - G_s) k_s) (s < t, zero on the diagonal) and
+// Aqk[t][s] = q_t.(exp(G_t - G_s) k_s) (s <= t), each pair by one group of 4 lanes, lane p
+// summing a quarter of the keys. The 8 groups of a warp take 8 consecutive pairs; lane p reads
+// key 4((ii + q8) mod D/4) + p, so the warp's 32 reads hit 32 banks whatever rows the pairs are.
+// The loop is uniform per warp (the shuffles need every lane); idle groups add zeros.
+//   kFactored false: X = k, Y = q, Z = G (cumulative log-decay) rows: exp(G_t - G_s) pairwise.
+//   kFactored true:  X = exp(G_t) k_t, Y = exp(G_t) q_t, Z = exp(G_L - G_s) k_s rows, r = exp(-G_L):
+//                    exp(G_t - G_s) k_s = Z_s r and the key products are plain dots.
+template <int D, int C, bool kFactored>
+__device__ __forceinline__ void chunk_products(const float* X, const float* Y, const float* Z, const float* r,
+                                               const float* sBeta, float* sA, float* sAqk, int nc, int groups) {
+    constexpr int kQuarter = D / 4;
+    const int tid = int(threadIdx.x), p = tid % 4, q8 = (tid / 4) % 8, warp = tid / 32;
+    const int npairs = nc * (nc + 1) / 2;
+    for (int base = warp * 8; base < npairs; base += groups) {
+        const int pi = base + q8;
+        const bool live = pi < npairs;
+        int t = 0, s = 0;
+        if (live) {
+            t = int((sqrtf(8.0f * float(pi) + 1.0f) - 1.0f) * 0.5f);   // pi = t (t + 1) / 2 + s
+            while ((t + 1) * (t + 2) / 2 <= pi) ++t;
+            while (t * (t + 1) / 2 > pi) --t;
+            s = pi - t * (t + 1) / 2;
+        }
+        float akk = 0, aqk = 0;
+        if (live) {
+            const float* Kt = X + t * D;
+            const float* Qt = Y + t * D;
+            for (int ii = 0; ii < kQuarter; ++ii) {
+                const int i = 4 * ((ii + q8) & (kQuarter - 1)) + p;
+                float ks;
+                if constexpr (kFactored) ks = Z[s * D + i] * r[i];
+                else ks = expf(Z[t * D + i] - Z[s * D + i]) * X[s * D + i];
+                akk = fmaf(Kt[i], ks, akk);
+                aqk = fmaf(Qt[i], ks, aqk);
+            }
+        }
+        akk = group4_sum(akk);
+        aqk = group4_sum(aqk);
+        if (live && p == 0) {
+            sA[t * (C + 1) + s] = s < t ? sBeta[t] * akk : 0.0f;
+            sAqk[t * (C + 1) + s] = aqk;
+        }
+    }
+}
 
 template <int D, int C>
 __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
@@ -77,7 +133,9 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
     float* sA = sU + C * J;      // [C][C + 1]
     float* sAqk = sA + C * (C + 1);
     float* sGL = sAqk + C * (C + 1);   // [D] G of the chunk's last token
-    float* sBeta = sGL + D;            // [C]
+    float* sRGL = sGL + D;             // [D] exp(-G_L)
+    float* sBeta = sRGL + D;           // [C]
+    float* sSlow = sBeta + C;          // [1] nonzero: this chunk's products go pairwise
 
     // Lane p's key indices: i(a, b) = 16a + 4p + b; m[r][4a + b] = M[j0 + gi + r groups][i(a, b)].
     float m[R][kPer];
@@ -89,7 +147,6 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
             for (int b = 0; b < 4; ++b) m[r][4 * a + b] = state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b];
 
     const float scale = 1.0f / sqrtf(float(D));
-    const int warp = tid / 32, q8 = gi % 8;   // q8: the group's place in its warp
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
 
@@ -106,55 +163,28 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
             sU[e] = v[(c0 + t) * di + h * D + j0 + c];
         }
         if (tid < nc) sBeta[tid] = beta[(c0 + tid) * H + h];
+        if (tid == 0) *sSlow = 0.0f;
         __syncthreads();
         for (int i = tid; i < D; i += nthreads) {
-            float acc = 0;
+            float acc = 0, lo = 0, hi = 0;   // lo, hi: G's range (g <= 0 in KDA, but do not rely on it)
             for (int t = 0; t < nc; ++t) {
                 acc += sG[t * D + i];
                 sG[t * D + i] = acc;
+                lo = fminf(lo, acc);
+                hi = fmaxf(hi, acc);
             }
             sGL[i] = acc;
+            sRGL[i] = expf(-acc);   // used only when the chunk factors
+            if (lo < -kMaxFactoredDecay || hi > kMaxFactoredDecay) *sSlow = 1.0f;   // all writers write 1
         }
         __syncthreads();
 
-        // ---- A and Aqk: each pair (t, s) by one group, lane p summing a quarter of the keys ----
-        // The 8 groups of a warp take 8 consecutive pairs; lane p reads key 4((ii + q8) mod D/4) + p,
-        // so the warp's 32 reads hit 32 banks whatever rows the pairs are. The loop is uniform per
-        // warp (the shuffles need every lane), idle groups add zeros.
-        const int npairs = nc * (nc + 1) / 2;
-        for (int base = warp * 8; base < npairs; base += groups) {
-            const int pi = base + q8;
-            const bool live = pi < npairs;
-            int t = 0, s = 0;
-            if (live) {
-                t = int((sqrtf(8.0f * float(pi) + 1.0f) - 1.0f) * 0.5f);   // pi = t (t + 1) / 2 + s
-                while ((t + 1) * (t + 2) / 2 <= pi) ++t;
-                while (t * (t + 1) / 2 > pi) --t;
-                s = pi - t * (t + 1) / 2;
-            }
-            float akk = 0, aqk = 0;
-            if (live) {
-                const float* Gt = sG + t * D;
-                const float* Gs = sG + s * D;
-                const float* Kt = sK + t * D;
-                const float* Ks = sK + s * D;
-                const float* Qt = sQ + t * D;
-                for (int ii = 0; ii < kPer; ++ii) {
-                    const int i = 4 * ((ii + q8) & (kPer - 1)) + p;
-                    const float ks = expf(Gt[i] - Gs[i]) * Ks[i];
-                    akk = fmaf(Kt[i], ks, akk);
-                    aqk = fmaf(Qt[i], ks, aqk);
-                }
-            }
-            akk = group4_sum(akk);
-            aqk = group4_sum(aqk);
-            if (live && p == 0) {
-                sA[t * (C + 1) + s] = s < t ? sBeta[t] * akk : 0.0f;
-                sAqk[t * (C + 1) + s] = aqk;
-            }
+        // ---- the C x C products (pairwise exps when the chunk decays too much to factor) ----
+        const bool pairwise = *sSlow != 0.0f;
+        if (pairwise) {
+            chunk_products<D, C, false>(sK, sQ, sG, sRGL, sBeta, sA, sAqk, nc, groups);
+            __syncthreads();
         }
-        __syncthreads();
-
         // ---- in place: exp(G_t) q_t, exp(G_t) k_t, and exp(G_L - G_s) k_s over G ----
         for (int e = tid; e < nc * D; e += nthreads) {
             const int i = e % D;
@@ -164,6 +194,10 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
             sG[e] = kk * expf(sGL[i] - G);
         }
         __syncthreads();
+        if (!pairwise) {
+            chunk_products<D, C, true>(sK, sQ, sG, sRGL, sBeta, sA, sAqk, nc, groups);
+            __syncthreads();
+        }
 
         // ---- per column, inside its group: S0 products, forward substitution, outputs, state ----
         // inter[r][t / 4] on lane t % 4: (S0^T exp(G_t) q_t) of column r, in registers until the outputs.
