@@ -18,8 +18,8 @@
 // the whole call (D / 4 floats a column), so a dot of M[j] with a shared row is D / 4 FMAs and
 // two xor shuffles, each shared value read feeds R columns, and the 4 lanes read distinct banks.
 // Everything a column's u_t needs (its right-hand side, the forward substitution, the outputs,
-// the state update) stays inside its group, so the only block-wide barriers are the four around
-// the shared k / q / g rows of a chunk. fp32 throughout. 256 threads a block at D = 128.
+// the state update) stays inside its group, so the only block-wide barriers are the four a chunk
+// around its shared rows and products. fp32 throughout. 256 threads a block at D = 128.
 //
 // Shared memory per block (floats): k, q, G rows 3 C D; v / u C J; A and Aqk 2 C (C + 1) (rows
 // padded: lanes of a warp read 4 rows at one column); G_L and exp(-G_L) 2 D; beta C; a flag.
@@ -41,8 +41,8 @@ constexpr size_t kda_chunk_smem_floats(int D, int C, int J) {
 }
 // What a block may opt in to on sm_90 (H100 / H200).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
-// At most 128 value columns a block (512 threads): with D / 4 state floats a lane, 1024 threads
-// would cap a lane at 64 registers and spill the state at D = 256.
+// At most 128 value columns a block (256 threads at D <= 128, 512 at D = 256): a lane holds D / 4
+// state floats a column, and 1024 threads would cap it at 64 registers and spill at D = 256.
 constexpr int kMaxColumns = 128;
 
 // Sum over the 4 lanes of a group (lanes 4g .. 4g + 3 of a warp); every lane gets it.
@@ -52,7 +52,7 @@ __device__ __forceinline__ float group4_sum(float v) {
     return v;
 }
 
-// Value columns a group owns: each shared k / q / KD value a lane reads then feeds kCols FMAs.
+// Value columns a group owns: each shared k / q / KD value a lane reads then feeds that many FMAs.
 // Two at D <= 128 (64 state floats a lane); one at D = 256, whose 64 a column already fill a
 // lane's share of the registers.
 template <int D>
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
                        const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ state,
                        float* __restrict__ o, int64_t n, int64_t H) {
     constexpr int R = kColsPerGroup<D>;
-    constexpr int kPer = D / 4;      // state floats a lane and column; also keys a lane covers in the C x C products
+    constexpr int kPer = D / 4;   // state floats a lane and column
     const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
     const int groups = nthreads / 4, J = groups * R;   // value columns of this block
     const int gi = tid / 4, p = tid % 4;               // group and lane in the group
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
 #pragma unroll
         for (int a = 0; a < D / 16; ++a)
 #pragma unroll
-            for (int b = 0; b < 4; ++b) m[r][4 * a + b] = state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b];
+            for (int b = 0; b < 4; ++b)
+                m[r][4 * a + b] = state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b];
 
     const float scale = 1.0f / sqrtf(float(D));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
         }
 
         // ---- per column, inside its group: S0 products, forward substitution, outputs, state ----
-        // inter[r][t / 4] on lane t % 4: (S0^T exp(G_t) q_t) of column r, in registers until the outputs.
+        // inter[r][t / 4] on lane t % 4: (S0^T exp(G_t) q_t) of column r, kept for the outputs.
         float inter[R][C / 4];
 #pragma unroll
         for (int t = 0; t < C; ++t) {
@@ -296,12 +297,13 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
 #pragma unroll
         for (int a = 0; a < D / 16; ++a)
 #pragma unroll
-            for (int b = 0; b < 4; ++b) state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b] = m[r][4 * a + b];
+            for (int b = 0; b < 4; ++b)
+                state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b] = m[r][4 * a + b];
 }
 
 template <int D, int C>
-void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state, float* o,
-            int64_t n, int64_t H, int slices, void* stream) {
+void launch_kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                        float* state, float* o, int64_t n, int64_t H, int slices, void* stream) {
     const int J = D / slices;
     const size_t bytes = kda_chunk_smem_floats(D, C, J) * sizeof(float);
     if (bytes > kMaxSmemBytes)
@@ -314,8 +316,8 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     // leaves the error for the launch to report, which the caller checks.
     if (bytes > 48 * 1024) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 #endif
-    KINFER_LAUNCH(kern, dim3(unsigned(H), unsigned(slices)), dim3(unsigned(4 * J / kColsPerGroup<D>)), bytes, as_stream(stream), q, k, v,
-                  g, beta, state, o, n, H);
+    const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(4 * J / kColsPerGroup<D>)};
+    KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
 }
 
 template <int D>
@@ -325,7 +327,7 @@ void launch_chunk(int C, const float* q, const float* k, const float* v, const f
         case 16: return launch_kda_chunked<D, 16>(q, k, v, g, beta, state, o, n, H, slices, stream);
         case 32: return launch_kda_chunked<D, 32>(q, k, v, g, beta, state, o, n, H, slices, stream);
         case 64:
-            if constexpr (kda_chunk_smem_floats(D, 64, D < kMaxColumns ? D : kMaxColumns) * sizeof(float) <= kMaxSmemBytes)
+            if constexpr (kda_chunk_smem_floats(D, 64, D < kMaxColumns ? D : kMaxColumns) * 4 <= kMaxSmemBytes)
                 return launch_kda_chunked<D, 64>(q, k, v, g, beta, state, o, n, H, slices, stream);
             break;
         default: break;
@@ -348,8 +350,9 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
     if (chunk == 0) chunk = kda_chunked_default_chunk(D);
     if (slices == 0) slices = D > kMaxColumns ? int(D / kMaxColumns) : 1;
     if (slices < 1 || D % slices != 0 || (D / slices) % 32 != 0 || D / slices > kMaxColumns)
-        throw std::invalid_argument("cuda kda_chunked: " + std::to_string(slices) + " value slices do not split head dim " +
-                                    std::to_string(D) + " into multiples of 32 of at most 128");
+        throw std::invalid_argument("cuda kda_chunked: " + std::to_string(slices) +
+                                    " value slices do not split head dim " + std::to_string(D) +
+                                    " into multiples of 32 of at most 128");
     switch (D) {
         case 32: return launch_chunk<32>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
         case 64: return launch_chunk<64>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
