@@ -340,7 +340,7 @@ void launch_chunk(int C, const float* q, const float* k, const float* v, const f
 
 // 16, unmeasured: in this fp32 SIMT form the state work per token does not depend on C, while
 // the C x C products cost (C + 1) / 2 * D per token and K3's gate (above -5 a token) guarantees
-// the factored products only up to C = 16 (a decay of 80); C = 16 also fits the default 48 KiB.
+// the factored products only up to C = 16 (a decay of 80); at D = 128 it fits the default 48 KiB.
 // fla / FlashKDA's 64 comes from tensor-core tiles. kinfer_gpu_check times 16 / 32 / 64.
 int kda_chunked_default_chunk(int64_t) { return 16; }
 
