@@ -107,6 +107,14 @@ void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, flo
 // D a multiple of 32, at most 256. Each warp keeps one state row in registers for all n tokens.
 void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                    float* o, int64_t n, int64_t H, int64_t D, void* stream);
+// The same recurrence in chunks of `chunk` tokens (prefill), the WY / UT form (kda_chunked.cu):
+// same arguments and layouts, equal to kda_recurrent up to fp32 reassociation. chunk 16, 32 or
+// 64 (64 up to D = 128; 0: kda_chunked_default_chunk(D)); the state is updated once a chunk.
+// slices: blocks a head's D value columns are split over, each with its own copy of the
+// chunk's C x C products (0: 1 up to D = 128, else D / 128). D 32, 64, 128 or 256.
+void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                 float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk = 0, int slices = 0);
+int kda_chunked_default_chunk(int64_t D);
 
 // The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear
 // softplus(f) a, with f = g + dt_bias and a [H] = -exp(A_log).
