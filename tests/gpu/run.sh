@@ -10,7 +10,8 @@
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
 #     per quant type against the 4.8 TB/s HBM peak; the prefill GEMM (dequantized fp16 / bf16
 #     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
-#     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent tokens/s on a 96 x 128 layer,
+#     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent and chunked (C 16 / 32 / 64,
+#     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions; the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
@@ -18,8 +19,7 @@
 #  6. `kinfer --list-devices` (each GPU with its free memory).
 # Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
 # on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU;
-# long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, KDA
-# chunked tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
+# long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
 # Exits non-zero on any mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -376,9 +376,15 @@ void CudaBackend::gather_rows(const float* src, int64_t cols, std::span<const in
 }
 
 void CudaBackend::kda_scan(const KdaScan& s) {
-    // The chunked (WY / UT) form is not on the GPU yet; the recurrence computes the same thing.
+    // Prefill chunks take the chunked (WY / UT) form, decode the recurrence: a chunk of fewer
+    // tokens than the default chunk size has no chunk to share work over. The GPU does not follow
+    // the CPU's bits either way (its activations stay fp32), so the choice is speed alone, and it
+    // is unmeasured (kinfer_gpu_check times both).
     select();
-    gpu::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+    if (s.chunked || s.n >= gpu::kda_chunked_default_chunk(s.D))
+        gpu::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+    else
+        gpu::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     check(cudaGetLastError(), "kda_scan");
 }
 
