@@ -11,6 +11,9 @@ namespace {
 // Workers spin this many rounds (a few tens of microseconds) before sleeping on a futex: decode
 // issues an op every few microseconds. Longer spins hurt badly when cores are oversubscribed.
 constexpr int kSpinRounds = 2000;
+// With more threads than the CPUs this process may run on, a spinning worker holds a CPU that a
+// thread with work needs: spin only briefly, then sleep.
+constexpr int kSpinRoundsOversubscribed = 20;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,6 +42,8 @@ int ThreadPool::default_threads() {
 
 ThreadPool::ThreadPool(int n_threads) {
     n_threads_ = n_threads > 0 ? n_threads : default_threads();
+    const int hw = int(std::thread::hardware_concurrency());
+    spin_rounds_ = hw > 0 && n_threads_ > hw ? kSpinRoundsOversubscribed : kSpinRounds;
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -61,7 +66,7 @@ void ThreadPool::worker(int) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = generation_.load(std::memory_order_acquire);
-        for (int spin = 0; gen == seen && spin < kSpinRounds; ++spin) {
+        for (int spin = 0; gen == seen && spin < spin_rounds_; ++spin) {
             cpu_relax();
             gen = generation_.load(std::memory_order_acquire);
         }

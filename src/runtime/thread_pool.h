@@ -38,6 +38,7 @@ private:
     void worker(int ith);
 
     int n_threads_ = 1;
+    int spin_rounds_ = 0;   // a worker's spin before it sleeps (thread_pool.cpp)
     std::vector<std::thread> threads_;
     // Claims the next task of generation gen; -1 when none is left (or gen is over).
     int claim(uint32_t gen);
