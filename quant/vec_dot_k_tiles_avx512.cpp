@@ -37,6 +37,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kernels.h"
+#include "quant/types.h"
 
 namespace kinfer::quant::avx512 {
 
@@ -108,7 +109,7 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
 // NR weight rows x 2 NP packed activation rows (NP even), all nb super-blocks; out[t * os + r]
 // for the t < ny_valid that were real rows.
 template <int NR, int NP>
-void tile_q4_K(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     constexpr int NQ = NP / 2;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512 acc[NR][NP], acc_m[NR][NQ];
@@ -176,7 +177,7 @@ void tile_q4_K(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_
 // q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
 // both halves, bytes 0..15 with scale 8 (k / 4) + 2 (k % 4), 16..31 with the next one.
 template <int NR, int NP>
-void tile_q6_K(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
     __m512 acc[NR][NP];
     for (int r = 0; r < NR; ++r)
@@ -231,27 +232,28 @@ void tile_q6_K(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_
         }
 }
 
-// Every weight row against one packed block, two rows per tile (Tile is tile_q4_K or tile_q6_K).
-template <class Block, int NP, class Tile2, class Tile1>
-void rows(const uint8_t* xb, size_t xs, int nx, float* out, Tile2 tile2, Tile1 tile1) {
+// Every weight row against one packed block, two rows per tile (tile() of the row's block type).
+template <class Block, int NP>
+void rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
     auto at = [&](int r) { return reinterpret_cast<const Block*>(xb + size_t(r) * xs); };
     int r = 0;
     for (; r + 2 <= nx; r += 2) {
         const Block* x[2] = {at(r), at(r + 1)};
         float* o[2] = {out + r, out + r + 1};
-        tile2(x, o);
+        tile<2, NP>(nb, x, a, ny, o, os);
     }
     if (r < nx) {
         const Block* x[1] = {at(r)};
         float* o[1] = {out + r};
-        tile1(x, o);
+        tile<1, NP>(nb, x, a, ny, o, os);
     }
 }
 
 // The whole product in blocks of kMaxActs activation rows: blocks of kMinActs or more rows are
 // packed and tiled, smaller ones go to the type's 1 x 4 kernel (multi).
-template <class Block, class Multi, template <int> class Tiles>
-void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out, size_t os, Multi multi) {
+template <class Block>
+void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out, size_t os,
+           VecDotMultiFn multi) {
     const int64_t nb = n / QK_K;
     const auto* xb = static_cast<const uint8_t*>(x);
     const auto* yb = static_cast<const uint8_t*>(y);
@@ -270,37 +272,22 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
         }
         const int padded = (m + 3) / 4 * 4;   // whole quads for Q4_K's min terms
         pack_acts(yt, ys, m, padded, nb, pack);
-        if (padded == 8) Tiles<4>::run(nb, xb, xs, nx, pack, m, ot, os);
-        else if (padded == 12) Tiles<6>::run(nb, xb, xs, nx, pack, m, ot, os);
-        else Tiles<8>::run(nb, xb, xs, nx, pack, m, ot, os);
+        if (padded == 8) rows<Block, 4>(nb, xb, xs, nx, pack, m, ot, os);
+        else if (padded == 12) rows<Block, 6>(nb, xb, xs, nx, pack, m, ot, os);
+        else rows<Block, 8>(nb, xb, xs, nx, pack, m, ot, os);
     }
 }
-
-template <int NP>
-struct Q4KTiles {
-    static void run(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
-        rows<block_q4_K, NP>(xb, xs, nx, out, [&](const block_q4_K* const* x, float* const* o) { tile_q4_K<2, NP>(nb, x, a, ny, o, os); },
-                             [&](const block_q4_K* const* x, float* const* o) { tile_q4_K<1, NP>(nb, x, a, ny, o, os); });
-    }
-};
-template <int NP>
-struct Q6KTiles {
-    static void run(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
-        rows<block_q6_K, NP>(xb, xs, nx, out, [&](const block_q6_K* const* x, float* const* o) { tile_q6_K<2, NP>(nb, x, a, ny, o, os); },
-                             [&](const block_q6_K* const* x, float* const* o) { tile_q6_K<1, NP>(nb, x, a, ny, o, os); });
-    }
-};
 
 }  // namespace
 
 void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {
-    tiled<block_q4_K, decltype(&vec_dot_multi_q4_K_q8_K), Q4KTiles>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
+    tiled<block_q4_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
 }
 
 void vec_dot_tile_q6_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {
-    tiled<block_q6_K, decltype(&vec_dot_multi_q6_K_q8_K), Q6KTiles>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q6_K_q8_K);
+    tiled<block_q6_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q6_K_q8_K);
 }
 
 }  // namespace kinfer::quant::avx512

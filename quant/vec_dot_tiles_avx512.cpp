@@ -39,7 +39,6 @@ constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
 constexpr int kActsPerTile = 4;     // activation rows (halved for two-chain formats)
 constexpr int kPairs = 2;           // activation row pairs of a 512-bit one-chain tile
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
-constexpr size_t kDecodePrefetch = 768;   // bytes ahead a decode tile asks for in each row
 
 // One tile: out_r[r][t * out_stride] for r < RM, t < RN over all nb blocks. decode_u(r, b) gives
 // block b of weight row r as 32 unsigned bytes w + 128, scale_w(r, b) its float scale; dy[t][b]
@@ -227,10 +226,10 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
         // core reads a large matrix 1.3-1.5x faster from 4-8 streams than from one (membw). The
         // scales convert in the loop, which keeps those reads interleaved too.
         auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
-        // And each row asks for its bytes kDecodePrefetch ahead (one line per block: they are
-        // 17-34 bytes), as the K-quant decode tiles do (vec_dot_simd.inc says why).
+        // And each row asks for its bytes kDecodePrefetch ahead (prefetch_ahead, the shared
+        // primitives say why; one line per block: they are 17-34 bytes).
         auto du_ahead = [&](int r, int64_t b) {
-            _mm_prefetch(reinterpret_cast<const char*>(xrow[r] + b) + kDecodePrefetch, _MM_HINT_T0);
+            prefetch_ahead(xrow[r] + b);
             return decode_u(xrow[r][b]);
         };
         constexpr int streams = kDecodeStreams / Chains;   // two-chain formats: registers for 4

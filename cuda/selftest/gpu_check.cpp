@@ -288,17 +288,22 @@ void more_ops(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
+// Every D-float row of x scaled to unit length.
+void l2_normalize_rows(std::vector<float>& x, int64_t D) {
+    for (size_t r = 0; r < x.size() / size_t(D); ++r) {
+        double s = 0;
+        for (int64_t i = 0; i < D; ++i) s += double(x[r * D + i]) * x[r * D + i];
+        for (int64_t i = 0; i < D; ++i) x[r * D + i] /= float(std::sqrt(s));
+    }
+}
+
 void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
     std::printf("\n# KDA recurrent (K3: 96 heads x 128) and MLA absorbed decode (64 heads, r 512 + 64)\n");
     for (int64_t n : {1, 64}) {
         const int64_t H = 96, D = 128, di = H * D;
         std::vector<float> q = randn(size_t(n * di), 10), k = randn(size_t(n * di), 11);
-        for (auto* x : {&q, &k})
-            for (size_t r = 0; r < x->size() / size_t(D); ++r) {
-                double s = 0;
-                for (int64_t i = 0; i < D; ++i) s += double((*x)[r * D + i]) * (*x)[r * D + i];
-                for (int64_t i = 0; i < D; ++i) (*x)[r * D + i] /= float(std::sqrt(s));
-            }
+        l2_normalize_rows(q, D);   // KDA's q and k are L2-normalized per head
+        l2_normalize_rows(k, D);
         const std::vector<float> v = randn(size_t(n * di), 12);
         std::vector<float> g = randn(size_t(n * di), 13, 0.5f), beta = randn(size_t(n * H), 14);
         for (float& x : g) x = -std::fabs(x) * 0.3f;
@@ -340,7 +345,7 @@ void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
-// The chunked KDA kernel (not behind kda_scan yet) on a K3 layer, 96 heads x 128, 8K tokens:
+// The chunked KDA kernel (kda_scan takes it from 16 tokens) on a K3 layer, 96 heads x 128, 8K tokens:
 // checked against the CPU recurrence on the first 256 tokens, then timed for C = 16 / 32 / 64
 // against kda_recurrent on the same 8K tokens (M tokens/s per layer; the state carries over from
 // call to call, which the decays keep bounded).
@@ -348,12 +353,8 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     std::printf("\n# KDA chunked prefill (K3: 96 heads x 128), 8192 tokens\n");
     const int64_t H = 96, D = 128, di = H * D, n = 8192, n_check = 256;
     std::vector<float> q = randn(size_t(n * di), 30), k = randn(size_t(n * di), 31);
-    for (auto* x : {&q, &k})
-        for (size_t r = 0; r < x->size() / size_t(D); ++r) {
-            double s = 0;
-            for (int64_t i = 0; i < D; ++i) s += double((*x)[r * D + i]) * (*x)[r * D + i];
-            for (int64_t i = 0; i < D; ++i) (*x)[r * D + i] /= float(std::sqrt(s));
-        }
+    l2_normalize_rows(q, D);
+    l2_normalize_rows(k, D);
     const std::vector<float> v = randn(size_t(n * di), 32);
     std::vector<float> g = randn(size_t(n * di), 33, 2.0f), beta = randn(size_t(n * H), 34);
     for (float& x : g) x = -5.0f / (1.0f + std::exp(-x - 1.0f));   // the K3 gate, lb = -5

@@ -1,4 +1,5 @@
-// Helpers of the expert-store tests: the tiny models and a byte check of acquired experts.
+// Helpers of the expert-store tests: the tiny models, a byte check of acquired experts, and a
+// pass that acquires every expert once.
 #pragma once
 #include "test_util.h"
 
@@ -8,6 +9,9 @@
 #include "model/tensor_list.h"
 #include "runtime/expert_store.h"
 
+#include <doctest/doctest.h>
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -28,6 +32,25 @@ inline bool same_bytes(runtime::ExpertStore& s, const runtime::ExpertRef& r) {
     for (int p = 0; p < 3; ++p)
         if (std::memcmp(r.part[p], s.layout().mapped(r.layer, p, r.expert), L.slice[p]) != 0) return false;
     return true;
+}
+
+// Acquires every expert of every layer (routing them first, one layer at a time, k at a time)
+// and checks the bytes.
+inline void check_all(runtime::ExpertStore& s, int k = 4) {
+    const auto& lay = s.layout();
+    for (int l = 0; l < lay.n_layer; ++l) {
+        if (!lay.layers[size_t(l)].present()) continue;
+        for (int e0 = 0; e0 < lay.n_expert; e0 += k) {
+            std::vector<int32_t> sel;
+            for (int e = e0; e < std::min(e0 + k, lay.n_expert); ++e) sel.push_back(e);
+            s.route(l, sel, 1);
+            for (int32_t e : sel) {
+                runtime::ExpertRef r = s.acquire(l, e);
+                REQUIRE_MESSAGE(same_bytes(s, r), "layer " << l << " expert " << e << " tier " << runtime::tier_name(r.tier));
+                s.release(r);
+            }
+        }
+    }
 }
 
 // The session the store tests run: a 64-token context, 2 threads, prefill chunks of n_batch.

@@ -16,7 +16,7 @@
 using namespace kinfer;
 using namespace kinfer::runtime;
 using kinfer::test::expert_names;
-using kinfer::test::same_bytes;
+using kinfer::test::check_all;
 
 namespace {
 
@@ -49,24 +49,6 @@ void skip_if_kept(uint64_t faulted) {
     if (faulted > 0) return;
     MESSAGE("the kernel kept the model's pages after POSIX_FADV_DONTNEED: no fault to count");
     kinfer::test::skip_case(kinfer::test::SkipKind::machine, "the page cache would not drop a synced file's pages");
-}
-
-// Routes and acquires every expert of every layer once, k at a time.
-void use_all(ExpertStore& s, int k = 4) {
-    const auto& lay = s.layout();
-    for (int l = 0; l < lay.n_layer; ++l) {
-        if (!lay.layers[size_t(l)].present()) continue;
-        for (int e0 = 0; e0 < lay.n_expert; e0 += k) {
-            std::vector<int32_t> sel;
-            for (int e = e0; e < std::min(e0 + k, lay.n_expert); ++e) sel.push_back(e);
-            s.route(l, sel, 1);
-            for (int32_t e : sel) {
-                ExpertRef r = s.acquire(l, e);
-                REQUIRE(same_bytes(s, r));
-                s.release(r);
-            }
-        }
-    }
 }
 
 // The report's per-layer rows, split at blanks (between the header and the total line).
@@ -106,7 +88,7 @@ TEST_CASE("store: the report counts the bytes faulted in from the mapping, and t
         uint64_t payload = 0;
         for (const auto& L : lay.layers) payload += uint64_t(L.payload()) * uint64_t(lay.n_expert);
 
-        use_all(s);
+        check_all(s);
         const auto t1 = s.stats().total();
         CHECK(t1.uses == uint64_t(lay.n_moe_layers() * lay.n_expert));
         CHECK(t1.mapped_uses == t1.uses);
@@ -114,7 +96,7 @@ TEST_CASE("store: the report counts the bytes faulted in from the mapping, and t
         skip_if_kept(t1.bytes_faulted);
         if (t1.bytes_faulted > 0) CHECK(t1.mapped_resident < t1.mapped_uses);
 
-        use_all(s);   // everything is in RAM now: nothing more to fault
+        check_all(s);   // everything is in RAM now: nothing more to fault
         const auto st = s.stats();
         const auto t2 = st.total();
         CHECK(t2.bytes_faulted == t1.bytes_faulted);
@@ -156,7 +138,7 @@ TEST_CASE("store: device copies made from the mapping count its faulted bytes; a
         o.count_faults = true;
         ExpertStore s(*f, expert_names(*f), o);
         evict(path);
-        use_all(s);
+        check_all(s);
         const auto t = s.stats().total();
         CHECK(t.mapped_uses == 0);   // every acquire was served by the device
         CHECK(t.bytes_copied > 0);
@@ -172,7 +154,7 @@ TEST_CASE("store: device copies made from the mapping count its faulted bytes; a
         ExpertStoreOptions o;
         o.record = true;
         ExpertStore s(*f, expert_names(*f), o);
-        use_all(s);
+        check_all(s);
         CHECK(s.stats().total().bytes_faulted == 0);
         const std::string rep = s.report();
         CAPTURE(rep);

@@ -20,6 +20,7 @@ using namespace kinfer;
 using namespace kinfer::runtime;
 using kinfer::test::expert_names;
 using kinfer::test::n_layer_of;
+using kinfer::test::check_all;
 using kinfer::test::same_bytes;
 
 namespace {
@@ -45,24 +46,6 @@ std::string direct_io_dir() {
     return dir.string();
 }
 
-// Acquires every expert of every layer (routing them first, one layer at a time, k at a time)
-// and checks the bytes.
-void check_all(ExpertStore& s, int k = 4) {
-    const auto& lay = s.layout();
-    for (int l = 0; l < lay.n_layer; ++l) {
-        if (!lay.layers[size_t(l)].present()) continue;
-        for (int e0 = 0; e0 < lay.n_expert; e0 += k) {
-            std::vector<int32_t> sel;
-            for (int e = e0; e < std::min(e0 + k, lay.n_expert); ++e) sel.push_back(e);
-            s.route(l, sel, 1);
-            for (int32_t e : sel) {
-                ExpertRef r = s.acquire(l, e);
-                REQUIRE_MESSAGE(same_bytes(s, r), "layer " << l << " expert " << e << " tier " << tier_name(r.tier));
-                s.release(r);
-            }
-        }
-    }
-}
 
 }  // namespace
 

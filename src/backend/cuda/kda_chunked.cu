@@ -137,15 +137,16 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
     float* sBeta = sRGL + D;           // [C]
     float* sSlow = sBeta + C;          // [1] nonzero: this chunk's products go pairwise
 
-    // Lane p's key indices: i(a, b) = 16a + 4p + b; m[r][4a + b] = M[j0 + gi + r groups][i(a, b)].
+    // Lane p's key indices: i(a, b) = 16a + 4p + b; m[r][4a + b] = M[j0 + gi + r groups][i(a, b)],
+    // read here and written back after the last chunk.
+    auto state_at = [&](int r, int a, int b) -> float& { return state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b]; };
     float m[R][kPer];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int a = 0; a < D / 16; ++a)
 #pragma unroll
-            for (int b = 0; b < 4; ++b)
-                m[r][4 * a + b] = state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b];
+            for (int b = 0; b < 4; ++b) m[r][4 * a + b] = state_at(r, a, b);
 
     const float scale = 1.0f / sqrtf(float(D));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
@@ -297,8 +298,7 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
 #pragma unroll
         for (int a = 0; a < D / 16; ++a)
 #pragma unroll
-            for (int b = 0; b < 4; ++b)
-                state[(h * D + j0 + gi + r * groups) * D + 16 * a + 4 * p + b] = m[r][4 * a + b];
+            for (int b = 0; b < 4; ++b) state_at(r, a, b) = m[r][4 * a + b];
 }
 
 template <int D, int C>
