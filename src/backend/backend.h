@@ -150,6 +150,11 @@ public:
     // The compute stream waits for e (the host thread does not, where the hardware allows).
     virtual void wait(Event e);
     virtual void synchronize() {}
+    // For a library that queues work on this device itself (NCCL, dist/nccl): the device ordinal
+    // and the stream (a cudaStream_t) this backend's ops run on in order; -1 and nullptr for a
+    // backend without them (the CPU, the simulated device).
+    virtual int native_device() const { return -1; }
+    virtual void* native_stream() const { return nullptr; }
 
     // ---- ops: dense algebra -------------------------------------------------------------------
     // y[t][r] = W.row(r) . x[t] for t < n; x rows ldx apart (0: W.cols), y rows ldy apart (0: W.rows).

@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #ifdef KINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -15,17 +16,31 @@ Backends::Backends(int n_threads) : cpu_(std::make_unique<CpuBackend>(n_threads)
 
 Backends::~Backends() = default;
 
+namespace {
+
+// This process's rank among the ranks of an MPI job on its machine (0 when not launched so), as
+// the launchers put it in the environment: `--device cuda:local` gives each rank its own GPU.
+int local_rank() {
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"})
+        if (const char* s = std::getenv(v)) return std::atoi(s);
+    return 0;
+}
+
+}  // namespace
+
 Backend& Backends::add_device(const std::string& spec) {
     if (spec.rfind("sim", 0) == 0) {
         const std::string name = "sim" + std::to_string(devices_.size());
         devices_.push_back(std::make_unique<SimBackend>(runtime::parse_sim_device(spec), cpu_->shared_pool(), name));
+        specs_.push_back(spec);
         return *devices_.back();
     }
     if (spec.rfind("cuda", 0) == 0) {
 #ifdef KINFER_HAVE_CUDA
         std::string why;
-        if (auto be = cuda::open_device(spec, &why)) {
+        if (auto be = cuda::open_device(spec == "cuda:local" ? "cuda" + std::to_string(local_rank()) : spec, &why)) {
             devices_.push_back(std::move(be));
+            specs_.push_back(spec);
             return *devices_.back();
         }
         // No GPU at run time: one line, and the run goes on on the CPU.

@@ -1,6 +1,7 @@
 // The backends of one run: the CPU always (it owns the thread pool), and the devices that
 // --device names, in order: the strict simulated one ("sim:SIZE[,GBps]", named sim0, sim1, ...)
-// or, in a build with nvcc, a GPU ("cudaN", backend/cuda/cuda_backend.h). A cudaN on a machine
+// or, in a build with nvcc, a GPU ("cudaN", backend/cuda/cuda_backend.h; "cuda:local" is GPU N
+// for the process that is rank N of an MPI job on its machine). A cudaN on a machine
 // without that GPU prints one line and adds nothing: the run stays on the CPU.
 //
 //   backend::Backends bk(n_threads);
@@ -31,6 +32,9 @@ public:
     CpuBackend& cpu() { return *cpu_; }
     size_t n_devices() const { return devices_.size(); }
     Backend* device(size_t i = 0) { return i < devices_.size() ? devices_[i].get() : nullptr; }
+    // The --device value device i was made from ("sim:512MiB", "cuda0"): what another rank of a
+    // --split is told to open.
+    const std::string& spec(size_t i = 0) const { return specs_.at(i); }
     // "CPU" / "cpu" or a device name ("sim0"); nullptr when none is called that.
     Backend* find(std::string_view name);
     // The copy-engine view of device i that the expert store carves its slot pool from.
@@ -43,6 +47,7 @@ public:
 private:
     std::unique_ptr<CpuBackend> cpu_;
     std::vector<std::unique_ptr<Backend>> devices_;
+    std::vector<std::string> specs_;   // by device
 };
 
 }  // namespace kinfer::backend

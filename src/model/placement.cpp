@@ -4,6 +4,8 @@
 #include "model/tensor_list.h"
 #include "runtime/expert_placement.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <regex>
 
 namespace kinfer::model {
@@ -26,6 +28,13 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     const gguf::File& f = m.file();
     auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
     apply_overrides(m, bk, o.overrides);
+    // What another rank runs stays on the CPU's views: this process never runs it.
+    const Share& sh = o.share;
+    for (int il = 0; il < L; ++il)
+        if (il < sh.first_layer || il >= sh.last_layer) layer_[size_t(il)] = &bk.cpu();
+    if (!sh.head) output_ = &bk.cpu();
+    const int64_t E = hp.n_expert;
+    const int64_t e0 = std::clamp<int64_t>(sh.first_expert, 0, E), e1 = std::clamp<int64_t>(sh.last_expert, e0, E);
     n_device_layers_ = 0;
     for (int il = 0; il < L; ++il) {
         const bool on_dev = layer_[size_t(il)] != &bk.cpu();
@@ -59,6 +68,15 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
             auto* p = reinterpret_cast<const float*>(to_device(host, size_t(t->nelements()) * sizeof(float), s.name));
             if (s.layer_vec) w_.layers[size_t(s.layer)].*(s.layer_vec) = p;
             else w_.*(s.global_vec) = p;
+        } else if (expert_tensor && s.layer >= 0 && E > 0 && (e0 > 0 || e1 < E)) {
+            // An expert shard copies its experts' slices only. The view keeps the whole
+            // tensor's shape with its data moved so that slice(e) of an owned e lands in the
+            // copy (the MoE layer never takes the slice of an expert it does not own).
+            const size_t per_expert = t->nbytes / size_t(E);
+            gguf::TensorInfo& c = moved_.emplace_back(*t);
+            const auto base = reinterpret_cast<uintptr_t>(to_device(t->data + size_t(e0) * per_expert, size_t(e1 - e0) * per_expert, s.name));
+            c.data = reinterpret_cast<const uint8_t*>(base - size_t(e0) * per_expert);
+            if (s.layer_mat) w_.layers[size_t(s.layer)].*(s.layer_mat) = &c;
         } else {
             gguf::TensorInfo& c = moved_.emplace_back(*t);
             c.data = to_device(t->data, t->nbytes, s.name);

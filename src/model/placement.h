@@ -9,6 +9,10 @@
 //                 so RE must match all of a layer's dense tensors or none (else: an error that
 //                 says so). Routed-expert tensors matched by -ot are the expert store's business;
 //                 token_embd always stays on the CPU (the embedding gather reads the mapping).
+//   share         a rank of a --split runs part of the model (model::Share): the layers, the
+//                 head and the routed experts outside its part are never copied to a device
+//                 (their layers run nowhere in this process; they are left on the CPU's views);
+//                 an expert shard's slice of each expert tensor is copied alone.
 //   expert store  when one is used, it owns every routed expert's bytes (its tiers decide where
 //                 each expert runs), so no ffn_*_exps tensor is copied here.
 // The weights handed to the forward pass are a copy of the model's views whose device-layer
@@ -16,6 +20,7 @@
 #pragma once
 #include "backend/registry.h"
 #include "model/model.h"
+#include "model/split.h"
 
 #include <deque>
 #include <string>
@@ -29,6 +34,7 @@ struct PlacementOptions {
     int n_cpu_moe = 0;
     bool expert_store = false;     // routed experts come through the expert store
     std::vector<std::string> overrides;   // -ot values: "REGEX=DEV[,REGEX=DEV...]", first match wins
+    Share share;                   // the part this process runs (a --split rank's; all by default)
 };
 
 class Placement {

@@ -44,6 +44,7 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
     po.n_cpu_moe = opt_.n_cpu_moe;
     po.overrides = opt_.overrides;
     po.expert_store = opt_.experts != nullptr;
+    if (opt_.split) po.share = opt_.split->share();
     placement_ = std::make_unique<Placement>(model, *backends_, po);
     ws_.push_back(std::make_unique<backend::Workspace>(backends_->cpu()));
     for (size_t i = 0; i < backends_->n_devices(); ++i) ws_.push_back(std::make_unique<backend::Workspace>(*backends_->device(i)));

@@ -2,6 +2,7 @@
 // at the start of every chunk and lets it run the chunk, and the MoE layer asks it which routed
 // experts this process computes. A single-process session has none (SessionOptions::split).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -14,9 +15,20 @@ namespace kinfer::model {
 struct FwdEnv;
 struct SessionOptions;
 
+// The part of the model one process runs: layers [first_layer, last_layer), the output head
+// when head, and of every MoE layer the routed experts [first_expert, last_expert). The
+// placement copies only that part to a device (model/placement.h); everything by default.
+struct Share {
+    int first_layer = 0, last_layer = INT_MAX;
+    bool head = true;
+    int first_expert = 0, last_expert = INT_MAX;
+};
+
 class Split {
 public:
     virtual ~Split() = default;
+    // What this process runs of the model.
+    virtual Share share() const { return {}; }
     // A session using this split was made / is going away (rank 0 tells the other ranks to
     // make / drop theirs with the same options).
     virtual void open(const SessionOptions& /*opt*/) {}

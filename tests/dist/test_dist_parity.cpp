@@ -133,3 +133,66 @@ TEST_CASE("dist: stages balanced by a layer profile (--layer-profile), -np 2 and
     }
     std::filesystem::remove_all(dir);
 }
+
+// -ngl under --split: every rank opens rank 0's device (here the strict simulated one, which
+// checks every pointer an op is given: a rank touching a layer or an expert slice it did not
+// copy fails) and places its share there. The residual and the expert rows then move through
+// the host over MPI, or device to device over the NCCL link, run here on the NCCL emulation
+// over MPI (tests/dist/nccl_emu) since no GPU is at hand: the same link code, the real
+// libnccl's calls answered by the emulation.
+TEST_CASE("dist: -ngl on a device under --split, over MPI and over the NCCL link: logits bit-identical to one process") {
+    if (!have_mpirun()) return;
+    const std::string dir = scratch_dir("device");
+    const std::string dev = "--device sim:512MiB -ngl 99 ";
+    std::vector<std::pair<std::string, std::string>> links{{"mpi", ""}};
+#ifdef KINFER_NCCL_EMU
+    links.emplace_back("nccl", std::string("KINFER_NCCL_LIBRARY=") + KINFER_NCCL_EMU + " ");
+#else
+    MESSAGE("kinfer was built without NCCL (no nccl.h): the NCCL link is not tested");
+#endif
+    for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        const std::string model = data(std::string("models/") + name + ".gguf");
+        for (const char* mode : {"batch", "decode"}) {
+            const EvalOut one = eval("", model, mode, dir, "one", dev);
+            const EvalOut cpu = eval("", model, mode, dir, "cpu", "");
+            REQUIRE(one.logits.size() > 0);
+            CHECK(one.logits == cpu.logits);   // the simulated device runs the CPU's kernels
+            for (const auto& [link, env] : links)
+                for (const char* split : {"pipeline", "experts"})
+                    for (int np : {2, 3}) {
+                        CAPTURE(name);
+                        CAPTURE(mode);
+                        CAPTURE(link);
+                        CAPTURE(split);
+                        CAPTURE(np);
+                        const EvalOut many = eval(env + mpirun(np), model, mode, dir, link + split + std::to_string(np),
+                                                  dev + "--dist-timeout 60 --dist-link " + link + " --split " + split);
+                        CHECK(many.logits == one.logits);   // bit for bit
+                        CHECK(many.greedy == one.greedy);
+                    }
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("dist: --dist-link nccl where a rank's layers are on the CPU ends every rank with a message naming it") {
+    if (!have_mpirun()) return;
+    const std::string dir = scratch_dir("nolink");
+    const std::string model = data("models/k3-tiny-a-Q4_K_M.gguf");
+    std::string env;
+#ifdef KINFER_NCCL_EMU
+    env = std::string("KINFER_NCCL_LIBRARY=") + KINFER_NCCL_EMU + " ";
+#endif
+    const std::string cmd = env + mpirun(2) + kinfer_bin() + " eval -m " + model + " --tokens " + data("prompt64.ids.txt") +
+                            " -t 1 --dist-timeout 60 --dist-link nccl --split pipeline";
+    const auto r = run_command(cmd + " 2>&1");
+    INFO(cmd);
+    INFO(r.out);
+    CHECK(r.rc != 0);
+    CHECK(r.out.find("--dist-link nccl: rank 0 cannot use NCCL") != std::string::npos);
+    // auto on the same ranks takes MPI and runs.
+    const auto a = run_command(env + mpirun(2) + kinfer_bin() + " eval -m " + model + " --tokens " + data("prompt64.ids.txt") +
+                               " -t 1 --dist-timeout 60 --dist-link auto --split pipeline 2>&1");
+    CHECK(a.rc == 0);
+    std::filesystem::remove_all(dir);
+}

@@ -16,7 +16,9 @@
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
 #     against the CPU's;
-#  6. `kinfer --list-devices` (each GPU with its free memory).
+#  6. --split pipeline / experts over 2 ranks with every layer on the GPU, against one process
+#     (NCCL between the ranks with 2+ GPUs; over MPI on one, since NCCL takes one rank per GPU);
+#  7. `kinfer --list-devices` (each GPU with its free memory).
 # Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
 # on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU;
 # long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
@@ -61,6 +63,28 @@ for n in ("tier", "all"):
     bad += not (worst < 0.05)
 sys.exit(1 if bad else 0)
 PY
+echo "== --split on the GPU: 2 ranks against one process, every layer on the GPU"
+# One GPU: NCCL takes one rank per GPU, so --dist-link auto moves the bytes over MPI (and nccl
+# would stop with a message); two or more: each rank its own GPU (cuda:local) and NCCL between
+# them. Same kernels on every rank, so the logits must be the same bytes as one process.
+if command -v mpirun >/dev/null; then
+    ngpu=$(nvidia-smi -L | wc -l)
+    link=auto dev=cuda0
+    [ "$ngpu" -ge 2 ] && link=nccl dev=cuda:local
+    ./build-gpu/bin/kinfer eval -m "$m" --tokens "$ids" --logits "$out/one.f32" --greedy 8 --device cuda0 -ngl 99 > "$out/one.txt"
+    for split in pipeline experts; do
+        mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 ./build-gpu/bin/kinfer eval -m "$m" --tokens "$ids" \
+            --logits "$out/$split.f32" --greedy 8 --device $dev -ngl 99 --split $split --dist-link $link \
+            --dist-timeout 120 --dist-stats > "$out/$split.txt"
+        if cmp -s "$out/one.f32" "$out/$split.f32" && cmp -s "$out/one.txt" "$out/$split.txt"; then
+            echo "split $split, $ngpu GPU(s), --dist-link $link: logits bit-identical to one process"
+        else
+            echo "split $split, $ngpu GPU(s), --dist-link $link: logits DIFFER from one process"; exit 1
+        fi
+    done
+else
+    echo "(mpirun not installed: skipped)"
+fi
 rm -rf "$out"
 echo "== kinfer --list-devices"
 ./build-gpu/bin/kinfer --list-devices || true

@@ -60,6 +60,8 @@ public:
     Event upload_async(void* dst, const void* host_src, size_t bytes) override;
     void wait(Event e) override;
     void synchronize() override;
+    int native_device() const override { return device_; }
+    void* native_stream() const override { return compute_; }
 
     // The copy engine as the expert store's device tier uses it (cuda_expert_device.h): a copy
     // queued after the compute work queued so far (so it cannot overwrite a slot a kernel still

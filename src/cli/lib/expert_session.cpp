@@ -1,6 +1,7 @@
 #include "cli/lib/expert_session.h"
 
 #include "cli/lib/flag_check.h"
+#include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "model/tensor_list.h"
 
@@ -15,7 +16,7 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
     app.add_option("--expert-cache", f.dev_cache, "device expert cache per device (default: all of it)")->group(g);
     app.add_option("--device", f.device,
                    "device for -ngl layers and the expert cache: cudaN (GPU N, in a CUDA build; without that GPU the "
-                   "run says so and stays on the CPU) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
+                   "run says so and stays on the CPU), cuda:local (under mpirun: GPU N for the rank N of its machine) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
                    "CPU kernels, every pointer checked)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
@@ -59,7 +60,15 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
                              "simulates one); running on the CPU\n", ngl);
         ngl = 0;
     }
-    rd->experts = runtime::ExpertRuntime::create(m.file(), model::expert_tensor_names(hp), flags, int(hp.n_layer - hp.n_layer_dense_lead),
+    // Under --split each rank copies its share of the routed experts with its layers
+    // (model/placement.h): --device alone then makes no expert store (the store serves one process).
+    runtime::ExpertFlags store_flags = flags;
+    if (split_ranks() > 1) {
+        runtime::ExpertFlags bare = flags;
+        bare.device.clear();
+        if (!bare.any_store()) store_flags = bare;
+    }
+    rd->experts = runtime::ExpertRuntime::create(m.file(), model::expert_tensor_names(hp), store_flags, int(hp.n_layer - hp.n_layer_dense_lead),
                                                  int(hp.n_expert), int(hp.n_expert_used),
                                                  rd->backends ? rd->backends->expert_device() : nullptr);
     runtime::ExpertRuntime* ex = rd->experts.get();

@@ -42,6 +42,13 @@ void add_split_flags(CLI::App& app) {
                    "tokens so that they overlap (the logits then equal one process run with -b N)")
         ->check(int_in(0, kMaxBatch))
         ->group("Across processes (mpirun)");
+    app.add_option("--dist-link", f.link,
+                   "under mpirun: how the residual and the expert rows move between ranks: mpi (through host "
+                   "memory), nccl (GPU to GPU; every rank's layers on a GPU of its own, -ngl) or auto (nccl when "
+                   "that holds on every rank and kinfer has NCCL, else mpi)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
+        ->group("Across processes (mpirun)");
     app.add_flag("--dist-stats", f.stats, "under mpirun: print each rank's bytes sent, peak RSS and busy time at exit")
         ->group("Across processes (mpirun)");
     add_balance_flags(app, f.balance, f.layer_profile);
@@ -60,6 +67,11 @@ void add_balance_flags(CLI::App& app, std::string& balance, std::string& layer_p
 
 #ifdef KINFER_HAVE_MPI
 
+int split_ranks() {
+    const dist::Comm* c = dist::Comm::get();
+    return c ? c->size() : 1;
+}
+
 std::unique_ptr<model::Split> attach_split(const model::Model& m, model::SessionOptions& so) {
     dist::Comm* c = dist::Comm::get();
     if (!c || c->size() < 2) return nullptr;
@@ -71,6 +83,7 @@ std::unique_ptr<model::Split> attach_split(const model::Model& m, model::Session
     const std::optional<dist::StageCosts> costs = dist::costs_from_flags(m, f.balance, f.layer_profile);
     auto s = dist::make_split(*c, m, dist::parse_split(f.split.empty() ? "pipeline" : f.split), f.micro_batch, f.stages,
                               costs ? &*costs : nullptr);
+    s->link = dist::parse_link(f.link);
     so.split = s.get();
     return s;
 }
@@ -92,6 +105,8 @@ bool DistScope::worker() const {
 int DistScope::serve() { return dist::serve(*dist::Comm::get()); }
 
 #else
+
+int split_ranks() { return 1; }
 
 std::unique_ptr<model::Split> attach_split(const model::Model&, model::SessionOptions&) {
     if (!split_flags().split.empty() && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK")))

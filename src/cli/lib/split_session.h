@@ -23,11 +23,15 @@ struct SplitFlags {
     bool stats = false;          // print each rank's bytes sent, peak RSS and busy time at exit
     std::string balance;         // --balance: bytes | decode | prefill (empty: prefill with a profile, else bytes)
     std::string layer_profile;   // --layer-profile FILE (kinfer bench --layer-times)
+    std::string link = "auto";   // --dist-link: mpi | nccl | auto
 };
 SplitFlags& split_flags();
 void add_split_flags(CLI::App& app);
 // --balance and --layer-profile alone (kinfer info --plan takes them too).
 void add_balance_flags(CLI::App& app, std::string& balance, std::string& layer_profile);
+
+// The ranks of this MPI job (1 when alone, or without MPI).
+int split_ranks();
 
 // The split the run asks for, wired into so.split; nullptr (and so untouched) when alone. Keep
 // it alive as long as the sessions made with so.

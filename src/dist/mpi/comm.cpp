@@ -28,6 +28,7 @@ const char* tag_name(int tag) {
         case kTagLogits: return "logits";
         case kTagSlots: return "expert outputs";
         case kTagStats: return "statistics";
+        case kTagLink: return "link set-up";
     }
     return "message";
 }

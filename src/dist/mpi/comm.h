@@ -12,7 +12,7 @@
 namespace kinfer::dist {
 
 // Message tags: one kind of message per tag, so a receive can never take another's bytes.
-enum Tag : int { kTagCommand = 1, kTagResidual = 2, kTagLogits = 3, kTagSlots = 4, kTagStats = 5 };
+enum Tag : int { kTagCommand = 1, kTagResidual = 2, kTagLogits = 3, kTagSlots = 4, kTagStats = 5, kTagLink = 6 };
 
 class Comm {
 public:

@@ -13,9 +13,15 @@
 //   Residual::to_bytes) to shard e of the next stage.
 // - Shard 0 of the last stage runs the output head and sends the logits to rank 0.
 // Every rank thus computes exactly what a single process computes for its part, so the logits
-// are the same bits. With several stages, --micro-batch keeps several pieces of a prefill chunk
+// are the same bits.
+//
+// How the bytes move (--dist-link): MPI through host memory, or NCCL between the GPUs' own
+// memories (device_link.h). With NCCL the residual's header still goes over MPI, its rows go
+// GPU to GPU; the expert rows are packed on the GPU (gather_rows), swapped and unpacked
+// (scatter_weighted by 1, exact). Without NCCL a stage on a device stages both through the host. With several stages, --micro-batch keeps several pieces of a prefill chunk
 // in flight (run()).
 #include "backend/backend.h"
+#include "dist/mpi/device_link.h"
 #include "dist/mpi/rank_split.h"
 #include "model/forward.h"
 
@@ -35,6 +41,18 @@ public:
         for (int e = 0; e < plan_.shards; ++e) stage_group_.push_back(plan_.rank_at(p.stage, e));
     }
 
+    void open(const model::SessionOptions& o) override {
+        RankSplit::open(o);
+        link_open_ = false;   // every rank decides again at the session's first pass
+    }
+    void close() override {
+        RankSplit::close();
+        for (auto& [be, b] : scratch_) be->free(b);
+        scratch_.clear();
+        dlink_.reset();
+        link_open_ = false;
+    }
+
     bool shards_experts() const override { return plan_.shards > 1; }
     bool owns_expert(int, int e) const override { return plan_.expert_shard(e) == mine().shard; }
 
@@ -42,6 +60,7 @@ public:
         try {
             const auto t0 = std::chrono::steady_clock::now();
             const double waited = comm_.wait_s;
+            if (!link_open_) open_link(env);
             run(env, tokens, want_all, host);
             comm_.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - (comm_.wait_s - waited);
         } catch (const std::exception& e) {
@@ -51,13 +70,42 @@ public:
 
     void gather_slots(int, const std::vector<int32_t>& sel, backend::Backend& be, float* ys, int64_t, int64_t,
                       int64_t lat) override {
-        if (!be.host_memory()) comm_.abort("--split experts / both runs on the CPU only; a MoE layer ran on " + be.name());
-        const int me = comm_.rank();
-        const size_t row = size_t(lat) * sizeof(float);
         // Entries (t * K + slot) each shard computed, in entry order: every shard derives the
         // same lists from the same selections.
         std::vector<std::vector<int64_t>> of(static_cast<size_t>(comm_.size()));
         for (size_t i = 0; i < sel.size(); ++i) of[size_t(stage_group_[size_t(plan_.expert_shard(sel[i]))])].push_back(int64_t(i));
+        if (be.host_memory()) return swap_rows_host(of, ys, lat);
+        if (dlink_ && &be == link_be_) return swap_rows_device(of, be, ys, lat, sel.size());
+        // A device without the NCCL link: through host memory, the same messages as the host path.
+        std::vector<float> host(sel.size() * size_t(lat));
+        be.download(host.data(), ys, host.size() * sizeof(float));
+        swap_rows_host(of, host.data(), lat);
+        be.upload(ys, host.data(), host.size() * sizeof(float));
+    }
+
+private:
+    std::vector<int> stage_group_;   // the ranks of this rank's stage, by shard
+    bool link_open_ = false;         // the ranks have chosen the link for this session
+    std::unique_ptr<DeviceLink> dlink_;   // NCCL, when chosen
+    backend::Backend* link_be_ = nullptr; // the backend whose memory it moves (this rank's stage's)
+    std::vector<std::pair<backend::Backend*, backend::Buffer>> scratch_;   // device buffers of the row swap
+
+    // Device scratch i, at least `floats` long (grow-only, freed at close).
+    float* scratch(size_t i, size_t floats, backend::Backend& be) {
+        if (scratch_.size() <= i) scratch_.resize(i + 1, {nullptr, {}});
+        auto& [owner, b] = scratch_[i];
+        if (owner != &be || b.bytes < floats * sizeof(float)) {
+            if (owner) owner->free(b);
+            b = be.alloc(std::max<size_t>(floats, 1) * sizeof(float), "expert rows of a --split");
+            owner = &be;
+        }
+        return reinterpret_cast<float*>(b.ptr);
+    }
+
+    // The expert rows of every shard of the stage into ys (host memory), over MPI.
+    void swap_rows_host(const std::vector<std::vector<int64_t>>& of, float* ys, int64_t lat) {
+        const int me = comm_.rank();
+        const size_t row = size_t(lat) * sizeof(float);
         std::vector<std::vector<uint8_t>> in(static_cast<size_t>(comm_.size()));
         std::vector<uint8_t> packed(of[size_t(me)].size() * row);
         for (size_t j = 0; j < of[size_t(me)].size(); ++j)
@@ -72,11 +120,99 @@ public:
         }
     }
 
-private:
-    std::vector<int> stage_group_;   // the ranks of this rank's stage, by shard
+    // The same in the device's memory over the NCCL link: this shard's rows packed by
+    // gather_rows, every peer's part received into its own buffer, then put in place by
+    // scatter_weighted with weight 1 (x * 1 is x, bit for bit).
+    void swap_rows_device(const std::vector<std::vector<int64_t>>& of, backend::Backend& be, float* ys, int64_t lat,
+                          size_t entries) {
+        const int me = comm_.rank();
+        const size_t mine = of[size_t(me)].size();
+        float* packed = scratch(0, mine * size_t(lat), be);
+        if (mine) be.gather_rows(ys, lat, of[size_t(me)], 1, packed);
+        std::vector<DeviceLink::Xfer> xs;
+        std::vector<float*> in(static_cast<size_t>(comm_.size()), nullptr);
+        size_t k = 1;
+        for (int q : stage_group_) {
+            if (q == me) continue;
+            in[size_t(q)] = scratch(k++, of[size_t(q)].size() * size_t(lat), be);
+            xs.push_back({true, packed, mine * size_t(lat) * sizeof(float), q});
+            xs.push_back({false, in[size_t(q)], of[size_t(q)].size() * size_t(lat) * sizeof(float), q});
+        }
+        dlink_->run(xs, "expert rows");
+        const std::vector<float> ones(entries, 1.0f);
+        for (int q : stage_group_)
+            if (q != me && !of[size_t(q)].empty()) be.scatter_weighted(in[size_t(q)], lat, of[size_t(q)], ones.data(), ys);
+    }
+
+    // The ranks choose the link together, before the session's first pass (so.link):
+    // NCCL when asked for, or for auto when every rank's stage runs on a GPU that no other rank
+    // uses (NCCL refuses two ranks of one communicator on one GPU); MPI otherwise.
+    void open_link(const model::FwdEnv& env) {
+        link_open_ = true;
+        dlink_.reset();
+        link_be_ = &env.pl.layer(mine().first_layer);
+        if (link == Link::mpi || (link == Link::automatic && !have_nccl_link())) return;
+        // Each rank's endpoint ("" and why when its stage cannot take the link), all-gathered.
+        const LinkEndpoint mine_ep = link_endpoint(*link_be_);
+        std::vector<uint8_t> rec(kEndpointBytes, 0);
+        const std::string text = mine_ep.id.empty() ? "!" + mine_ep.why : mine_ep.id;
+        std::memcpy(rec.data(), text.data(), std::min(text.size(), kEndpointBytes - 1));
+        std::vector<int> all(static_cast<size_t>(comm_.size()));
+        for (int q = 0; q < comm_.size(); ++q) all[size_t(q)] = q;
+        std::vector<std::vector<uint8_t>> in(all.size(), std::vector<uint8_t>(kEndpointBytes));
+        in[size_t(comm_.rank())] = rec;
+        comm_.all_gather(rec, in, kTagLink, all);
+        std::string problem;
+        for (int q = 0; q < comm_.size() && problem.empty(); ++q) {
+            const std::string a(reinterpret_cast<const char*>(in[size_t(q)].data()));
+            if (a.empty() || a[0] == '!') {
+                problem = fmt::format("rank {} cannot use NCCL: {}", q, a.empty() ? "no endpoint" : a.substr(1));
+                break;
+            }
+            for (int r = 0; r < q; ++r)
+                if (a == reinterpret_cast<const char*>(in[size_t(r)].data()))
+                    problem = fmt::format("ranks {} and {} are on the same GPU ({}), and NCCL takes one rank per GPU", r, q, a);
+        }
+        if (!problem.empty()) {
+            if (link == Link::nccl) comm_.abort("--dist-link nccl: " + problem);
+            return;   // auto: MPI, on every rank alike (they all saw the same records)
+        }
+        dlink_ = open_nccl_link(comm_, *link_be_);
+    }
 
     const RankPart& mine() const { return plan_.part[size_t(comm_.rank())]; }
     int head_rank() const { return plan_.rank_at(plan_.stages - 1, 0); }
+
+    // The residual over the NCCL link: its header (n, d, banked blocks) over MPI as
+    // Residual::to_bytes has it, then p and every block GPU to GPU.
+    void send_residual(model::Residual& res, const model::FwdEnv& env, int to) {
+        res.move_to(*link_be_, env.ws_of(*link_be_));
+        const int64_t head[3] = {res.n, res.d, int64_t(res.stack.size())};
+        comm_.send(to, kTagResidual, head, sizeof head);
+        const size_t bytes = size_t(res.n * res.d) * sizeof(float);
+        std::vector<DeviceLink::Xfer> xs{{true, res.p, bytes, to}};
+        for (float* b : res.stack) xs.push_back({true, b, bytes, to});
+        dlink_->run(xs, "residual");
+    }
+    model::Residual recv_residual(const std::vector<uint8_t>& head_bytes, backend::Backend& be, backend::Workspace& ws, int from) {
+        int64_t head[3];
+        if (head_bytes.size() != sizeof head) fail("the residual header from rank {} has {} bytes, expected {}", from, head_bytes.size(), sizeof head);
+        std::memcpy(head, head_bytes.data(), sizeof head);
+        if (head[0] <= 0 || head[1] <= 0 || head[2] < 0 || head[2] > 4096)
+            fail("the residual header from rank {}: {} x {}, {} blocks", from, head[0], head[1], head[2]);
+        if (&be != link_be_) fail("the residual arrives on {}, the link is on {}", be.name(), link_be_->name());
+        model::Residual r;
+        r.be = &be, r.n = head[0], r.d = head[1];
+        const size_t bytes = size_t(r.n * r.d) * sizeof(float);
+        r.p = ws.get(size_t(r.n * r.d));
+        std::vector<DeviceLink::Xfer> xs{{false, r.p, bytes, from}};
+        for (int64_t i = 0; i < head[2]; ++i) {
+            r.stack.push_back(ws.get(size_t(r.n * r.d)));
+            xs.push_back({false, r.stack.back(), bytes, from});
+        }
+        dlink_->run(xs, "residual");
+        return r;
+    }
 
     std::string describe() const {
         const RankPart& p = mine();
@@ -123,13 +259,15 @@ private:
             const int from = plan_.rank_at(p.stage - 1, p.shard);
             const std::vector<uint8_t> in = comm_.recv(from, kTagResidual, comm_.timeout_s);
             backend::Backend& be = env.pl.layer(p.first_layer);
-            res = model::Residual::from_bytes(in, be, env.ws_of(be));
+            res = dlink_ ? recv_residual(in, be, env.ws_of(be), from) : model::Residual::from_bytes(in, be, env.ws_of(be));
             if (res.n != env.n) fail("the residual from rank {} has {} rows, this piece {}", from, res.n, env.n);
         }
         model::forward_layers(env, p.first_layer, p.last_layer, res, {});
         if (p.stage + 1 < plan_.stages) {
+            const int to = plan_.rank_at(p.stage + 1, p.shard);
+            if (dlink_) return send_residual(res, env, to);
             const std::vector<uint8_t> bytes = res.to_bytes();
-            comm_.send(plan_.rank_at(p.stage + 1, p.shard), kTagResidual, bytes.data(), bytes.size());
+            comm_.send(to, kTagResidual, bytes.data(), bytes.size());
         } else if (p.head && want > 0) {
             model::output_logits(env, model::final_stream(env, res, {}), env.n - want, out);
         }

@@ -21,7 +21,11 @@ struct OpenFixed {
     int64_t cache_page_rows, tiled_min_keys;
     int32_t balance;
     uint64_t plan_digest;
-    int64_t n_costs;   // 0, or the layers' costs then the head's (uint64 each), before the path
+    int32_t n_gpu_layers, n_cpu_moe;
+    uint8_t cpu_moe;
+    int32_t link;
+    int64_t device_len;   // bytes of the device spec, after the costs
+    int64_t n_costs;      // 0, or the layers' costs then the head's (uint64 each), before the device and the path
 };
 struct ForwardFixed {
     Op op;
@@ -47,13 +51,22 @@ T fixed_of(std::span<const uint8_t> m, const char* what) {
 
 }  // namespace
 
+Link parse_link(const std::string& s) {
+    if (s == "mpi") return Link::mpi;
+    if (s == "nccl") return Link::nccl;
+    if (s == "auto" || s.empty()) return Link::automatic;
+    usage_fail("--dist-link {}: expected mpi, nccl or auto", s);
+}
+
 std::vector<uint8_t> encode(const OpenCmd& c) {
     std::vector<uint64_t> costs = c.costs.layer;
     if (!costs.empty()) costs.push_back(c.costs.head);
     OpenFixed f{Op::open, int32_t(c.kind), c.stages, c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
-                 c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys, int32_t(c.costs.by), c.plan_digest, int64_t(costs.size())};
+                 c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys, int32_t(c.costs.by), c.plan_digest,
+                 c.n_gpu_layers, c.n_cpu_moe, c.cpu_moe, int32_t(c.link), int64_t(c.device.size()), int64_t(costs.size())};
     std::vector<uint8_t> tail(costs.size() * sizeof(uint64_t));
     if (!costs.empty()) std::memcpy(tail.data(), costs.data(), tail.size());
+    tail.insert(tail.end(), c.device.begin(), c.device.end());
     tail.insert(tail.end(), c.model_path.begin(), c.model_path.end());
     return with_tail(f, tail.data(), tail.size());
 }
@@ -89,7 +102,13 @@ OpenCmd decode_open(std::span<const uint8_t> m) {
         c.costs.head = costs.back();
         c.costs.layer.assign(costs.begin(), costs.end() - 1);
     }
-    c.model_path.assign(reinterpret_cast<const char*>(m.data()) + sizeof f + cost_bytes, m.size() - sizeof f - cost_bytes);
+    if (f.device_len < 0 || uint64_t(f.device_len) > m.size() - sizeof f - cost_bytes)
+        fail("open command: a device spec of {} bytes in {}", f.device_len, m.size());
+    if (f.link < int32_t(Link::mpi) || f.link > int32_t(Link::automatic)) fail("open command: link {} unknown", f.link);
+    c.n_gpu_layers = f.n_gpu_layers, c.n_cpu_moe = f.n_cpu_moe, c.cpu_moe = f.cpu_moe != 0, c.link = Link(f.link);
+    const char* tail = reinterpret_cast<const char*>(m.data()) + sizeof f + cost_bytes;
+    c.device.assign(tail, size_t(f.device_len));
+    c.model_path.assign(tail + f.device_len, m.size() - sizeof f - cost_bytes - size_t(f.device_len));
     return c;
 }
 

@@ -13,6 +13,12 @@ namespace kinfer::dist {
 
 enum class Op : int32_t { open = 1, forward = 2, close = 3, quit = 4 };
 
+// How the ranks move the residual and the expert rows: MPI through host memory, NCCL between
+// the GPUs' memories (dist/nccl), or NCCL when every rank's layers are on a GPU of its own and
+// MPI otherwise (the ranks decide together at their first pass: grid_split.cpp).
+enum class Link : int32_t { mpi = 0, nccl = 1, automatic = 2 };
+Link parse_link(const std::string& s);   // "mpi" | "nccl" | "auto"
+
 struct OpenCmd {
     SplitKind kind = SplitKind::pipeline;
     int32_t stages = 0;          // --split both: pipeline stages (0: the default)
@@ -29,6 +35,12 @@ struct OpenCmd {
     // every rank makes the same plan without needing the file.
     StageCosts costs;
     uint64_t plan_digest = 0;    // Plan::digest of rank 0's plan
+    // Rank 0's placement: every rank opens the same device (--device spec, empty: none) and puts
+    // its share of the last n_gpu_layers layers there, so every rank rounds as rank 0 does.
+    std::string device;
+    int32_t n_gpu_layers = 0, n_cpu_moe = 0;
+    bool cpu_moe = false;
+    Link link = Link::automatic; // how the residual and the expert rows move (--dist-link)
     std::string model_path;
 };
 

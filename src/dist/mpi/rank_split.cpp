@@ -1,6 +1,7 @@
 #include "dist/mpi/rank_split.h"
 
 #include "dist/mpi/protocol.h"
+#include "backend/registry.h"
 #include "model/session.h"
 
 #include <cstdio>
@@ -22,8 +23,8 @@ RankSplit::RankSplit(Comm& comm, const model::Model& m, SplitKind kind, int stag
 
 void RankSplit::open(const model::SessionOptions& o) {
     if (comm_.rank() != 0) return;
-    if (o.experts || o.routing_replay || o.routing_record || o.n_gpu_layers || o.cpu_moe || o.n_cpu_moe)
-        usage_fail("--split does not combine with the expert store, routing traces, -ngl or --cpu-moe yet");
+    if (o.experts || o.routing_replay || o.routing_record || !o.overrides.empty())
+        usage_fail("--split does not combine with the expert store, routing traces or -ot yet");
     OpenCmd c;
     c.kind = plan_.kind;
     c.stages = plan_.stages;
@@ -34,8 +35,23 @@ void RankSplit::open(const model::SessionOptions& o) {
     c.cache_type = int32_t(o.cache_type), c.cache_page_rows = o.cache_page_rows, c.tiled_min_keys = o.tiled_min_keys;
     c.costs = costs_;
     c.plan_digest = plan_.digest();
+    // Every rank opens rank 0's device and places its share of the same layers there.
+    if (o.backends && o.backends->n_devices() > 0) c.device = o.backends->spec(0);
+    c.n_gpu_layers = c.device.empty() ? 0 : o.n_gpu_layers;
+    c.cpu_moe = o.cpu_moe, c.n_cpu_moe = o.n_cpu_moe;
+    // auto without a device: MPI, decided here for every rank (no endpoints to swap).
+    if (link == Link::automatic && c.device.empty()) link = Link::mpi;
+    c.link = link;
     c.model_path = model_.path();
     tell_workers(comm_, encode(c));
+}
+
+model::Share RankSplit::share() const {
+    const RankPart& p = plan_.part[size_t(comm_.rank())];
+    model::Share s;
+    s.first_layer = p.first_layer, s.last_layer = p.last_layer, s.head = p.head;
+    if (plan_.shards > 1) s.first_expert = p.first_expert, s.last_expert = p.last_expert;
+    return s;
 }
 
 void RankSplit::close() {

@@ -5,6 +5,7 @@
 // inside a forward pass ends the whole job (Comm::abort): the ranks' states would no longer agree.
 #pragma once
 #include "dist/mpi/comm.h"
+#include "dist/mpi/protocol.h"
 #include "dist/plan.h"
 #include "model/split.h"
 
@@ -20,6 +21,10 @@ public:
     void close() override;
     void begin(const int32_t* tokens, int64_t n, int64_t pos0, bool want_all) override;
     const Plan& plan() const { return plan_; }
+    // This rank's layers, head and expert shard: what its placement copies to a device.
+    model::Share share() const override;
+    // --dist-link: how the residual and the expert rows move between the ranks.
+    Link link = Link::automatic;
     // --micro-batch: with several stages, a prefill chunk goes through them in pieces of this
     // many tokens, so stage s runs piece i + 1 while stage s + 1 runs piece i (0: whole chunks).
     int64_t micro_batch = 0;

@@ -2,6 +2,7 @@
 // terminal of its own: it prints nothing except the one line that ends the job on an error.
 #include "dist/mpi/protocol.h"
 #include "dist/mpi/rank_split.h"
+#include "backend/registry.h"
 #include "model/session.h"
 
 namespace kinfer::dist {
@@ -10,6 +11,10 @@ namespace {
 
 struct Worker {
     Comm& comm;
+    // Rank 0's device, opened here too (declared first: it outlives the sessions using it).
+    std::unique_ptr<backend::Backends> backends;
+    std::string device_spec;
+    int device_threads = 0;
     std::unique_ptr<model::Model> model;
     std::unique_ptr<RankSplit> split;
     std::unique_ptr<model::Session> session;
@@ -32,6 +37,18 @@ struct Worker {
             fail("open command: cache type {} unknown", c.cache_type);
         so.cache_type = backend::CacheType(c.cache_type);
         so.cache_page_rows = c.cache_page_rows, so.tiled_min_keys = c.tiled_min_keys;
+        split->link = c.link;
+        if (c.device != device_spec || c.n_threads != device_threads) {
+            backends.reset();
+            if (!c.device.empty()) {
+                backends = std::make_unique<backend::Backends>(c.n_threads);
+                backends->add_device(c.device);
+            }
+            device_spec = c.device, device_threads = c.n_threads;
+        }
+        so.backends = backends.get();
+        so.n_gpu_layers = backends && backends->n_devices() > 0 ? c.n_gpu_layers : 0;
+        so.cpu_moe = c.cpu_moe, so.n_cpu_moe = c.n_cpu_moe;
         so.split = split.get();
         session = std::make_unique<model::Session>(*model, so);
     }
@@ -51,7 +68,7 @@ struct Worker {
 }  // namespace
 
 int serve(Comm& comm) {
-    Worker w{comm, nullptr, nullptr, nullptr};
+    Worker w{comm, nullptr, {}, 0, nullptr, nullptr, nullptr};
     try {
         for (;;) {
             const std::vector<uint8_t> m = comm.recv(0, kTagCommand, -1.0);
