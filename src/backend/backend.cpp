@@ -107,6 +107,7 @@ void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, 
         std::memcpy(dst, src, bytes);
         return;
     }
+    if (src_be.copy_to(dst_be, dst, src, bytes)) return;  // GPU to GPU
     std::vector<uint8_t> staging(bytes);                   // device to device through the host
     src_be.download(staging.data(), src, bytes);
     dst_be.upload(dst, staging.data(), bytes);

@@ -145,6 +145,9 @@ public:
     virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
     virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
     virtual void copy(void* dst, const void* src, size_t bytes) = 0;       // within this backend
+    // dst (in dst_be's memory) = src (in this one's), directly (one GPU to another); false when
+    // this backend has no such path and the bytes must go through the host (copy_between).
+    virtual bool copy_to(Backend& /*dst_be*/, void* /*dst*/, const void* /*src*/, size_t /*bytes*/) { return false; }
     // On the copy stream: returns at once; host_src must stay valid until the event happened.
     virtual Event upload_async(void* dst, const void* host_src, size_t bytes);
     // The compute stream waits for e (the host thread does not, where the hardware allows).

@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 
 #ifdef KINFER_HAVE_CUDA
@@ -51,6 +52,26 @@ Backend& Backends::add_device(const std::string& spec) {
 #endif
     }
     fail("--device '{}': expected sim:SIZE[,GBps] (a strict simulated device, e.g. sim:2GiB,25)", spec);
+}
+
+void Backends::add_devices(const std::string& list) {
+    std::vector<std::string> specs;
+    size_t at = 0;
+    while (at <= list.size()) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string piece = list.substr(at, comma - at);
+        const bool starts_spec = piece.rfind("sim", 0) == 0 || piece.rfind("cuda", 0) == 0;
+        if (!starts_spec && !specs.empty() && specs.back().rfind("sim", 0) == 0) specs.back() += "," + piece;
+        else specs.push_back(piece);
+        at = comma + 1;
+    }
+    for (const std::string& s : specs) add_device(s);
+}
+
+std::string Backends::specs() const {
+    std::string out;
+    for (const std::string& s : specs_) out += (out.empty() ? "" : ",") + s;
+    return out;
 }
 
 Backend* Backends::find(std::string_view name) {

@@ -28,13 +28,15 @@ public:
     // Adds the device a --device value names; throws kinfer::Error with the accepted forms. A
     // cudaN this machine lacks adds nothing and returns the CPU (after one line on stderr).
     Backend& add_device(const std::string& spec);
+    // A comma-separated list of them ("cuda0,cuda1", "sim:1GiB,25,sim:1GiB": a number after a
+    // sim spec is its bandwidth), each added in order; what --device takes.
+    void add_devices(const std::string& list);
+    // The specs of the devices added, comma-separated again (what another rank is told to open).
+    std::string specs() const;
 
     CpuBackend& cpu() { return *cpu_; }
     size_t n_devices() const { return devices_.size(); }
     Backend* device(size_t i = 0) { return i < devices_.size() ? devices_[i].get() : nullptr; }
-    // The --device value device i was made from ("sim:512MiB", "cuda0"): what another rank of a
-    // --split is told to open.
-    const std::string& spec(size_t i = 0) const { return specs_.at(i); }
     // "CPU" / "cpu" or a device name ("sim0"); nullptr when none is called that.
     Backend* find(std::string_view name);
     // The copy-engine view of device i that the expert store carves its slot pool from.

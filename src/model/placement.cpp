@@ -24,7 +24,14 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     output_ = o.n_gpu_layers >= L && dev ? dev : &bk.cpu();
     layer_.assign(size_t(L), &bk.cpu());
     experts_with_layer_.assign(size_t(L), true);
-    for (int il = L - ngl; il < L; ++il) layer_[size_t(il)] = dev;
+    // With several devices the -ngl layers go to them in contiguous runs, as even as whole
+    // layers allow (the earlier devices take one more), the output head with the last layer.
+    const int n_dev = int(bk.n_devices());
+    for (int il = L - ngl, k = 0; il < L; ++il, ++k) {
+        const int d = n_dev > 1 ? std::min(n_dev - 1, int(int64_t(k) * n_dev / std::max(ngl, 1))) : 0;
+        layer_[size_t(il)] = bk.device(size_t(d));
+    }
+    if (output_ != &bk.cpu() && ngl > 0) output_ = layer_[size_t(L - 1)];
     const gguf::File& f = m.file();
     auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
     apply_overrides(m, bk, o.overrides);

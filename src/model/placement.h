@@ -2,6 +2,8 @@
 // (for_each_tensor), llama.cpp's rules:
 //   -ngl N        the last N layers' weights (and output / output_norm when N >= n_layer) are
 //                 copied to the device and their ops run there; token_embd stays on the CPU;
+//                 with several devices (--device cuda0,cuda1) the N layers are shared among
+//                 them in contiguous runs, the residual moving between them;
 //   --cpu-moe     routed experts of every device layer stay in the mapping and run on the CPU;
 //   --n-cpu-moe N those of the first N layers do;
 //   -ot RE=DEV    a layer whose non-expert tensors match RE runs on DEV (CPU or a device name),

@@ -245,3 +245,40 @@ TEST_CASE("-ot moves whole layers between the CPU and the device; a split layer 
     so.overrides = {"blk\\.0\\.("};
     CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("expected REGEX=DEVICE"), Error);
 }
+
+TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads the layers over them in runs; logits bit for bit") {
+    backend::Backends parse(1);
+    parse.add_devices("sim:64MiB,25,sim:32MiB");   // a number after a sim spec is its bandwidth
+    REQUIRE(parse.n_devices() == 2);
+    CHECK(parse.specs() == "sim:64MiB,25,sim:32MiB");
+    for (const char* name : {"models/k3-tiny-a-Q4_K_M.gguf", "models/kl-tiny-a-Q4_K_M.gguf"}) {
+        CAPTURE(name);
+        auto m = model::Model::load(test::data(name));
+        const int L = m->hparams().n_layer;
+        const auto base = run(*m, {});
+        for (int n_dev : {2, 3}) {
+            for (int ngl : {L, L - 1}) {
+                CAPTURE(n_dev);
+                CAPTURE(ngl);
+                backend::Backends bk(2);
+                for (int d = 0; d < n_dev; ++d) bk.add_device("sim:128MiB");
+                model::SessionOptions so;
+                so.backends = &bk, so.n_gpu_layers = ngl;
+                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
+                model::Session s(*m, so);
+                // Contiguous runs, each device used, the earlier ones taking the odd layers.
+                int prev = -1;
+                std::vector<int> per(size_t(n_dev), 0);
+                for (int il = L - ngl; il < L; ++il) {
+                    int d = 0;
+                    while (&s.placement().layer(il) != bk.device(size_t(d))) ++d;
+                    CHECK(d >= prev);
+                    prev = d, ++per[size_t(d)];
+                }
+                for (int d = 0; d < n_dev; ++d) CHECK(per[size_t(d)] == ngl / n_dev + (d < ngl % n_dev ? 1 : 0));
+                if (ngl < L) CHECK(&s.placement().layer(0) == &bk.cpu());
+                CHECK(&s.placement().output() == (ngl >= L ? bk.device(size_t(n_dev - 1)) : &bk.cpu()));
+            }
+        }
+    }
+}

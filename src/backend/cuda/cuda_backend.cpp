@@ -227,6 +227,20 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(compute_)), "copy");
 }
 
+bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t bytes) {
+    auto* peer = dynamic_cast<CudaBackend*>(&dst_be);
+    if (!peer) return false;
+    need(src, bytes, "copy_to", "src");
+    peer->need(dst, bytes, "copy_to", "dst");
+    // The peer's queued kernels may still read the buffer being overwritten; this device's
+    // copy then follows the kernels that wrote src, and is complete before the peer's next op.
+    peer->synchronize();
+    select();
+    check(cudaMemcpyPeerAsync(dst, peer->device_, src, device_, bytes, stream_of(compute_)), "copy_to");
+    check(cudaStreamSynchronize(stream_of(compute_)), "copy_to");
+    return true;
+}
+
 Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
     need(dst, bytes, "upload_async", "dst");
     select();

@@ -57,6 +57,7 @@ public:
     void upload(void* dst, const void* host_src, size_t bytes) override;
     void download(void* host_dst, const void* src, size_t bytes) override;
     void copy(void* dst, const void* src, size_t bytes) override;
+    bool copy_to(Backend& dst_be, void* dst, const void* src, size_t bytes) override;   // another GPU: peer copy
     Event upload_async(void* dst, const void* host_src, size_t bytes) override;
     void wait(Event e) override;
     void synchronize() override;

@@ -16,7 +16,7 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
     app.add_option("--expert-cache", f.dev_cache, "device expert cache per device (default: all of it)")->group(g);
     app.add_option("--device", f.device,
                    "device for -ngl layers and the expert cache: cudaN (GPU N, in a CUDA build; without that GPU the "
-                   "run says so and stays on the CPU), cuda:local (under mpirun: GPU N for the rank N of its machine) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
+                   "run says so and stays on the CPU), cuda:local (under mpirun: GPU N for the rank N of its machine), several comma-separated (-ngl shares the layers among them) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
                    "CPU kernels, every pointer checked)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
@@ -48,7 +48,7 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     if (flags.n_gpu_layers < 0) fail("--n-gpu-layers {}: expected a number of layers >= 0", flags.n_gpu_layers);
     if (!flags.device.empty() || flags.list_devices) {
         rd->backends = std::make_unique<backend::Backends>(so.n_threads);
-        if (!flags.device.empty()) rd->backends->add_device(flags.device);
+        if (!flags.device.empty()) rd->backends->add_devices(flags.device);
         if (flags.list_devices) {
             for (const std::string& line : rd->backends->list()) std::printf("%s\n", line.c_str());
             std::exit(0);

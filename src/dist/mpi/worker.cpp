@@ -42,7 +42,7 @@ struct Worker {
             backends.reset();
             if (!c.device.empty()) {
                 backends = std::make_unique<backend::Backends>(c.n_threads);
-                backends->add_device(c.device);
+                backends->add_devices(c.device);
             }
             device_spec = c.device, device_threads = c.n_threads;
         }
