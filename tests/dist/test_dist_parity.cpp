@@ -166,7 +166,9 @@ TEST_CASE("dist: -ngl on a device under --split, over MPI and over the NCCL link
             CHECK(one.logits == cpu.logits);   // the simulated device runs the CPU's kernels
             for (size_t li = 0; li < links.size(); ++li)
                 for (const Case& c : {Case{"pipeline", li == 0 ? 3 : 2}, Case{"experts", li == 0 ? 2 : 3}}) {
-                    const auto& [link, env] = links[li];
+                    // Not a structured binding: clang before 16 cannot capture one in CAPTURE's lambda.
+                    const std::string& link = links[li].first;
+                    const std::string& env = links[li].second;
                     CAPTURE(name);
                     CAPTURE(mode);
                     CAPTURE(link);

@@ -1,11 +1,10 @@
 // The CUDA kernels built by the host compiler in CPU execution mode (cpu_mode.h): the same .cu
 // sources, in namespace kinfer::cuda::emu. test_cuda runs them against the CPU backend's ops on
-// every machine, GPU or not.
+// every machine, GPU or not. kda_chunked.cu has a file of its own (kda_chunked_emu.cpp).
 #include "backend/cuda/blas.cu"
 #include "backend/cuda/elementwise.cu"
 #include "backend/cuda/gemm.cu"
 #include "backend/cuda/kda.cu"
-#include "backend/cuda/kda_chunked.cu"
 #include "backend/cuda/latent.cu"
 #include "backend/cuda/matvec.cu"
 #include "backend/cuda/mix.cu"
