@@ -197,6 +197,44 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
     }
 }
 
+// The routed experts of a layer shared among devices (--split-mode experts, model/placement.h):
+// each device runs its experts' entries batched as above. The layer's own device writes its
+// rows into ys; another device gets the latent rows z (a peer copy between GPUs), and its
+// weighted rows come back compacted, then land in their (token, slot) places scaled by 1, which
+// is exact: the slots then sum in selection order as with one device, bit for bit.
+void routed_sharded(FwdCtx& c, const LayerWeights& L, const std::vector<ExpertShard>& shards,
+                    const std::vector<int32_t>& sel, const std::vector<char>* mine, const float* z, const float* wsel,
+                    float* ys) {
+    const int64_t n = c.n, K = c.hp.n_expert_used, lat = c.hp.latent_dim(), E = c.hp.n_expert;
+    for (const ExpertShard& sh : shards) {
+        std::vector<char> keep(size_t(E), 0);
+        for (int64_t e = sh.first; e < sh.last; ++e) keep[size_t(e)] = !mine || (*mine)[size_t(e)];
+        const ByExpert by(sel, E, &keep);
+        if (by.entry.empty()) continue;
+        LayerWeights Ls = L;
+        Ls.ffn_gate_exps = sh.gate, Ls.ffn_up_exps = sh.up, Ls.ffn_down_exps = sh.down;
+        if (sh.be == &c.be) {
+            routed_batched(c.be, c.ws, c, Ls, by, z, 0, nullptr, nullptr, wsel, ys, nullptr);
+            continue;
+        }
+        backend::Backend& xb = *sh.be;
+        backend::Workspace& xws = c.env.ws_of(xb);
+        ScratchScope xs(xws);
+        const int64_t rows = int64_t(by.entry.size());
+        float* xz = xs.get(size_t(n * lat));
+        float* xy = xs.get(size_t(n * K * lat));
+        float* xc = xs.get(size_t(rows * lat));
+        backend::copy_between(xb, xz, c.be, z, size_t(n * lat) * sizeof(float));
+        routed_batched(xb, xws, c, Ls, by, xz, 0, nullptr, nullptr, wsel, xy, nullptr);
+        xb.gather_rows(xy, lat, by.entry, 1, xc);
+        ScratchScope s(c.ws);
+        float* yc = s.get(size_t(rows * lat));
+        backend::copy_between(c.be, yc, xb, xc, size_t(rows * lat) * sizeof(float));
+        const std::vector<float> ones(size_t(n * K), 1.0f);
+        c.be.scatter_weighted(yc, lat, by.entry, ones.data(), ys);
+    }
+}
+
 }  // namespace
 
 void dense_ffn(FwdCtx& c, int il, const float* xn, float* out) {
@@ -255,8 +293,10 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         for (int64_t e = 0; e < E; ++e) mine.push_back(split->owns_expert(il, int(e)));
     const ByExpert by_expert(sel, E, split ? &mine : nullptr);
     float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
-    const bool shared_done = !store && c.env.pl.experts_with_layer(il);
+    const std::vector<ExpertShard>& shards = c.env.pl.expert_shards(il);
+    const bool shared_done = !store && shards.empty() && c.env.pl.experts_with_layer(il);
     if (store) routed_through_store(c, il, L, by_expert, z, wsel.data(), ys);
+    else if (!shards.empty()) routed_sharded(c, L, shards, sel, split ? &mine : nullptr, z, wsel.data(), ys);
     else if (c.env.pl.experts_with_layer(il)) routed_batched(be, c.ws, c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
     else routed_on_cpu(c, L, by_expert, z, wsel.data(), ys);
     if (ffs && !shared_done) {

@@ -24,9 +24,11 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     output_ = o.n_gpu_layers >= L && dev ? dev : &bk.cpu();
     layer_.assign(size_t(L), &bk.cpu());
     experts_with_layer_.assign(size_t(L), true);
+    shards_.assign(size_t(L), {});
     // With several devices the -ngl layers go to them in contiguous runs, as even as whole
     // layers allow (the earlier devices take one more), the output head with the last layer.
-    const int n_dev = int(bk.n_devices());
+    // Under shard_experts the dense part stays on the first device (the experts are spread below).
+    const int n_dev = o.shard_experts ? 1 : int(bk.n_devices());
     for (int il = L - ngl, k = 0; il < L; ++il, ++k) {
         const int d = n_dev > 1 ? std::min(n_dev - 1, int(int64_t(k) * n_dev / std::max(ngl, 1))) : 0;
         layer_[size_t(il)] = bk.device(size_t(d));
@@ -52,6 +54,17 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     }
     if (n_device_layers_ == 0 && output_ == &bk.cpu()) return;
 
+    // shard_experts: device d of D takes experts [e0 + (e1 - e0) d / D, e0 + (e1 - e0)(d + 1) / D)
+    // of every device layer whose experts are with it (e0, e1: this process's share).
+    const int64_t n_shard = o.shard_experts && E > 0 ? std::min<int64_t>(int64_t(bk.n_devices()), e1 - e0) : 0;
+    for (int il = 0; il < L && n_shard > 1; ++il) {
+        if (layer_[size_t(il)] == &bk.cpu() || !experts_with_layer_[size_t(il)] || !m.weights().layers[size_t(il)].ffn_gate_exps)
+            continue;
+        for (int64_t d = 0; d < n_shard; ++d)
+            shards_[size_t(il)].push_back(ExpertShard{bk.device(size_t(d)), e0 + (e1 - e0) * d / n_shard,
+                                                      e0 + (e1 - e0) * (d + 1) / n_shard});
+    }
+
     // Copies bytes to dev and returns where they went.
     auto to_device = [&](const void* src, size_t bytes, const std::string& what) {
         backend::Buffer b = dev->alloc(bytes, what);
@@ -59,6 +72,15 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
         dev->upload(b.ptr, src, bytes);
         device_bytes_ += bytes;
         return b.ptr;
+    };
+    // A view of expert tensor t whose experts [a, b) are copied to dev: the shape stays the whole
+    // tensor's, the data moves so that slice(e) of an e in [a, b) lands in the copy.
+    auto expert_slices = [&](const gguf::TensorInfo& t, int64_t a, int64_t b, const std::string& what) {
+        const size_t per_expert = t.nbytes / size_t(E);
+        gguf::TensorInfo& c = moved_.emplace_back(t);
+        const auto base = reinterpret_cast<uintptr_t>(to_device(t.data + size_t(a) * per_expert, size_t(b - a) * per_expert, what));
+        c.data = reinterpret_cast<const uint8_t*>(base - size_t(a) * per_expert);
+        return &c;
     };
     for_each_tensor(hp, has, [&](const TensorSpec& s) {
         backend::Backend* where = s.layer >= 0 ? layer_[size_t(s.layer)]
@@ -75,15 +97,18 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
             auto* p = reinterpret_cast<const float*>(to_device(host, size_t(t->nelements()) * sizeof(float), s.name));
             if (s.layer_vec) w_.layers[size_t(s.layer)].*(s.layer_vec) = p;
             else w_.*(s.global_vec) = p;
+        } else if (expert_tensor && s.layer >= 0 && !shards_[size_t(s.layer)].empty()) {
+            // Each device copies its experts' slices; the layer's own view stays the mapping's
+            // (the MoE layer reads the shards' views, model/moe.cpp).
+            for (ExpertShard& sh : shards_[size_t(s.layer)]) {
+                dev = sh.be;
+                const gguf::TensorInfo* v = expert_slices(*t, sh.first, sh.last, s.name);
+                (s.layer_mat == &LayerWeights::ffn_gate_exps ? sh.gate : s.layer_mat == &LayerWeights::ffn_up_exps ? sh.up : sh.down) = v;
+            }
         } else if (expert_tensor && s.layer >= 0 && E > 0 && (e0 > 0 || e1 < E)) {
-            // An expert shard copies its experts' slices only. The view keeps the whole
-            // tensor's shape with its data moved so that slice(e) of an owned e lands in the
-            // copy (the MoE layer never takes the slice of an expert it does not own).
-            const size_t per_expert = t->nbytes / size_t(E);
-            gguf::TensorInfo& c = moved_.emplace_back(*t);
-            const auto base = reinterpret_cast<uintptr_t>(to_device(t->data + size_t(e0) * per_expert, size_t(e1 - e0) * per_expert, s.name));
-            c.data = reinterpret_cast<const uint8_t*>(base - size_t(e0) * per_expert);
-            if (s.layer_mat) w_.layers[size_t(s.layer)].*(s.layer_mat) = &c;
+            // An expert shard copies its experts' slices only (the MoE layer never takes the
+            // slice of an expert it does not own).
+            if (s.layer_mat) w_.layers[size_t(s.layer)].*(s.layer_mat) = expert_slices(*t, e0, e1, s.name);
         } else {
             gguf::TensorInfo& c = moved_.emplace_back(*t);
             c.data = to_device(t->data, t->nbytes, s.name);

@@ -15,6 +15,11 @@
 //                 head and the routed experts outside its part are never copied to a device
 //                 (their layers run nowhere in this process; they are left on the CPU's views);
 //                 an expert shard's slice of each expert tensor is copied alone.
+//   shard_experts --split-mode experts, with several devices: every -ngl layer's dense tensors
+//                 (and the head) go to the first device, and its routed experts are shared among
+//                 all the devices in contiguous ranges of expert ids (each device holds the
+//                 slices of its experts only); the MoE layer sends the latent rows to each
+//                 device and takes back the weighted rows of its experts (model/moe.cpp).
 //   expert store  when one is used, it owns every routed expert's bytes (its tiers decide where
 //                 each expert runs), so no ffn_*_exps tensor is copied here.
 // The weights handed to the forward pass are a copy of the model's views whose device-layer
@@ -37,6 +42,18 @@ struct PlacementOptions {
     bool expert_store = false;     // routed experts come through the expert store
     std::vector<std::string> overrides;   // -ot values: "REGEX=DEV[,REGEX=DEV...]", first match wins
     Share share;                   // the part this process runs (a --split rank's; all by default)
+    bool shard_experts = false;    // --split-mode experts: see above
+};
+
+// One device's share of a layer's routed experts under shard_experts: experts [first, last)
+// of the layer, whose slices are on be; gate / up / down are views of the whole tensors with
+// the data moved so that slice(e) of an e in the range lands in be's copy.
+struct ExpertShard {
+    backend::Backend* be = nullptr;
+    int64_t first = 0, last = 0;
+    const gguf::TensorInfo* gate = nullptr;
+    const gguf::TensorInfo* up = nullptr;
+    const gguf::TensorInfo* down = nullptr;
 };
 
 class Placement {
@@ -53,6 +70,9 @@ public:
     // True when layer il's routed experts live on the layer's backend (else: in the mapping, run
     // on the CPU, or through the expert store).
     bool experts_with_layer(int il) const { return experts_with_layer_[size_t(il)]; }
+    // Layer il's experts shared among devices (shard_experts), one entry per device holding
+    // some; empty when the layer's experts are not sharded.
+    const std::vector<ExpertShard>& expert_shards(int il) const { return shards_[size_t(il)]; }
     size_t device_bytes() const { return device_bytes_; }   // weights copied to devices
     int n_device_layers() const { return n_device_layers_; }
 
@@ -63,6 +83,7 @@ private:
     Weights w_;
     std::vector<backend::Backend*> layer_;
     std::vector<bool> experts_with_layer_;
+    std::vector<std::vector<ExpertShard>> shards_;
     backend::Backend* output_ = nullptr;
     backend::Backend* embed_ = nullptr;
     std::deque<gguf::TensorInfo> moved_;                      // redirected tensor views

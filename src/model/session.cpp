@@ -42,6 +42,7 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
     po.n_gpu_layers = opt_.n_gpu_layers;
     po.cpu_moe = opt_.cpu_moe;
     po.n_cpu_moe = opt_.n_cpu_moe;
+    po.shard_experts = opt_.shard_experts;
     po.overrides = opt_.overrides;
     po.expert_store = opt_.experts != nullptr;
     if (opt_.split) po.share = opt_.split->share();

@@ -66,6 +66,7 @@ struct SessionOptions {
     int n_gpu_layers = 0;         // -ngl: the last N layers (and the output when N >= n_layer) on device 0
     bool cpu_moe = false;         // --cpu-moe: routed experts of device layers run on the CPU
     int n_cpu_moe = 0;            // --n-cpu-moe N: those of the first N layers do
+    bool shard_experts = false;   // --split-mode experts: the devices share each layer's experts
     std::vector<std::string> overrides{};   // -ot REGEX=DEV: whole layers to a backend (model/placement.h)
 
     // Across processes (--split, src/dist): runs each chunk over the ranks (nullptr: alone).

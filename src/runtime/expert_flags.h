@@ -33,6 +33,7 @@ struct ExpertFlags {
     double seed_fraction = 0.5;
     bool cpu_moe = false;
     int n_cpu_moe = 0;
+    std::string split_mode = "layer";   // --split-mode layer|experts: how several devices share the model
     std::vector<std::string> overrides;   // -ot
     bool prefetch_next = false;
     bool verbose = false;

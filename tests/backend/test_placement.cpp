@@ -282,3 +282,48 @@ TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads
         }
     }
 }
+
+TEST_CASE("--split-mode experts: the dense part on the first device, each layer's experts divided among the devices; logits bit for bit") {
+    for (const char* name : {"models/k3-tiny-a-Q4_K_M.gguf", "models/kl-tiny-a-Q4_K_M.gguf"}) {
+        CAPTURE(name);
+        auto m = model::Model::load(test::data(name));
+        const auto& hp = m->hparams();
+        const int L = hp.n_layer;
+        const auto base = run(*m, {});
+        for (int n_dev : {2, 3}) {
+            for (int ngl : {L, L - 1}) {
+                CAPTURE(n_dev);
+                CAPTURE(ngl);
+                // Strict simulated devices: a kernel given another device's pointer fails.
+                backend::Backends bk(2);
+                for (int d = 0; d < n_dev; ++d) bk.add_device("sim:128MiB");
+                model::SessionOptions so;
+                so.backends = &bk, so.n_gpu_layers = ngl, so.shard_experts = true;
+                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
+                model::Session s(*m, so);
+                int sharded = 0;
+                for (int il = 0; il < L; ++il) {
+                    const auto& shards = s.placement().expert_shards(il);
+                    const bool on_dev = &s.placement().layer(il) != &bk.cpu();
+                    if (on_dev) CHECK(&s.placement().layer(il) == bk.device(0));
+                    if (!on_dev || il < hp.n_layer_dense_lead) {
+                        CHECK(shards.empty());
+                        continue;
+                    }
+                    ++sharded;
+                    // One contiguous range per device, covering every expert once.
+                    REQUIRE(shards.size() == size_t(n_dev));
+                    int64_t next = 0;
+                    for (int d = 0; d < n_dev; ++d) {
+                        CHECK(shards[size_t(d)].be == bk.device(size_t(d)));
+                        CHECK(shards[size_t(d)].first == next);
+                        CHECK(shards[size_t(d)].last > shards[size_t(d)].first);
+                        next = shards[size_t(d)].last;
+                    }
+                    CHECK(next == hp.n_expert);
+                }
+                CHECK(sharded > 0);
+            }
+        }
+    }
+}

@@ -141,6 +141,7 @@ TEST_CASE("first hour: every bad flag value is one line naming the flag, exit st
         {"-t 0", "--threads"},             {"-t 1000", "--threads"},         {"-n -5", "--n-predict"},
         {"-c 0", "--ctx-size"},            {"-b 0", "--batch-size"},         {"--seed abc", "--seed"},
         {"--bogus-flag 1", "--bogus-flag"}, {"--n-gpu-layers -1", "--n-gpu-layers"}, {"--n-cpu-moe -2", "--n-cpu-moe"},
+        {"-sm row", "--split-mode"},       {"--split-mode experts --cpu-moe", "--split-mode"},
     };
     for (const Bad& b : table) {
         CAPTURE(b.args);

@@ -181,6 +181,19 @@ TEST_CASE("dist: -ngl on a device under --split, over MPI and over the NCCL link
                 }
         }
     }
+    // Two devices per rank sharing each rank's expert slice (--split-mode experts): the mode
+    // travels to the workers, and each device takes its part of the rank's part.
+    {
+        const std::string model = data("models/k3-tiny-a-Q4_K_M.gguf");
+        const std::string two = "--device sim:256MiB,sim:256MiB -ngl 99 --split-mode experts ";
+        const EvalOut cpu = eval("", model, "batch", dir, "sm-cpu", "");
+        const EvalOut one = eval("", model, "batch", dir, "sm-one", two);
+        const EvalOut many = eval(mpirun(2), model, "batch", dir, "sm-many", two + "--dist-timeout 60 --split experts");
+        REQUIRE(cpu.logits.size() > 0);
+        CHECK(one.logits == cpu.logits);
+        CHECK(many.logits == cpu.logits);
+        CHECK(many.greedy == cpu.greedy);
+    }
     std::filesystem::remove_all(dir);
 }
 

@@ -21,6 +21,11 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
         ->check(int_in(0, 1 << 20))->group(g);
+    app.add_option("--split-mode,--sm", f.split_mode,
+                   "how several devices share the model: layer (the -ngl layers in contiguous runs, one device "
+                   "each) or experts (the dense part on the first device, each layer's routed experts divided "
+                   "among all of them; no expert store); llama.cpp's -sm")
+        ->check(CLI::IsMember({"layer", "experts"}))->group(g);
     app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU, devices, every CUDA GPU with its free memory) and exit")->group(g);
     app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
     app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
@@ -62,7 +67,18 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     }
     // Under --split each rank copies its share of the routed experts with its layers
     // (model/placement.h): --device alone then makes no expert store (the store serves one process).
+    // --split-mode experts: the devices hold the experts themselves, so likewise.
     runtime::ExpertFlags store_flags = flags;
+    const bool shard = flags.split_mode == "experts";
+    if (shard) {
+        runtime::ExpertFlags bare = flags;
+        bare.device.clear();
+        if (bare.any_store())
+            usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
+                       "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
+                       "--verbose-experts, --expert-io) choose another placement: give one or the other");
+        store_flags = bare;
+    }
     if (split_ranks() > 1) {
         runtime::ExpertFlags bare = flags;
         bare.device.clear();
@@ -80,6 +96,7 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     so.n_gpu_layers = ngl;
     so.cpu_moe = flags.cpu_moe;
     so.n_cpu_moe = flags.n_cpu_moe;
+    so.shard_experts = shard;
     so.overrides = flags.overrides;
     return rd;
 }

@@ -25,7 +25,7 @@ struct Rename {
 const Rename kRenames[] = {
     {"-ngl", "--n-gpu-layers"}, {"--gpu-layers", "--n-gpu-layers"}, {"-ot", "--ot"}, {"-dev", "--device"},
     {"-s", "--seed"},           {"-sys", "--system-prompt"},        {"-cmoe", "--cpu-moe"}, {"-ncmoe", "--n-cpu-moe"},
-    {"-ctk", "--cache-type-k"},
+    {"-ctk", "--cache-type-k"}, {"-sm", "--split-mode"},
 };
 
 struct Accept {
@@ -65,8 +65,9 @@ const Instead kInstead[] = {
      "kinfer has no speculative decoding", true},
     {"--lora --lora-scaled", "kinfer loads no LoRA adapters: merge them into the checkpoint, then kinfer convert", true},
     {"-hf --hf-repo -hff --hf-file -mu --model-url", "kinfer downloads nothing: fetch the GGUF file and pass -m FILE", true},
-    {"-sm --split-mode -ts --tensor-split -mg --main-gpu",
-     "kinfer places experts with --ot, --cpu-moe and --n-cpu-moe; --device picks the device", true},
+    {"-ts --tensor-split -mg --main-gpu",
+     "kinfer shares the -ngl layers evenly among the --device list (--split-mode layer|experts says how); "
+     "--ot, --cpu-moe and --n-cpu-moe place experts", true},
     {"-tb --threads-batch", "-t sets the threads for both prefill and generation", true},
     {"-ub --ubatch-size", "-b is kinfer's one prefill chunk size", true},
     {"--mirostat --mirostat-lr --mirostat-ent --typical --dynatemp-range --dynatemp-exp --xtc-probability "

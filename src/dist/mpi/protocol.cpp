@@ -22,7 +22,7 @@ struct OpenFixed {
     int32_t balance;
     uint64_t plan_digest;
     int32_t n_gpu_layers, n_cpu_moe;
-    uint8_t cpu_moe;
+    uint8_t cpu_moe, shard_experts;
     int32_t link;
     int64_t device_len;   // bytes of the device spec, after the costs
     int64_t n_costs;      // 0, or the layers' costs then the head's (uint64 each), before the device and the path
@@ -63,7 +63,7 @@ std::vector<uint8_t> encode(const OpenCmd& c) {
     if (!costs.empty()) costs.push_back(c.costs.head);
     OpenFixed f{Op::open, int32_t(c.kind), c.stages, c.n_ctx, c.n_batch, c.n_threads, c.kda_chunked, c.mla_decompressed, c.timeout_s,
                  c.micro_batch, c.cache_type, c.cache_page_rows, c.tiled_min_keys, int32_t(c.costs.by), c.plan_digest,
-                 c.n_gpu_layers, c.n_cpu_moe, c.cpu_moe, int32_t(c.link), int64_t(c.device.size()), int64_t(costs.size())};
+                 c.n_gpu_layers, c.n_cpu_moe, c.cpu_moe, c.shard_experts, int32_t(c.link), int64_t(c.device.size()), int64_t(costs.size())};
     std::vector<uint8_t> tail(costs.size() * sizeof(uint64_t));
     if (!costs.empty()) std::memcpy(tail.data(), costs.data(), tail.size());
     tail.insert(tail.end(), c.device.begin(), c.device.end());
@@ -106,6 +106,7 @@ OpenCmd decode_open(std::span<const uint8_t> m) {
         fail("open command: a device spec of {} bytes in {}", f.device_len, m.size());
     if (f.link < int32_t(Link::mpi) || f.link > int32_t(Link::automatic)) fail("open command: link {} unknown", f.link);
     c.n_gpu_layers = f.n_gpu_layers, c.n_cpu_moe = f.n_cpu_moe, c.cpu_moe = f.cpu_moe != 0, c.link = Link(f.link);
+    c.shard_experts = f.shard_experts != 0;
     const char* tail = reinterpret_cast<const char*>(m.data()) + sizeof f + cost_bytes;
     c.device.assign(tail, size_t(f.device_len));
     c.model_path.assign(tail + f.device_len, m.size() - sizeof f - cost_bytes - size_t(f.device_len));

@@ -40,6 +40,7 @@ struct OpenCmd {
     std::string device;
     int32_t n_gpu_layers = 0, n_cpu_moe = 0;
     bool cpu_moe = false;
+    bool shard_experts = false;   // --split-mode experts among the rank's devices
     Link link = Link::automatic; // how the residual and the expert rows move (--dist-link)
     std::string model_path;
 };

@@ -38,7 +38,7 @@ void RankSplit::open(const model::SessionOptions& o) {
     // Every rank opens rank 0's device and places its share of the same layers there.
     if (o.backends && o.backends->n_devices() > 0) c.device = o.backends->specs();
     c.n_gpu_layers = c.device.empty() ? 0 : o.n_gpu_layers;
-    c.cpu_moe = o.cpu_moe, c.n_cpu_moe = o.n_cpu_moe;
+    c.cpu_moe = o.cpu_moe, c.n_cpu_moe = o.n_cpu_moe, c.shard_experts = o.shard_experts;
     // auto without a device: MPI, decided here for every rank (no endpoints to swap).
     if (link == Link::automatic && c.device.empty()) link = Link::mpi;
     c.link = link;

@@ -48,7 +48,7 @@ struct Worker {
         }
         so.backends = backends.get();
         so.n_gpu_layers = backends && backends->n_devices() > 0 ? c.n_gpu_layers : 0;
-        so.cpu_moe = c.cpu_moe, so.n_cpu_moe = c.n_cpu_moe;
+        so.cpu_moe = c.cpu_moe, so.n_cpu_moe = c.n_cpu_moe, so.shard_experts = c.shard_experts;
         so.split = split.get();
         session = std::make_unique<model::Session>(*model, so);
     }
