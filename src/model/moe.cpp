@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <span>
 
 namespace kinfer::model {
@@ -198,40 +199,62 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
 }
 
 // The routed experts of a layer shared among devices (--split-mode experts, model/placement.h):
-// each device runs its experts' entries batched as above. The layer's own device writes its
-// rows into ys; another device gets the latent rows z (a peer copy between GPUs), and its
-// weighted rows come back compacted, then land in their (token, slot) places scaled by 1, which
-// is exact: the slots then sum in selection order as with one device, bit for bit.
+// each device runs its experts' entries batched as above. Another device gets the latent rows z
+// (a peer copy between GPUs) and is given its work first, so that on GPUs, whose streams run
+// apart from this thread, the devices compute at once; the layer's own device then writes its
+// rows into ys; last, each other device's weighted rows come back compacted and land in their
+// (token, slot) places scaled by 1, which is exact: the slots sum in selection order as with
+// one device, bit for bit.
 void routed_sharded(FwdCtx& c, const LayerWeights& L, const std::vector<ExpertShard>& shards,
                     const std::vector<int32_t>& sel, const std::vector<char>* mine, const float* z, const float* wsel,
                     float* ys) {
     const int64_t n = c.n, K = c.hp.n_expert_used, lat = c.hp.latent_dim(), E = c.hp.n_expert;
-    for (const ExpertShard& sh : shards) {
+    struct Remote {
+        backend::Backend* be;
+        std::vector<int64_t> entry;   // the (token, slot) entries it computed, in its gathered order
+        float* rows;                  // their weighted rows, on be
+    };
+    std::vector<Remote> remote;
+    std::deque<ScratchScope> scopes;   // one per other device (a workspace each), held to the end
+    const ExpertShard* local = nullptr;
+    auto shard_work = [&](const ExpertShard& sh, LayerWeights& Ls) {
         std::vector<char> keep(size_t(E), 0);
         for (int64_t e = sh.first; e < sh.last; ++e) keep[size_t(e)] = !mine || (*mine)[size_t(e)];
-        const ByExpert by(sel, E, &keep);
-        if (by.entry.empty()) continue;
-        LayerWeights Ls = L;
+        Ls = L;
         Ls.ffn_gate_exps = sh.gate, Ls.ffn_up_exps = sh.up, Ls.ffn_down_exps = sh.down;
+        return ByExpert(sel, E, &keep);
+    };
+    for (const ExpertShard& sh : shards) {
         if (sh.be == &c.be) {
-            routed_batched(c.be, c.ws, c, Ls, by, z, 0, nullptr, nullptr, wsel, ys, nullptr);
+            local = &sh;
             continue;
         }
+        LayerWeights Ls;
+        const ByExpert by = shard_work(sh, Ls);
+        if (by.entry.empty()) continue;
         backend::Backend& xb = *sh.be;
-        backend::Workspace& xws = c.env.ws_of(xb);
-        ScratchScope xs(xws);
+        ScratchScope& xs = scopes.emplace_back(c.env.ws_of(xb));
         const int64_t rows = int64_t(by.entry.size());
         float* xz = xs.get(size_t(n * lat));
         float* xy = xs.get(size_t(n * K * lat));
         float* xc = xs.get(size_t(rows * lat));
         backend::copy_between(xb, xz, c.be, z, size_t(n * lat) * sizeof(float));
-        routed_batched(xb, xws, c, Ls, by, xz, 0, nullptr, nullptr, wsel, xy, nullptr);
+        routed_batched(xb, c.env.ws_of(xb), c, Ls, by, xz, 0, nullptr, nullptr, wsel, xy, nullptr);
         xb.gather_rows(xy, lat, by.entry, 1, xc);
+        remote.push_back(Remote{&xb, by.entry, xc});
+    }
+    if (local) {
+        LayerWeights Ls;
+        const ByExpert by = shard_work(*local, Ls);
+        if (!by.entry.empty()) routed_batched(c.be, c.ws, c, Ls, by, z, 0, nullptr, nullptr, wsel, ys, nullptr);
+    }
+    const std::vector<float> ones(size_t(n * K), 1.0f);
+    for (const Remote& r : remote) {
         ScratchScope s(c.ws);
+        const int64_t rows = int64_t(r.entry.size());
         float* yc = s.get(size_t(rows * lat));
-        backend::copy_between(c.be, yc, xb, xc, size_t(rows * lat) * sizeof(float));
-        const std::vector<float> ones(size_t(n * K), 1.0f);
-        c.be.scatter_weighted(yc, lat, by.entry, ones.data(), ys);
+        backend::copy_between(c.be, yc, *r.be, r.rows, size_t(rows * lat) * sizeof(float));
+        c.be.scatter_weighted(yc, lat, r.entry, ones.data(), ys);
     }
 }
 
