@@ -18,7 +18,9 @@
 #     against the CPU's;
 #  6. --split pipeline / experts over 2 ranks with every layer on the GPU, against one process
 #     (NCCL between the ranks with 2+ GPUs; over MPI on one, since NCCL takes one rank per GPU);
-#  7. `kinfer --list-devices` (each GPU with its free memory).
+#  7. two devices in one process (cuda0,cuda1, or cuda0 twice on one GPU), --split-mode layer
+#     and experts, against one GPU;
+#  8. `kinfer --list-devices` (each GPU with its free memory).
 # Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
 # on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU;
 # long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
@@ -85,6 +87,22 @@ if command -v mpirun >/dev/null; then
 else
     echo "(mpirun not installed: skipped)"
 fi
+echo "== two devices in one process: --split-mode layer and experts against one GPU"
+# With one GPU both backends are cuda0 (two streams and arenas on it): the same kernels, the
+# peer copies then within the GPU. Same bytes as one device expected.
+ngpu=$(nvidia-smi -L | wc -l)
+two=cuda0,cuda0
+[ "$ngpu" -ge 2 ] && two=cuda0,cuda1
+./build-gpu/bin/kinfer eval -m "$m" --tokens "$ids" --logits "$out/one.f32" --greedy 8 --device cuda0 -ngl 99 > "$out/one.txt"
+for mode in layer experts; do
+    ./build-gpu/bin/kinfer eval -m "$m" --tokens "$ids" --logits "$out/sm-$mode.f32" --greedy 8 --device $two -ngl 99 \
+        --split-mode $mode > "$out/sm-$mode.txt"
+    if cmp -s "$out/one.f32" "$out/sm-$mode.f32" && cmp -s "$out/one.txt" "$out/sm-$mode.txt"; then
+        echo "--device $two --split-mode $mode: logits bit-identical to one GPU"
+    else
+        echo "--device $two --split-mode $mode: logits DIFFER from one GPU"; exit 1
+    fi
+done
 rm -rf "$out"
 echo "== kinfer --list-devices"
 ./build-gpu/bin/kinfer --list-devices || true
