@@ -25,7 +25,14 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
                    "how several devices share the model: layer (the -ngl layers in contiguous runs, one device "
                    "each) or experts (the dense part on the first device, each layer's routed experts divided "
                    "among all of them; no expert store); llama.cpp's -sm")
-        ->check(CLI::IsMember({"layer", "experts"}))->group(g);
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+                if (v == "layer" || v == "experts") return "";
+                if (v == "row") return "row: kinfer does not split a tensor's rows among devices; layer (the default) or experts";
+                return v + ": expected layer or experts";
+            },
+            "layer|experts"))
+        ->group(g);
     app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU, devices, every CUDA GPU with its free memory) and exit")->group(g);
     app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
     app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
