@@ -113,4 +113,10 @@ void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, 
     dst_be.upload(dst, staging.data(), bytes);
 }
 
+void place_rows(Backend& be, const float* src, int64_t cols, std::span<const int64_t> idx, float* dst) {
+    if (idx.empty()) return;
+    const std::vector<float> ones(size_t(*std::max_element(idx.begin(), idx.end()) + 1), 1.0f);
+    be.scatter_weighted(src, cols, idx, ones.data(), dst);
+}
+
 }  // namespace kinfer::backend

@@ -253,6 +253,11 @@ public:
 // Copies bytes between two backends' memory (staging through the host when neither is host).
 void copy_between(Backend& dst_be, void* dst, Backend& src_be, const void* src, size_t bytes);
 
+// dst[idx[j]] = src[j] on be (rows of cols floats; idx: host): rows computed elsewhere (another
+// device, another rank) put in their (token, slot) places. scatter_weighted with weight 1,
+// which is exact, so the slots then sum bit for bit as if computed here.
+void place_rows(Backend& be, const float* src, int64_t cols, std::span<const int64_t> idx, float* dst);
+
 // What the loader asks before any backend exists (answered from the CPU kernel tables, which
 // every backend falls back on): whether a matrix of type t can be multiplied, and an exact
 // conversion of host bytes of type t to floats (element-wise weight vectors). to_float_host

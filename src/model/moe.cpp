@@ -42,6 +42,18 @@ struct ByExpert {
     std::span<const int64_t> of(int64_t e) const {
         return {entry.data() + off[size_t(e)], size_t(off[size_t(e + 1)] - off[size_t(e)])};
     }
+    // The same lists for experts [first, last) only (a device's shard), every other one empty.
+    ByExpert only(int64_t first, int64_t last) const {
+        ByExpert r;
+        const int64_t a = off[size_t(first)], b = off[size_t(last)];
+        r.off.reserve(off.size());
+        for (int64_t o : off) r.off.push_back(std::clamp(o, a, b) - a);
+        r.entry.assign(entry.begin() + a, entry.begin() + b);
+        return r;
+    }
+
+private:
+    ByExpert() = default;
 };
 
 // down . act(gate . x, up . x) for n rows of x, on be.
@@ -199,62 +211,51 @@ void routed_through_store(FwdCtx& c, int il, const LayerWeights& L, const ByExpe
 }
 
 // The routed experts of a layer shared among devices (--split-mode experts, model/placement.h):
-// each device runs its experts' entries batched as above. Another device gets the latent rows z
-// (a peer copy between GPUs) and is given its work first, so that on GPUs, whose streams run
-// apart from this thread, the devices compute at once; the layer's own device then writes its
-// rows into ys; last, each other device's weighted rows come back compacted and land in their
-// (token, slot) places scaled by 1, which is exact: the slots sum in selection order as with
-// one device, bit for bit.
+// each device runs its shard's lists of by_expert batched as above. Another device gets the
+// latent rows z (a peer copy between GPUs) and is given its work first, so that on GPUs, whose
+// streams run apart from this thread, the devices compute at once; the layer's own device then
+// writes its rows into ys; last, each other device's weighted rows come back compacted and are
+// put in place (backend::place_rows, exact): the slots sum as with one device, bit for bit.
 void routed_sharded(FwdCtx& c, const LayerWeights& L, const std::vector<ExpertShard>& shards,
-                    const std::vector<int32_t>& sel, const std::vector<char>* mine, const float* z, const float* wsel,
-                    float* ys) {
-    const int64_t n = c.n, K = c.hp.n_expert_used, lat = c.hp.latent_dim(), E = c.hp.n_expert;
+                    const ByExpert& by_expert, const float* z, const float* wsel, float* ys) {
+    const int64_t n = c.n, K = c.hp.n_expert_used, lat = c.hp.latent_dim();
+    auto weights_of = [&](const ExpertShard& sh) {
+        LayerWeights Ls = L;
+        Ls.ffn_gate_exps = sh.gate, Ls.ffn_up_exps = sh.up, Ls.ffn_down_exps = sh.down;
+        return Ls;
+    };
     struct Remote {
         backend::Backend* be;
-        std::vector<int64_t> entry;   // the (token, slot) entries it computed, in its gathered order
-        float* rows;                  // their weighted rows, on be
+        ByExpert by;
+        float* rows;   // the weighted rows of by.entry, in that order, on be
     };
     std::vector<Remote> remote;
     std::deque<ScratchScope> scopes;   // one per other device (a workspace each), held to the end
-    const ExpertShard* local = nullptr;
-    auto shard_work = [&](const ExpertShard& sh, LayerWeights& Ls) {
-        std::vector<char> keep(size_t(E), 0);
-        for (int64_t e = sh.first; e < sh.last; ++e) keep[size_t(e)] = !mine || (*mine)[size_t(e)];
-        Ls = L;
-        Ls.ffn_gate_exps = sh.gate, Ls.ffn_up_exps = sh.up, Ls.ffn_down_exps = sh.down;
-        return ByExpert(sel, E, &keep);
-    };
     for (const ExpertShard& sh : shards) {
-        if (sh.be == &c.be) {
-            local = &sh;
-            continue;
-        }
-        LayerWeights Ls;
-        const ByExpert by = shard_work(sh, Ls);
+        if (sh.be == &c.be) continue;
+        ByExpert by = by_expert.only(sh.first, sh.last);
         if (by.entry.empty()) continue;
         backend::Backend& xb = *sh.be;
-        ScratchScope& xs = scopes.emplace_back(c.env.ws_of(xb));
-        const int64_t rows = int64_t(by.entry.size());
+        backend::Workspace& xws = c.env.ws_of(xb);
+        ScratchScope& xs = scopes.emplace_back(xws);
         float* xz = xs.get(size_t(n * lat));
         float* xy = xs.get(size_t(n * K * lat));
-        float* xc = xs.get(size_t(rows * lat));
+        float* xc = xs.get(by.entry.size() * size_t(lat));
         backend::copy_between(xb, xz, c.be, z, size_t(n * lat) * sizeof(float));
-        routed_batched(xb, c.env.ws_of(xb), c, Ls, by, xz, 0, nullptr, nullptr, wsel, xy, nullptr);
+        routed_batched(xb, xws, c, weights_of(sh), by, xz, 0, nullptr, nullptr, wsel, xy, nullptr);
         xb.gather_rows(xy, lat, by.entry, 1, xc);
-        remote.push_back(Remote{&xb, by.entry, xc});
+        remote.push_back(Remote{&xb, std::move(by), xc});
     }
-    if (local) {
-        LayerWeights Ls;
-        const ByExpert by = shard_work(*local, Ls);
-        if (!by.entry.empty()) routed_batched(c.be, c.ws, c, Ls, by, z, 0, nullptr, nullptr, wsel, ys, nullptr);
-    }
-    const std::vector<float> ones(size_t(n * K), 1.0f);
+    for (const ExpertShard& sh : shards)
+        if (sh.be == &c.be) {
+            const ByExpert by = by_expert.only(sh.first, sh.last);
+            if (!by.entry.empty()) routed_batched(c.be, c.ws, c, weights_of(sh), by, z, 0, nullptr, nullptr, wsel, ys, nullptr);
+        }
     for (const Remote& r : remote) {
         ScratchScope s(c.ws);
-        const int64_t rows = int64_t(r.entry.size());
-        float* yc = s.get(size_t(rows * lat));
-        backend::copy_between(c.be, yc, *r.be, r.rows, size_t(rows * lat) * sizeof(float));
-        c.be.scatter_weighted(yc, lat, r.entry, ones.data(), ys);
+        float* yc = s.get(r.by.entry.size() * size_t(lat));
+        backend::copy_between(c.be, yc, *r.be, r.rows, r.by.entry.size() * size_t(lat) * sizeof(float));
+        backend::place_rows(c.be, yc, lat, r.by.entry, ys);
     }
 }
 
@@ -319,7 +320,7 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     const std::vector<ExpertShard>& shards = c.env.pl.expert_shards(il);
     const bool shared_done = !store && shards.empty() && c.env.pl.experts_with_layer(il);
     if (store) routed_through_store(c, il, L, by_expert, z, wsel.data(), ys);
-    else if (!shards.empty()) routed_sharded(c, L, shards, sel, split ? &mine : nullptr, z, wsel.data(), ys);
+    else if (!shards.empty()) routed_sharded(c, L, shards, by_expert, z, wsel.data(), ys);
     else if (c.env.pl.experts_with_layer(il)) routed_batched(be, c.ws, c, L, by_expert, z, ffs, shg, shu, wsel.data(), ys, sh_out);
     else routed_on_cpu(c, L, by_expert, z, wsel.data(), ys);
     if (ffs && !shared_done) {

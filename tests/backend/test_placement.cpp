@@ -246,7 +246,54 @@ TEST_CASE("-ot moves whole layers between the CPU and the device; a split layer 
     CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("expected REGEX=DEVICE"), Error);
 }
 
-TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads the layers over them in runs; logits bit for bit") {
+namespace {
+
+// --split-mode layer: the -ngl layers in contiguous runs, each device used, the earlier ones
+// taking the odd layers; the head with the last layer.
+void check_layer_runs(const model::Placement& pl, backend::Backends& bk, int L, int ngl, int n_dev) {
+    int prev = -1;
+    std::vector<int> per(size_t(n_dev), 0);
+    for (int il = L - ngl; il < L; ++il) {
+        int d = 0;
+        while (&pl.layer(il) != bk.device(size_t(d))) ++d;
+        CHECK(d >= prev);
+        prev = d, ++per[size_t(d)];
+    }
+    for (int d = 0; d < n_dev; ++d) CHECK(per[size_t(d)] == ngl / n_dev + (d < ngl % n_dev ? 1 : 0));
+    CHECK(&pl.output() == (ngl >= L ? bk.device(size_t(n_dev - 1)) : &bk.cpu()));
+}
+
+// --split-mode experts: every device layer on the first device; each MoE one's experts in one
+// contiguous range per device, in device order, covering every expert once.
+void check_expert_shards(const model::Placement& pl, backend::Backends& bk, const model::HParams& hp, int ngl, int n_dev) {
+    int sharded = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const auto& shards = pl.expert_shards(il);
+        if (il < hp.n_layer - ngl || il < hp.n_layer_dense_lead) {
+            CHECK(shards.empty());
+            if (il >= hp.n_layer - ngl) CHECK(&pl.layer(il) == bk.device(0));
+            continue;
+        }
+        CHECK(&pl.layer(il) == bk.device(0));
+        ++sharded;
+        REQUIRE(shards.size() == size_t(n_dev));
+        int64_t next = 0;
+        for (int d = 0; d < n_dev; ++d) {
+            CHECK(shards[size_t(d)].be == bk.device(size_t(d)));
+            CHECK(shards[size_t(d)].first == next);
+            CHECK(shards[size_t(d)].last > shards[size_t(d)].first);
+            next = shards[size_t(d)].last;
+        }
+        CHECK(next == hp.n_expert);
+    }
+    CHECK(sharded > 0);
+    CHECK(&pl.output() == (ngl >= hp.n_layer ? bk.device(0) : &bk.cpu()));
+}
+
+}  // namespace
+
+TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads the layers over them in runs, or "
+          "--split-mode experts divides each layer's experts among them; logits bit for bit") {
     backend::Backends parse(1);
     parse.add_devices("sim:64MiB,25,sim:32MiB");   // a number after a sim spec is its bandwidth
     REQUIRE(parse.n_devices() == 2);
@@ -254,76 +301,26 @@ TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads
     for (const char* name : {"models/k3-tiny-a-Q4_K_M.gguf", "models/kl-tiny-a-Q4_K_M.gguf"}) {
         CAPTURE(name);
         auto m = model::Model::load(test::data(name));
-        const int L = m->hparams().n_layer;
-        const auto base = run(*m, {});
-        for (int n_dev : {2, 3}) {
-            for (int ngl : {L, L - 1}) {
-                CAPTURE(n_dev);
-                CAPTURE(ngl);
-                backend::Backends bk(2);
-                for (int d = 0; d < n_dev; ++d) bk.add_device("sim:128MiB");
-                model::SessionOptions so;
-                so.backends = &bk, so.n_gpu_layers = ngl;
-                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
-                model::Session s(*m, so);
-                // Contiguous runs, each device used, the earlier ones taking the odd layers.
-                int prev = -1;
-                std::vector<int> per(size_t(n_dev), 0);
-                for (int il = L - ngl; il < L; ++il) {
-                    int d = 0;
-                    while (&s.placement().layer(il) != bk.device(size_t(d))) ++d;
-                    CHECK(d >= prev);
-                    prev = d, ++per[size_t(d)];
-                }
-                for (int d = 0; d < n_dev; ++d) CHECK(per[size_t(d)] == ngl / n_dev + (d < ngl % n_dev ? 1 : 0));
-                if (ngl < L) CHECK(&s.placement().layer(0) == &bk.cpu());
-                CHECK(&s.placement().output() == (ngl >= L ? bk.device(size_t(n_dev - 1)) : &bk.cpu()));
-            }
-        }
-    }
-}
-
-TEST_CASE("--split-mode experts: the dense part on the first device, each layer's experts divided among the devices; logits bit for bit") {
-    for (const char* name : {"models/k3-tiny-a-Q4_K_M.gguf", "models/kl-tiny-a-Q4_K_M.gguf"}) {
-        CAPTURE(name);
-        auto m = model::Model::load(test::data(name));
         const auto& hp = m->hparams();
         const int L = hp.n_layer;
         const auto base = run(*m, {});
-        for (int n_dev : {2, 3}) {
-            for (int ngl : {L, L - 1}) {
-                CAPTURE(n_dev);
-                CAPTURE(ngl);
-                // Strict simulated devices: a kernel given another device's pointer fails.
-                backend::Backends bk(2);
-                for (int d = 0; d < n_dev; ++d) bk.add_device("sim:128MiB");
-                model::SessionOptions so;
-                so.backends = &bk, so.n_gpu_layers = ngl, so.shard_experts = true;
-                CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
-                model::Session s(*m, so);
-                int sharded = 0;
-                for (int il = 0; il < L; ++il) {
-                    const auto& shards = s.placement().expert_shards(il);
-                    const bool on_dev = &s.placement().layer(il) != &bk.cpu();
-                    if (on_dev) CHECK(&s.placement().layer(il) == bk.device(0));
-                    if (!on_dev || il < hp.n_layer_dense_lead) {
-                        CHECK(shards.empty());
-                        continue;
-                    }
-                    ++sharded;
-                    // One contiguous range per device, covering every expert once.
-                    REQUIRE(shards.size() == size_t(n_dev));
-                    int64_t next = 0;
-                    for (int d = 0; d < n_dev; ++d) {
-                        CHECK(shards[size_t(d)].be == bk.device(size_t(d)));
-                        CHECK(shards[size_t(d)].first == next);
-                        CHECK(shards[size_t(d)].last > shards[size_t(d)].first);
-                        next = shards[size_t(d)].last;
-                    }
-                    CHECK(next == hp.n_expert);
+        for (bool shard : {false, true})
+            for (int n_dev : {2, 3})
+                for (int ngl : {L, L - 1}) {
+                    CAPTURE(shard);
+                    CAPTURE(n_dev);
+                    CAPTURE(ngl);
+                    // Strict simulated devices: a kernel given another device's pointer fails.
+                    backend::Backends bk(2);
+                    for (int d = 0; d < n_dev; ++d) bk.add_device("sim:128MiB");
+                    model::SessionOptions so;
+                    so.backends = &bk, so.n_gpu_layers = ngl, so.shard_experts = shard;
+                    CHECK_MESSAGE(same(run(*m, so), base), "logits differ");
+                    model::Session s(*m, so);
+                    const model::Placement& pl = s.placement();
+                    if (ngl < L) CHECK(&pl.layer(0) == &bk.cpu());
+                    if (shard) check_expert_shards(pl, bk, hp, ngl, n_dev);
+                    else check_layer_runs(pl, bk, L, ngl, n_dev);
                 }
-                CHECK(sharded > 0);
-            }
-        }
     }
 }

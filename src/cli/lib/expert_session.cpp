@@ -72,25 +72,17 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
                              "simulates one); running on the CPU\n", ngl);
         ngl = 0;
     }
-    // Under --split each rank copies its share of the routed experts with its layers
-    // (model/placement.h): --device alone then makes no expert store (the store serves one process).
-    // --split-mode experts: the devices hold the experts themselves, so likewise.
-    runtime::ExpertFlags store_flags = flags;
+    // Under --split each rank copies its share of the routed experts with its layers, and under
+    // --split-mode experts the devices hold them (model/placement.h): --device alone then makes
+    // no expert store (the store serves one process and one device tier).
     const bool shard = flags.split_mode == "experts";
-    if (shard) {
-        runtime::ExpertFlags bare = flags;
-        bare.device.clear();
-        if (bare.any_store())
-            usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
-                       "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
-                       "--verbose-experts, --expert-io) choose another placement: give one or the other");
-        store_flags = bare;
-    }
-    if (split_ranks() > 1) {
-        runtime::ExpertFlags bare = flags;
-        bare.device.clear();
-        if (!bare.any_store()) store_flags = bare;
-    }
+    runtime::ExpertFlags bare = flags;
+    bare.device.clear();
+    if (shard && bare.any_store())
+        usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
+                   "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
+                   "--verbose-experts, --expert-io) choose another placement: give one or the other");
+    const runtime::ExpertFlags& store_flags = (shard || split_ranks() > 1) && !bare.any_store() ? bare : flags;
     rd->experts = runtime::ExpertRuntime::create(m.file(), model::expert_tensor_names(hp), store_flags, int(hp.n_layer - hp.n_layer_dense_lead),
                                                  int(hp.n_expert), int(hp.n_expert_used),
                                                  rd->backends ? rd->backends->expert_device() : nullptr);

@@ -75,7 +75,7 @@ public:
         std::vector<std::vector<int64_t>> of(static_cast<size_t>(comm_.size()));
         for (size_t i = 0; i < sel.size(); ++i) of[size_t(stage_group_[size_t(plan_.expert_shard(sel[i]))])].push_back(int64_t(i));
         if (be.host_memory()) return swap_rows_host(of, ys, lat);
-        if (dlink_ && &be == link_be_) return swap_rows_device(of, be, ys, lat, sel.size());
+        if (dlink_ && &be == link_be_) return swap_rows_device(of, be, ys, lat);
         // A device without the NCCL link: through host memory, the same messages as the host path.
         std::vector<float> host(sel.size() * size_t(lat));
         be.download(host.data(), ys, host.size() * sizeof(float));
@@ -121,10 +121,9 @@ private:
     }
 
     // The same in the device's memory over the NCCL link: this shard's rows packed by
-    // gather_rows, every peer's part received into its own buffer, then put in place by
-    // scatter_weighted with weight 1 (x * 1 is x, bit for bit).
-    void swap_rows_device(const std::vector<std::vector<int64_t>>& of, backend::Backend& be, float* ys, int64_t lat,
-                          size_t entries) {
+    // gather_rows, every peer's part received into its own buffer, then put in place
+    // (backend::place_rows, exact).
+    void swap_rows_device(const std::vector<std::vector<int64_t>>& of, backend::Backend& be, float* ys, int64_t lat) {
         const int me = comm_.rank();
         const size_t mine = of[size_t(me)].size();
         float* packed = scratch(0, mine * size_t(lat), be);
@@ -139,9 +138,8 @@ private:
             xs.push_back({false, in[size_t(q)], of[size_t(q)].size() * size_t(lat) * sizeof(float), q});
         }
         dlink_->run(xs, "expert rows");
-        const std::vector<float> ones(entries, 1.0f);
         for (int q : stage_group_)
-            if (q != me && !of[size_t(q)].empty()) be.scatter_weighted(in[size_t(q)], lat, of[size_t(q)], ones.data(), ys);
+            if (q != me) backend::place_rows(be, in[size_t(q)], lat, of[size_t(q)], ys);
     }
 
     // The ranks choose the link together, before the session's first pass (so.link):
