@@ -1,0 +1,124 @@
+// Kernel lab for the CPU prefill / decode products: one weight matrix (random, quantized with the
+// reference quantizer) against M activation rows, on one thread, through each kernel kind the
+// trait table offers at the active ISA level (KINFER_ISA chooses it), every result checked bit for
+// bit against that level's one-row vec_dot (which follows ggml's SIMD order, not the scalar one).
+//
+//   build/bin/kinfer_kernel_lab q4_K 512 7168 64      # TYPE ROWS K M [REPS]
+//
+// Prints, per kind: ns per 256 weights per activation row (the unit that compares across shapes)
+// and GB/s of weights streamed. "gemm" is quant::gemm, what the model calls; the others are the
+// kinds it chooses between (multi: 1 weight row x up to 4 activation rows; tile: register tiles;
+// rows: decode's several weight rows x one activation row).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/matmul.h"
+#include "quant/types.h"
+
+using namespace kinfer::quant;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+template <class F>
+double best_of(int reps, F&& f) {
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const double t0 = now_s();
+        f();
+        best = std::min(best, now_s() - t0);
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 5) {
+        std::fprintf(stderr, "usage: %s TYPE ROWS K M [REPS]   (e.g. q4_K 512 7168 64)\n", argv[0]);
+        return 2;
+    }
+    const auto type = type_from_name(argv[1]);
+    if (!type) {
+        std::fprintf(stderr, "unknown type %s\n", argv[1]);
+        return 2;
+    }
+    const int64_t rows = std::atoll(argv[2]), K = std::atoll(argv[3]), M = std::atoll(argv[4]);
+    const int reps = argc > 5 ? std::atoi(argv[5]) : 5;
+    const Traits& t = traits(*type);
+    if (rows <= 0 || M <= 0 || K <= 0 || K % 256 != 0 || !t.from_float_ref) {
+        std::fprintf(stderr, "need ROWS, M > 0, K a multiple of 256 and a quantizable type\n");
+        return 2;
+    }
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> w(size_t(rows * K)), x(size_t(M * K));
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    const size_t wrb = row_size(t, K);
+    std::vector<uint8_t> W(wrb * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) t.from_float_ref(w.data() + r * K, W.data() + size_t(r) * wrb, K);
+    const size_t ab = act_row_size(*type, K);
+    std::vector<uint8_t> A(ab * size_t(M));
+    quantize_acts(*type, x.data(), M, K, A.data());
+
+    std::vector<float> want(size_t(rows * M));
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r)
+            want[size_t(m * rows + r)] = t.vec_dot(K, W.data() + size_t(r) * wrb, A.data() + size_t(m) * ab);
+
+    std::printf("%s %lld x %lld x %lld acts, isa %s, best of %d\n", t.name, (long long)rows, (long long)K,
+                (long long)M, isa_name(active_isa()), reps);
+    std::vector<float> got(want.size());
+    auto report = [&](const char* kind, int64_t m_used, double s) {
+        size_t bad = 0;
+        for (int64_t m = 0; m < m_used; ++m)
+            for (int64_t r = 0; r < rows; ++r) {
+                const float a = got[size_t(m * rows + r)], b = want[size_t(m * rows + r)];
+                if (std::memcmp(&a, &b, 4) != 0) ++bad;
+            }
+        const double units = double(rows) * double(K / 256) * double(m_used);
+        std::printf("  %-6s %8.2f ns / 256 weights / act row   %6.2f GB/s of weights   %s\n", kind, s * 1e9 / units,
+                    double(W.size()) / s / 1e9, bad ? "BITS DIFFER" : "bits equal");
+        return bad == 0;
+    };
+    bool ok = true;
+    // What the model calls.
+    double s = best_of(reps, [&] { gemm(*type, W.data(), wrb, K, A.data(), M, got.data(), rows, 0, rows); });
+    ok &= report("gemm", M, s);
+    if (t.vec_dot_multi) {
+        s = best_of(reps, [&] {
+            float out[16];
+            for (int64_t k0 = 0; k0 < M; k0 += 16) {
+                const int64_t k1 = std::min<int64_t>(M, k0 + 16);
+                for (int64_t r = 0; r < rows; ++r) {
+                    t.vec_dot_multi(K, W.data() + size_t(r) * wrb, A.data() + size_t(k0) * ab, ab, int(k1 - k0), out);
+                    for (int64_t k = k0; k < k1; ++k) got[size_t(k * rows + r)] = out[k - k0];
+                }
+            }
+        });
+        ok &= report("multi", M, s);
+    }
+    if (t.vec_dot_tile) {
+        s = best_of(reps, [&] {
+            for (int64_t k0 = 0; k0 < M; k0 += 16) {
+                const int64_t k1 = std::min<int64_t>(M, k0 + 16);
+                t.vec_dot_tile(K, W.data(), wrb, int(rows), A.data() + size_t(k0) * ab, ab, int(k1 - k0),
+                               got.data() + k0 * rows, size_t(rows));
+            }
+        });
+        ok &= report("tile", M, s);
+    }
+    if (t.vec_dot_rows) {
+        s = best_of(reps, [&] { t.vec_dot_rows(K, W.data(), wrb, int(rows), A.data(), got.data()); });
+        ok &= report("rows", 1, s);
+    }
+    return ok ? 0 : 1;
+}
