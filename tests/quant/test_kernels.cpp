@@ -177,12 +177,13 @@ TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly, in eve
 }
 
 TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits exactly") {
-    int compared = 0;
+    int compared = 0, compared_avx2 = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512})
     for (Type w : kWeightTypes) {
-        const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
+        const VecDotTileFn tile = vec_dot_tile_for(w, isa);
         if (!tile) continue;
-        INFO(std::string(traits(w).name));
-        const VecDotFn single = vec_dot_for(w, Isa::avx512);
+        INFO(std::string(traits(w).name) << " at " << isa_name(isa));
+        const VecDotFn single = vec_dot_for(w, isa);
         // 37 blocks: an odd count, so the two-chain formats take their scalar last block; the
         // K-quants (256-element blocks) take 768, 2304 and K3's 7168.
         for (int64_t n : {int64_t(32), int64_t(37 * 32), int64_t(768), int64_t(2304), int64_t(7168)}) {
@@ -212,12 +213,14 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
                             CHECK(out[size_t(t) * os + size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab));
                     for (int t = 0; t < ny; ++t) CHECK(out[size_t(t) * os + size_t(nx)] == -1.0f);   // padding untouched
                     ++compared;
+                    if (isa == Isa::avx2) ++compared_avx2;
                 }
             }
         }
     }
-    MESSAGE("tiled calls compared: ", compared);
-    if (cpu_supports(Isa::avx512)) CHECK(compared > 0);
+    MESSAGE("tiled calls compared: ", compared, " (AVX2: ", compared_avx2, ")");
+    if (cpu_supports(Isa::avx512)) CHECK(compared > compared_avx2);
+    if (cpu_supports(Isa::avx2)) CHECK(compared_avx2 > 0);
 }
 
 TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {
