@@ -73,12 +73,10 @@ const SimdEntry<VecDotMultiFn> kSimdMulti[] = {KINFER_SIMD_VEC_DOTS_MULTI(KINFER
 #define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_rows_##name, avx512::vec_dot_rows_##name},
 const SimdEntry<VecDotRowsFn> kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SIMD_ENTRY)};
 #undef KINFER_SIMD_ENTRY
-// AVX2 has a tile of its own for Q4_K only (the others' AVX2 kernels are vec_dot_multi).
-template <VecDotTileFn Fn>
-constexpr VecDotTileFn avx2_tile(VecDotFn ref_fn) { return ref_fn == ref::vec_dot_q4_K_q8_K ? Fn : nullptr; }
-#define KINFER_SIMD_ENTRY(name) \
-    {ref::vec_dot_##name, avx2_tile<avx2::vec_dot_tile_q4_K_q8_K>(ref::vec_dot_##name), avx512::vec_dot_tile_##name},
-const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_ENTRY)};
+// AVX2 has tiles for the Q8_0 formats and Q4_K; Q6_K's AVX2 kernel is vec_dot_multi.
+#define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_tile_##name, avx512::vec_dot_tile_##name},
+const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE_Q8_0(KINFER_SIMD_ENTRY) KINFER_SIMD_ENTRY(q4_K_q8_K)
+                                             {ref::vec_dot_q6_K_q8_K, nullptr, avx512::vec_dot_tile_q6_K_q8_K}};
 #undef KINFER_SIMD_ENTRY
 
 // The kernel of this kind for the type whose reference kernel is ref_fn, at level isa; nullptr

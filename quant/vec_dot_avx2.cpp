@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "quant/blocks.h"
 #include "quant/fp16.h"
@@ -54,10 +55,20 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
     return sum;
 }
 
+// The Q8_0 formats' tiles come from vec_dot_simd.inc (the AVX-512 build has its own file).
+#define KINFER_SIMD_Q8_0_TILES 1
 #include "quant/vec_dot_simd.inc"
 
 }  // namespace
 
 #include "quant/vec_dot_simd_exports.inc"
+
+#define KINFER_DEFINE_VEC_DOT_TILE(name)                                                                            \
+    void vec_dot_tile_##name(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out, \
+                             size_t os) {                                                                           \
+        t_##name(n, x, xs, nx, y, ys, ny, out, os);                                                                 \
+    }
+KINFER_SIMD_VEC_DOTS_TILE_Q8_0(KINFER_DEFINE_VEC_DOT_TILE)
+#undef KINFER_DEFINE_VEC_DOT_TILE
 
 }  // namespace kinfer::quant::avx2
