@@ -89,7 +89,9 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DECLARE_VEC_DOT_MULTI) }
 #define KINFER_SIMD_VEC_DOTS_ROWS(X) X(q4_K_q8_K) X(q6_K_q8_K)
 #define KINFER_DECLARE_VEC_DOT_ROWS(name) \
     void vec_dot_rows_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out);
-namespace avx2 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
+// AVX2 also has them for the formats dotted against Q8_0 (AVX-512 decodes those with its tiles).
+#define KINFER_SIMD_VEC_DOTS_ROWS_Q8_0(X) X(q8_0_q8_0) X(q4_0_q8_0) X(q5_0_q8_0) X(iq4_nl_q8_0) X(mxfp4_q8_0)
+namespace avx2 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) KINFER_SIMD_VEC_DOTS_ROWS_Q8_0(KINFER_DECLARE_VEC_DOT_ROWS) }
 namespace avx512 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
 #undef KINFER_DECLARE_VEC_DOT_ROWS
 // Weight rows those kernels compute together (the unit decode_streams() groups, quant/matmul.h).

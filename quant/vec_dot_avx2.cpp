@@ -55,8 +55,9 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
     return sum;
 }
 
-// The Q8_0 formats' tiles come from vec_dot_simd.inc (the AVX-512 build has its own file).
-#define KINFER_SIMD_Q8_0_TILES 1
+// The Q8_0 formats' tiles and several-weight-row kernels: AVX2 only (the AVX-512 build has its
+// own tiles, vec_dot_tiles_avx512.cpp, which serve its decode too).
+#define KINFER_SIMD_Q8_0_AVX2 1
 #include "quant/vec_dot_simd.inc"
 
 }  // namespace
@@ -70,5 +71,11 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
     }
 KINFER_SIMD_VEC_DOTS_TILE_Q8_0(KINFER_DEFINE_VEC_DOT_TILE)
 #undef KINFER_DEFINE_VEC_DOT_TILE
+#define KINFER_DEFINE_VEC_DOT_ROWS_Q8_0(name)                                                                \
+    void vec_dot_rows_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out) { \
+        r_##name(n, x, x_stride, nx, y, out);                                                                \
+    }
+KINFER_SIMD_VEC_DOTS_ROWS_Q8_0(KINFER_DEFINE_VEC_DOT_ROWS_Q8_0)
+#undef KINFER_DEFINE_VEC_DOT_ROWS_Q8_0
 
 }  // namespace kinfer::quant::avx2
