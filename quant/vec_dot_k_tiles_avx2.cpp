@@ -73,13 +73,17 @@ __m256i scale_pair(__m256i sc, int k) {
     return _mm256_shuffle_epi8(sc, _mm256_set1_epi32(k | 0x8000 | (k + 1) << 16 | int(0x80000000u)));
 }
 
-// One weight row x NT packed activation rows (a[t] of nb super-blocks each).
+// One weight row x NT packed activation rows (a[t] of nb super-blocks each). The float steps are
+// vector multiplies of broadcast operands (the scalar products' bits in every lane), and the min
+// chains of two activation rows share a register ([row t | row t + 1], four lanes each).
 template <int NT>
 void row(int64_t nb, const block_q4_K* x, const PackedSb* const* a, float* out) {
+    constexpr int NP = NT / 2;   // row pairs; an odd last row keeps a 4-lane chain of its own
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[NT];
-    __m128 acc_m[NT];
-    for (int t = 0; t < NT; ++t) { acc[t] = _mm256_setzero_ps(); acc_m[t] = _mm_setzero_ps(); }
+    __m256 acc[NT], acc_m2[NP > 0 ? NP : 1];
+    __m128 acc_m1 = _mm_setzero_ps();
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int p = 0; p < NP; ++p) acc_m2[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
         const block_q4_K& b = x[i];
         // k4_unpack's scales and mins (layout in quantize_kquants.cpp), the scales left as bytes.
@@ -90,15 +94,25 @@ void row(int64_t nb, const block_q4_K* x, const PackedSb* const* a, float* out) 
         const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
         const __m256i sc = _mm256_set1_epi64x(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32));
         const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(mn_lo) | uint64_t(mn_hi) << 32)));
-        const float xd = h2f(b.d), xdmin = h2f(b.dmin);
-        __m256i sumi[NT];
-        for (int t = 0; t < NT; ++t) {
-            const PackedSb& p = a[t][i];
-            const __m128i prod = _mm_madd_epi16(mn16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.bpairs)));
-            const float dmin = -p.d * xdmin;
-            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
-            sumi[t] = _mm256_setzero_si256();
+        const __m256 xd = _mm256_set1_ps(h2f(b.d));
+        // -d_y * dmin_w as d_y * -dmin_w: the same product (rounding is symmetric in sign).
+        const __m256 nxdmin = _mm256_set1_ps(-h2f(b.dmin));
+        for (int p = 0; p < NP; ++p) {
+            const PackedSb &p0 = a[2 * p][i], &p1 = a[2 * p + 1][i];
+            const __m256i bp = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p1.bpairs),
+                                                   reinterpret_cast<const __m128i*>(p0.bpairs));
+            const __m256i prod = _mm256_madd_epi16(_mm256_set_m128i(mn16, mn16), bp);
+            const __m256 dy = _mm256_set_m128(_mm_broadcast_ss(&p1.d), _mm_broadcast_ss(&p0.d));
+            acc_m2[p] = _mm256_fmadd_ps(_mm256_mul_ps(dy, nxdmin), _mm256_cvtepi32_ps(prod), acc_m2[p]);
         }
+        if constexpr (NT % 2 == 1) {
+            const PackedSb& p = a[NT - 1][i];
+            const __m128i prod = _mm_madd_epi16(mn16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.bpairs)));
+            acc_m1 = _mm_fmadd_ps(_mm_mul_ps(_mm_broadcast_ss(&p.d), _mm256_castps256_ps128(nxdmin)),
+                                  _mm_cvtepi32_ps(prod), acc_m1);
+        }
+        __m256i sumi[NT];
+        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
             const __m256i q = even_words_first(load32(b.qs + 32 * j));
             const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -111,9 +125,13 @@ void row(int64_t nb, const block_q4_K* x, const PackedSb* const* a, float* out) 
             }
         }
         for (int t = 0; t < NT; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&a[t][i].d), xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum_f32(acc[t]) + hsum_f32x4(acc_m[t]);
+    for (int t = 0; t < NT; ++t) {
+        const __m128 m = t == NT - 1 && NT % 2 == 1 ? acc_m1
+                         : t % 2 == 0 ? _mm256_castps256_ps128(acc_m2[t / 2]) : _mm256_extractf128_ps(acc_m2[t / 2], 1);
+        out[t] = hsum_f32(acc[t]) + hsum_f32x4(m);
+    }
 }
 
 }  // namespace
