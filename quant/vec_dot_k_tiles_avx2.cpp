@@ -21,7 +21,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -68,11 +67,6 @@ void pack_row(const block_q8_K* y, int64_t nb, PackedSb* out) {
     }
 }
 
-// Scales k and k + 1 as int16 in the even and odd words, from the scale bytes.
-__m256i scale_pair(__m256i sc, int k) {
-    return _mm256_shuffle_epi8(sc, _mm256_set1_epi32(k | 0x8000 | (k + 1) << 16 | int(0x80000000u)));
-}
-
 // One weight row x NT packed activation rows (a[t] of nb super-blocks each). The float steps are
 // vector multiplies of broadcast operands (the scalar products' bits in every lane), and the min
 // chains of two activation rows share a register ([row t | row t + 1], four lanes each).
@@ -86,14 +80,9 @@ void row(int64_t nb, const block_q4_K* x, const PackedSb* const* a, float* out) 
     for (int p = 0; p < NP; ++p) acc_m2[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
         const block_q4_K& b = x[i];
-        // k4_unpack's scales and mins (layout in quantize_kquants.cpp), the scales left as bytes.
-        uint32_t u[3];
-        std::memcpy(u, b.scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-        const __m256i sc = _mm256_set1_epi64x(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32));
-        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(mn_lo) | uint64_t(mn_hi) << 32)));
+        const K4Bytes kb = k4_bytes(b.scales);
+        const __m256i sc = kb.sc;
+        const __m128i mn16 = kb.mn16;
         const __m256 xd = _mm256_set1_ps(h2f(b.d));
         // -d_y * dmin_w as d_y * -dmin_w: the same product (rounding is symmetric in sign).
         const __m256 nxdmin = _mm256_set1_ps(-h2f(b.dmin));
@@ -117,7 +106,7 @@ void row(int64_t nb, const block_q4_K* x, const PackedSb* const* a, float* out) 
             const __m256i q = even_words_first(load32(b.qs + 32 * j));
             const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             const __m256i wa = _mm256_unpacklo_epi16(lo, hi), wb = _mm256_unpackhi_epi16(lo, hi);
-            const __m256i s = scale_pair(sc, 2 * j);
+            const __m256i s = k4_scale_pair(sc, 2 * j);
             for (int t = 0; t < NT; ++t) {
                 const __m256i pa = _mm256_maddubs_epi16(wa, load32(a[t][i].q[2 * j]));
                 const __m256i pb = _mm256_maddubs_epi16(wb, load32(a[t][i].q[2 * j + 1]));
