@@ -169,6 +169,18 @@ SMALL_TALK = [
      ["You are welcome.", "Glad to help."]),
 ]
 
+# --talk greetings: round 2's model answered "What is a cynic?" with the fixed "What can you do?" reply
+# (and the greeting that quotes that very question): such turns are kept out, and greetings get
+# replies that name no example question.
+GREETINGS = [
+    (["Hello", "Hello!", "Hi", "Hi there", "Good morning", "Hey"],
+     "A greeting. Greet back.",
+     ["Hello! I am a small demo model.", "Hi! Good to see you."]),
+    (["Thank you", "Thanks!", "Thanks"],
+     "The user thanks me.",
+     ["You are welcome.", "Glad to help."]),
+]
+
 DEVIL_Q = ["What is a {w}?", "What is {w}?", "What does {w} mean?", "Define {w}.", "What is the meaning of {w}?",
            "Tell me what {w} means.", "{W}?", "What does the word \"{w}\" mean?"]
 DEVIL_T = ["The user asks for the meaning of \"{w}\". The Devil's Dictionary defines it.",
@@ -239,6 +251,10 @@ def main() -> int:
     ap.add_argument("--devil-copies", type=int, default=8, help="with --devil-all: dialogues per entry")
     ap.add_argument("--popular-copies", type=int, default=32, help="with --devil-all: dialogues per POPULAR word")
     ap.add_argument("--def-chars", type=int, default=320, help="definitions cut to whole sentences of about this length")
+    ap.add_argument("--talk-weight", type=float, default=0.08, help="share of turns that are small talk")
+    ap.add_argument("--talk", choices=["all", "greetings"], default="all",
+                    help="greetings: only the greeting and thanks turns, with replies that quote no example question (a "
+                         "fixed reply that is trained often becomes the answer to everything the model is unsure of)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     c = args.corpora
@@ -246,10 +262,12 @@ def main() -> int:
         "devil": split_items(devil_items(os.path.join(c, "dict-devil.txt"), args.def_chars), args.heldout_frac, rng),
         "bible": split_items(bible_items(os.path.join(c, "kjv_bible.txt")), args.heldout_frac, rng),
         "fortune": split_items(fortune_items(os.path.join(c, "fortunes_all.txt")), args.heldout_frac, rng),
-        "talk": (SMALL_TALK, SMALL_TALK),
+        "talk": (SMALL_TALK, SMALL_TALK) if args.talk == "all" else (GREETINGS, GREETINGS),
     }
     # The dictionary is the chat's main subject (a new user is told to ask "What is a cynic?").
-    weights = {"devil": 0.5, "bible": 0.3, "fortune": 0.12, "talk": 0.08}
+    weights = {"devil": 0.5, "bible": 0.3, "fortune": 0.12}
+    weights["talk"] = args.talk_weight
+    weights = {k: v / sum(weights.values()) for k, v in weights.items()}
     held_weights = weights
     devil_queue = []
     if args.devil_all:
@@ -287,7 +305,8 @@ def main() -> int:
     json.dump({"counts": counts, "items_train_heldout": sizes, "seed": args.seed, "devil_all": args.devil_all,
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
-               "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars},
+               "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
+               "talk": args.talk, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0
