@@ -34,7 +34,7 @@ namespace {
 
 #include "quant/vec_dot_simd_prims.inc"
 
-constexpr int kMaxActs = 16;
+constexpr int kMaxActs = 16;   // activation rows packed per pass (quant::gemm passes 16)
 
 // One activation row's super-block, packed: the chunks' pieces YA_j, YB_j, the bsums' pair sums
 // (k4_min_prod's hadd) and the scale.
