@@ -37,7 +37,7 @@ namespace {
 constexpr int kMaxActs = 16;   // activation rows packed per pass (quant::gemm passes 16)
 
 // One activation row's super-block, packed: the chunks' pieces YA_j, YB_j, the bsums' pair sums
-// (k4_min_prod's hadd) and the scale.
+// (k4_bsum_pairs) and the scale.
 struct PackedSb {
     int8_t q[8][32];   // [2j] = YA_j, [2j + 1] = YB_j
     int16_t bpairs[8];
@@ -60,9 +60,7 @@ void pack_row(const block_q8_K* y, int64_t nb, PackedSb* out) {
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].q[2 * j]), _mm256_unpacklo_epi16(lo, hi));
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].q[2 * j + 1]), _mm256_unpackhi_epi16(lo, hi));
         }
-        const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[i].bsums));
-        const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[i].bsums + 8));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[i].bpairs), _mm_hadd_epi16(b0, b1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[i].bpairs), k4_bsum_pairs(y[i].bsums));
         out[i].d = y[i].d;
     }
 }

@@ -52,7 +52,7 @@ constexpr int kMinActs = 8;    // below this the 1 x 4 tile of vec_dot_multi is 
 // (bytes 32k..32k+31: for Q4_K chunk k / 2's low-nibble partners at even k, high at odd; for Q6_K
 // half k / 4, quarter k % 4) as [row 2p | row 2p + 1], then [d of row 2p x 8 | d of row 2p+1 x 8]
 // and [bsums of row 2p | of row 2p + 1]; after the pairs, for each row quad q (Q4_K's min terms),
-// the pair sums of bsums (8 int16 per row, k4_min_prod's hadd) and [-d x 4 per row]. Rows past
+// the pair sums of bsums (8 int16 per row, k4_bsum_pairs) and [-d x 4 per row]. Rows past
 // ny repeat the last one (their results are not stored).
 constexpr int kPerPair = 10;
 struct Vec {
@@ -95,9 +95,7 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
             alignas(64) float dn[16];
             for (int k = 0; k < 4; ++k) {
                 const block_q8_K& yt = row(4 * q + k)[i];
-                const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(yt.bsums));
-                const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(yt.bsums + 8));
-                _mm_store_si128(reinterpret_cast<__m128i*>(hb + 8 * k), _mm_hadd_epi16(b0, b1));
+                _mm_store_si128(reinterpret_cast<__m128i*>(hb + 8 * k), k4_bsum_pairs(yt.bsums));
                 for (int l = 0; l < 4; ++l) dn[4 * k + l] = -yt.d;
             }
             oq[2 * q].v = _mm512_load_si512(hb);
