@@ -438,12 +438,14 @@ void File::parse() {
         uint32_t nd = c.read<uint32_t>("tensor n_dims");
         if (nd < 1 || nd > 4) c.fail_at(nd_at, "expected tensor '{}' n_dims 1..4, got {}", printable(name), nd);
         ti.n_dims = int(nd);
-        int64_t nel = 1;
+        // The product of the non-zero dimensions must fit: a zero ne[0] would otherwise let
+        // ne[1] * ne[2] (nrows(), and every partial product a caller forms) overflow unchecked.
+        int64_t span = 1;
         for (uint32_t d = 0; d < nd; ++d) {
             size_t ne_at = c.pos();
             ti.ne[d] = c.read<int64_t>("tensor dimension");
             if (ti.ne[d] < 0) c.fail_at(ne_at, "expected tensor '{}' ne[{}] >= 0, got {}", printable(name), d, ti.ne[d]);
-            if (__builtin_mul_overflow(nel, ti.ne[d], &nel))
+            if (ti.ne[d] > 0 && __builtin_mul_overflow(span, ti.ne[d], &span))
                 c.fail_at(ne_at, "expected tensor '{}' element count to fit in int64, got shape overflowing at ne[{}] = {}",
                           printable(name), d, ti.ne[d]);
         }
@@ -455,7 +457,7 @@ void File::parse() {
         if (tr->block_size <= 0 || ti.ne[0] % tr->block_size != 0)
             c.fail_at(nd_at, "expected tensor '{}' ne[0] to be a multiple of {}'s block size {}, got {}", printable(name),
                       tr->name, tr->block_size, ti.ne[0]);
-        uint64_t nrows = uint64_t(ti.ne[1]) * uint64_t(ti.ne[2]) * uint64_t(ti.ne[3]);  // <= nel, no overflow
+        uint64_t nrows = uint64_t(ti.ne[1]) * uint64_t(ti.ne[2]) * uint64_t(ti.ne[3]);  // <= span or 0: no overflow
         uint64_t row = uint64_t(ti.ne[0] / tr->block_size) * tr->type_size;             // may overflow: check
         uint64_t nbytes = 0;
         if ((tr->type_size != 0 && uint64_t(ti.ne[0] / tr->block_size) > std::numeric_limits<uint64_t>::max() / tr->type_size) ||

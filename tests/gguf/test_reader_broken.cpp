@@ -299,6 +299,9 @@ TEST_CASE("gguf broken: tensor infos") {
     check_error(g.b, g.pos_tensor_ndims[0] + 12, "ne[1] >= 0, got -2");
     g = with([](TinyGguf& t) { t.tensors[0].ne = {int64_t(1) << 32, int64_t(1) << 32}; });
     check_error(g.b, g.pos_tensor_ndims[0] + 12, "element count to fit in int64");
+    // A zero dimension does not excuse the others: nrows() would overflow (found by fuzz_gguf).
+    g = with([](TinyGguf& t) { t.tensors[0].ne = {0, (int64_t(1) << 40) + 1, int64_t(30) << 32}; t.tensors[0].nbytes = 0; });
+    check_error(g.b, g.pos_tensor_ndims[0] + 20, "element count to fit in int64");
     g = with([](TinyGguf& t) { t.tensors[0].ne = {int64_t(1) << 62, 1, 1, 1}; });
     check_error(g.b, g.pos_tensor_ndims[0], "byte size to fit in 64 bits");
     // Unknown type, block size.
