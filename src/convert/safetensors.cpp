@@ -193,15 +193,20 @@ void SafetensorsFile::parse() {
         t.name = name;
         t.dtype = di->t;
         t.file = this;
-        uint64_t numel = 1;
+        // The product of the non-zero entries must fit in int64 (as the GGUF reader requires), so
+        // that no partial product a caller forms (rows, a reshape) can overflow.
+        uint64_t span = 1;
+        bool empty = false;
         for (const json& d : *sh) {
             if (!d.is_number_unsigned())
                 fail("{}: tensor '{}': shape entries must be non-negative integers", path_, name);
             const uint64_t n = d.get<uint64_t>();
-            if (n > uint64_t(INT64_MAX) || mul_overflows(numel, n, &numel))
+            if (n > uint64_t(INT64_MAX) || (n != 0 && (mul_overflows(span, n, &span) || span > uint64_t(INT64_MAX))))
                 fail("{}: tensor '{}': shape overflows", path_, name);
+            empty = empty || n == 0;
             t.shape.push_back(int64_t(n));
         }
+        const uint64_t numel = empty ? 0 : span;
         if (t.shape.size() > 8) fail("{}: tensor '{}': {} dimensions (at most 8 supported)", path_, name, t.shape.size());
         for (const json& o : *off)
             if (!o.is_number_unsigned()) fail("{}: tensor '{}': data_offsets must be non-negative integers", path_, name);

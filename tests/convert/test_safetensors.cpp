@@ -74,6 +74,7 @@ TEST_CASE("safetensors: malformed headers are rejected naming file and tensor") 
         {"overlap", make(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"v":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8), "overlaps"},
         {"duplicate", make(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8), "twice"},
         {"overflow", make(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d8), "overflows"},
+        {"overflow behind a zero", make(R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", d8), "overflows"},
     };
     for (const auto& c : cases) {
         CAPTURE(c.what);
