@@ -76,10 +76,8 @@ const SimdEntry<VecDotRowsFn> kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SI
                                              KINFER_SIMD_VEC_DOTS_ROWS_Q8_0(KINFER_SIMD_ENTRY_AVX2)};
 #undef KINFER_SIMD_ENTRY
 #undef KINFER_SIMD_ENTRY_AVX2
-// AVX2 has tiles for the Q8_0 formats and Q4_K; Q6_K's AVX2 kernel is vec_dot_multi.
 #define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_tile_##name, avx512::vec_dot_tile_##name},
-const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE_Q8_0(KINFER_SIMD_ENTRY) KINFER_SIMD_ENTRY(q4_K_q8_K)
-                                             {ref::vec_dot_q6_K_q8_K, nullptr, avx512::vec_dot_tile_q6_K_q8_K}};
+const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_ENTRY)};
 #undef KINFER_SIMD_ENTRY
 
 // The kernel of this kind for the type whose reference kernel is ref_fn, at level isa; nullptr

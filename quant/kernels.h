@@ -99,15 +99,15 @@ namespace avx2 { int weight_rows_per_group(); }
 namespace avx512 { int weight_rows_per_group(); }
 
 // Tiled variants (VecDotTileFn): on AVX-512 VNNI for the formats dotted against Q8_0
-// (vec_dot_tiles_avx512.cpp) and for Q4_K / Q6_K (vec_dot_k_tiles_avx512.cpp); on AVX2 for Q4_K
-// (vec_dot_k_tiles_avx2.cpp).
+// (vec_dot_tiles_avx512.cpp) and for Q4_K / Q6_K (vec_dot_k_tiles_avx512.cpp); on AVX2 for the
+// same formats (vec_dot_simd.inc, vec_dot_k_tiles_avx2.cpp).
 #define KINFER_SIMD_VEC_DOTS_TILE_Q8_0(X) X(q8_0_q8_0) X(q4_0_q8_0) X(q5_0_q8_0) X(iq4_nl_q8_0) X(mxfp4_q8_0)
 #define KINFER_SIMD_VEC_DOTS_TILE(X) KINFER_SIMD_VEC_DOTS_TILE_Q8_0(X) X(q4_K_q8_K) X(q6_K_q8_K)
 #define KINFER_DECLARE_VEC_DOT_TILE(name)                                                                     \
     void vec_dot_tile_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, size_t y_stride, \
                              int ny, float* out, size_t out_stride);
 namespace avx512 { KINFER_SIMD_VEC_DOTS_TILE(KINFER_DECLARE_VEC_DOT_TILE) }
-namespace avx2 { KINFER_DECLARE_VEC_DOT_TILE(q4_K_q8_K) KINFER_SIMD_VEC_DOTS_TILE_Q8_0(KINFER_DECLARE_VEC_DOT_TILE) }
+namespace avx2 { KINFER_SIMD_VEC_DOTS_TILE(KINFER_DECLARE_VEC_DOT_TILE) }
 #undef KINFER_DECLARE_VEC_DOT_TILE
 
 }  // namespace kinfer::quant
