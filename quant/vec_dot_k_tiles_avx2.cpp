@@ -171,7 +171,7 @@ struct Q6KStep {
             };
             // The half's 8 scales in both 128-bit lanes; pair jj takes words 4jj, 4jj + 2 in the low
             // lane (bytes 0..15 of quarters 2jj, 2jj + 1) and 4jj + 1, 4jj + 3 in the high one.
-            const __m256i sck = _mm256_permute2x128_si256(sc16, sc16, k ? 0x11 : 0x00);
+            const __m256i sck = k ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             for (int jj = 0; jj < 2; ++jj) {
                 const PiecePair p = interleave(quarter(2 * jj), quarter(2 * jj + 1));
                 w[2 * (2 * k + jj)] = p.a;
