@@ -197,10 +197,9 @@ struct Q6KStep {
 // Few activation rows (a routed expert's share of a prefill chunk): one weight row x NT <= 4
 // packed rows with every chain in registers, the weight row reused from L1 for each group of 4.
 // Below 12 rows this beats rows_blocked, whose chains live in memory (one core, 1024 x 2304: 4.7
-// vs 5.6 ns at 4 rows, 4.8 vs 5.1 at 8; 4.7 vs 4.25 at 16).
-// The float steps are
-// vector multiplies of broadcast operands (the scalar products' bits in every lane), and the min
-// chains of two activation rows share a register ([row t | row t + 1], four lanes each).
+// vs 5.6 ns at 4 rows, 4.8 vs 5.1 at 8; 4.7 vs 4.25 at 16). The float steps are vector multiplies
+// of broadcast operands (the scalar products' bits in every lane), and the min chains of two
+// activation rows share a register ([row t | row t + 1], four lanes each).
 template <int NT>
 void row(int64_t nb, const block_q4_K* x, const PackedQ4K* const* a, float* out) {
     constexpr int NP = NT / 2;   // row pairs; an odd last row keeps a 4-lane chain of its own
@@ -253,7 +252,6 @@ void row(int64_t nb, const block_q4_K* x, const PackedQ4K* const* a, float* out)
         out[t] = hsum_f32(acc[t]) + hsum_f32x4(m);
     }
 }
-
 
 constexpr int kBlockedFrom = 12;   // activation rows from which rows_blocked is faster
 void q4_K_few_rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const PackedQ4K* const* rows, int na, float* out,
