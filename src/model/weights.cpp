@@ -26,6 +26,16 @@ void check_matrix_type(const gguf::TensorInfo& t) {
         fail("tensor '{}': type {} has no CPU dot product in this build", t.name, facts.name);
 }
 
+// token_embd is only gathered: its rows must be readable as floats (a type such as F64 or I8 has no
+// conversion, and embedding a token would call none).
+void check_gather_type(const gguf::TensorInfo& t) {
+    const quant::TypeFacts facts = quant::type_facts(t.type);
+    if (!facts.name) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
+    const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
+    if (t.type != quant::Type::F32 && (!tr || !tr->to_float))
+        fail("tensor '{}': type {} cannot be read as floats in this build", t.name, facts.name);
+}
+
 }  // namespace
 
 backend::Mat mat_of(TensorRef t) {
@@ -71,7 +81,8 @@ Weights load_weights(const gguf::File& f, const HParams& hp) {
             else w.*(s.global_vec) = p;
         } else {
             // token_embd is only gathered (dequantized rows), never multiplied.
-            if (s.global_mat != &Weights::token_embd) check_matrix_type(*t);
+            if (s.global_mat == &Weights::token_embd) check_gather_type(*t);
+            else check_matrix_type(*t);
             if (s.layer_mat) w.layers[size_t(s.layer)].*(s.layer_mat) = t;
             else w.*(s.global_mat) = t;
         }

@@ -114,5 +114,26 @@ TEST_CASE("broken files fail with a clear error") {
         return true;
     });
     CHECK_THROWS_WITH_AS(model::Model::load(d), doctest::Contains("not supported"), Error);
+
+    // An embedding table of a type with no float conversion (found by fuzz_model_load: embedding a
+    // token called a null conversion).
+    const std::string e = (tmp / "embd_f64.gguf").string();
+    {
+        auto f = gguf::File::open(src);
+        gguf::Writer w(e);
+        for (const auto& v : f->kv()) w.add_value(v);
+        for (const auto& t : f->tensors())
+            w.add_tensor(t.name, t.name == "token_embd.weight" ? quant::Type::F64 : t.type, t.ne, t.n_dims);
+        for (const auto& t : f->tensors()) {
+            if (t.name != "token_embd.weight") {
+                w.write_tensor(t.data, t.nbytes);
+                continue;
+            }
+            const std::vector<uint8_t> zeros(size_t(t.nelements()) * 8);
+            w.write_tensor(zeros.data(), zeros.size());
+        }
+        w.finish();
+    }
+    CHECK_THROWS_WITH_AS(model::Model::load(e), doctest::Contains("token_embd.weight': type f64 cannot be read as floats"), Error);
     std::filesystem::remove_all(tmp);
 }
