@@ -25,7 +25,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -111,6 +110,7 @@ struct Q4KStep {
     using Block = block_q4_K;
     using Packed = PackedQ4K;
     static constexpr bool kMinChain = true;
+    static constexpr int kBlockedFrom = 12;   // fewer activation rows take few_rows (below)
     static void run(const block_q4_K& b, const PackedQ4K* const* a, int64_t i, int na, __m256* acc, __m128* acc_m) {
         const __m256i m4 = _mm256_set1_epi8(0x0f);
         const K4Bytes kb = k4_bytes(b.scales);
@@ -156,6 +156,7 @@ struct Q6KStep {
     using Block = block_q6_K;
     using Packed = PackedQ6K;
     static constexpr bool kMinChain = false;
+    static constexpr int kBlockedFrom = 0;   // rows_blocked at every count
     static void run(const block_q6_K& b, const PackedQ6K* const* a, int64_t i, int na, __m256* acc, __m128*) {
         const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
@@ -253,8 +254,7 @@ void row(int64_t nb, const block_q4_K* x, const PackedQ4K* const* a, float* out)
     }
 }
 
-constexpr int kBlockedFrom = 12;   // activation rows from which rows_blocked is faster
-void q4_K_few_rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const PackedQ4K* const* rows, int na, float* out,
+void few_rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const PackedQ4K* const* rows, int na, float* out,
                    size_t os) {
     for (int r = 0; r < nx; ++r) {
         const auto* x = reinterpret_cast<const block_q4_K*>(xb + size_t(r) * xs);
@@ -291,7 +291,7 @@ void rows_blocked(int64_t nb, const uint8_t* xb, size_t xs, int nx, const typena
         for (int r = 0; r < nr; ++r)
             for (int t = 0; t < na; ++t) {
                 acc[r][t] = _mm256_setzero_ps();
-                acc_m[r][t] = _mm_setzero_ps();
+                if constexpr (Step::kMinChain) acc_m[r][t] = _mm_setzero_ps();
             }
         for (int64_t i = 0; i < nb; ++i)
             for (int r = 0; r < nr; ++r) {
@@ -325,9 +325,9 @@ void tile(int64_t n, const void* vx, size_t xs, int nx, const void* vy, size_t y
             pack_row(reinterpret_cast<const block_q8_K*>(yb + size_t(a0 + t) * ys), nb, p);
             rows[t] = p;
         }
-        if constexpr (std::is_same_v<Step, Q4KStep>)
-            if (na < kBlockedFrom) {
-                q4_K_few_rows(nb, xb, xs, nx, rows, na, out + size_t(a0) * os, os);
+        if constexpr (Step::kBlockedFrom > 0)   // Q4_K only: few_rows takes its packed rows
+            if (na < Step::kBlockedFrom) {
+                few_rows(nb, xb, xs, nx, rows, na, out + size_t(a0) * os, os);
                 continue;
             }
         rows_blocked<Step>(nb, xb, xs, nx, rows, na, out + size_t(a0) * os, os);

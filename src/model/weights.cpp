@@ -19,21 +19,16 @@ const float* as_floats(const gguf::TensorInfo& t, Weights& w) {
     return v.data();
 }
 
-void check_matrix_type(const gguf::TensorInfo& t) {
-    const quant::TypeFacts facts = quant::type_facts(t.type);
-    if (!facts.name) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
-    if (!backend::cpu_can_matmul(t.type))
-        fail("tensor '{}': type {} has no CPU dot product in this build", t.name, facts.name);
-}
-
-// token_embd is only gathered: its rows must be readable as floats (a type such as F64 or I8 has no
-// conversion, and embedding a token would call none).
-void check_gather_type(const gguf::TensorInfo& t) {
+// A matrix must have a CPU dot product; token_embd is only gathered, so its rows need only be
+// readable as floats (a type such as F64 or I8 has neither, and embedding a token would call none).
+void check_matrix_type(const gguf::TensorInfo& t, bool gathered) {
     const quant::TypeFacts facts = quant::type_facts(t.type);
     if (!facts.name) fail("tensor '{}': unknown ggml type {}", t.name, uint32_t(t.type));
     const quant::Traits* tr = quant::traits_or_null(uint32_t(t.type));
-    if (t.type != quant::Type::F32 && (!tr || !tr->to_float))
+    if (gathered && t.type != quant::Type::F32 && (!tr || !tr->to_float))
         fail("tensor '{}': type {} cannot be read as floats in this build", t.name, facts.name);
+    if (!gathered && !backend::cpu_can_matmul(t.type))
+        fail("tensor '{}': type {} has no CPU dot product in this build", t.name, facts.name);
 }
 
 }  // namespace
@@ -81,8 +76,7 @@ Weights load_weights(const gguf::File& f, const HParams& hp) {
             else w.*(s.global_vec) = p;
         } else {
             // token_embd is only gathered (dequantized rows), never multiplied.
-            if (s.global_mat == &Weights::token_embd) check_gather_type(*t);
-            else check_matrix_type(*t);
+            check_matrix_type(*t, s.global_mat == &Weights::token_embd);
             if (s.layer_mat) w.layers[size_t(s.layer)].*(s.layer_mat) = t;
             else w.*(s.global_mat) = t;
         }
