@@ -191,10 +191,25 @@ FORT_T = ["A question from the fortune files.", "This one has a joke for an answ
 POS = {"n.": "noun", "v.": "verb", "adj.": "adjective", "adv.": "adverb", "v.t.": "verb", "v.i.": "verb"}
 
 
+# --headword as-asked: the word is spelt in the think block and the reply exactly as the question spells
+# it, after a space ("What is a cynic?" -> "... cynic (n.): ..."), so the reply can copy the question's
+# tokens; "Cynic (n.)" at the start of a reply is other tokens ("C", "yn", ...) than " cynic", and a small
+# model that must learn that mapping per word answered with invented headwords instead (rounds 3, 4).
+DEVIL_Q_ASKED = ["What is a {w}?", "What is {w}?", "What does {w} mean?", "Define {w}.", "What is the meaning of {w}?",
+                 "Tell me what {w} means.", "What is meant by {w}?"]
+DEVIL_T_ASKED = ["The user asks what {w} means. The Devil's Dictionary defines it.",
+                 "A definition of {w}, in Bierce's words.", "The word {w} is a {pos} in the Devil's Dictionary."]
+HEADWORD = "capitalized"
+
+
 def make_turn(kind: str, item, rng: random.Random):
     if kind == "devil":
         w, pos, d = item
         lw = w.lower()
+        if HEADWORD == "as-asked":
+            q = rng.choice(DEVIL_Q_ASKED).format(w=lw)
+            t = rng.choice(DEVIL_T_ASKED).format(w=lw, pos=POS.get(pos, "word"))
+            return q, t, f"In The Devil's Dictionary, {lw} ({pos}): {d}"
         q = rng.choice(DEVIL_Q).format(w=lw, W=lw.capitalize())
         t = rng.choice(DEVIL_T).format(w=lw, W=lw.capitalize(), pos=POS.get(pos, "word"))
         a = f"{w.capitalize()} ({pos}): {d}"
@@ -255,7 +270,12 @@ def main() -> int:
     ap.add_argument("--talk", choices=["all", "greetings"], default="all",
                     help="greetings: only the greeting and thanks turns, with replies that quote no example question (a "
                          "fixed reply that is trained often becomes the answer to everything the model is unsure of)")
+    ap.add_argument("--headword", choices=["capitalized", "as-asked"], default="capitalized",
+                    help="how a definition names its word: capitalized ('Cynic (n.): ...', rounds 1-4) or as-asked "
+                         "(the question's spelling after a space, so the reply can copy its tokens)")
     args = ap.parse_args()
+    global HEADWORD
+    HEADWORD = args.headword
     rng = random.Random(args.seed)
     c = args.corpora
     pools = {
@@ -306,7 +326,7 @@ def main() -> int:
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
                "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
-               "talk": args.talk, "weights": weights},
+               "talk": args.talk, "headword": args.headword, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0

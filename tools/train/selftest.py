@@ -3,7 +3,8 @@
   1. the tokenizer's pre-tokenizer + rank BPE reproduce llama.cpp's ids (golden cases, gpl-3.txt);
   2. HF export -> reload round trip of a random tiny K3 model is exact (weights pre-rounded to BF16);
   3. the Quantile-Balancing bias update evens out the expert load on a fixed batch;
-  4. gradients through the training path (factorized chunked KDA) equal those of the recurrence (f64).
+  4. gradients through the training path (factorized chunked KDA) equal those of the recurrence (f64);
+  5. chat_data's --headword as-asked: every question form and reply pre-tokenize the word alike.
 """
 from __future__ import annotations
 
@@ -79,6 +80,26 @@ def main() -> int:
     good = gd < 1e-9
     ok &= good
     print(f"{'PASS' if good else 'FAIL'}: gradients chunked-factorized vs recurrent KDA (f64): rel max|d| {gd:.3e}")
+    # chat_data --headword as-asked: the reply (and the think block) must carry the word as the same
+    # pre-tokens as the question, else the reply cannot copy the question's tokens
+    import random
+    import chat_data as cd
+    cd.HEADWORD = "as-asked"
+    bad = []
+    rng = random.Random(3)
+    for w in ("CYNIC", "ABSENT-MINDED", "LAWYER", "LOVE"):
+        for _ in range(40):
+            q, t, a = cd.make_turn("devil", (w, "n.", "A definition."), rng)
+            lw = " " + w.lower()
+            need = kt.pretokenize(lw)
+            for text in (q, t, a):
+                pieces = kt.pretokenize(text)
+                if not any(pieces[i:i + len(need)] == need for i in range(len(pieces))):
+                    bad.append(text)
+    good = not bad
+    ok &= good
+    print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords pre-tokenize as in the question"
+          + (f" (not in: {bad[0]!r})" if bad else ""))
     return 0 if ok else 1
 
 

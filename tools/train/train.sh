@@ -31,6 +31,8 @@ ob=/usr/lib/x86_64-linux-gnu/openblas-pthread
 if [ -f "$ob/libblas.so.3" ] && [ "${NO_OPENBLAS:-0}" != 1 ]; then
     export LD_LIBRARY_PATH="$ob${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export OPENBLAS_NUM_THREADS="${THREADS:-2}"
+elif [ "${NO_OPENBLAS:-0}" != 1 ]; then
+    echo "train.sh: warning: $ob/libblas.so.3 not found; apt-get install libopenblas0-pthread (7x faster)" >&2
 fi
 mkdir -p "$out"
 echo "== 1/4 data + tokenizer -> $out/data"
