@@ -200,6 +200,11 @@ DEVIL_Q_ASKED = ["What is a {w}?", "What is {w}?", "What does {w} mean?", "Defin
 DEVIL_T_ASKED = ["The user asks what {w} means. The Devil's Dictionary defines it.",
                  "A definition of {w}, in Bierce's words.", "The word {w} is a {pos} in the Devil's Dictionary."]
 HEADWORD = "capitalized"
+# --reference as-asked: the same for the Bible: "What does John 3:16 say?" -> "In the King James Bible,
+# John 3:16 reads: ...", the reference after a space as in the question (a reply that starts with
+# "John" has another first token than the question's " John"); the bare "{r}" question is dropped.
+BIBLE_Q_ASKED = ["What does {r} say?", "Quote {r}.", "Recite {r}.", "What is {r}?", "Read me {r}."]
+REFERENCE = "plain"
 
 
 def make_turn(kind: str, item, rng: random.Random):
@@ -216,6 +221,9 @@ def make_turn(kind: str, item, rng: random.Random):
         return q, t, a
     if kind == "bible":
         r, v = item
+        if REFERENCE == "as-asked":
+            return (rng.choice(BIBLE_Q_ASKED).format(r=r), rng.choice(BIBLE_T).format(r=r),
+                    f"In the King James Bible, {r} reads: {v}")
         return rng.choice(BIBLE_Q).format(r=r), rng.choice(BIBLE_T).format(r=r), f"{r}: {v}"
     if kind == "fortune":
         q, a = item
@@ -273,9 +281,12 @@ def main() -> int:
     ap.add_argument("--headword", choices=["capitalized", "as-asked"], default="capitalized",
                     help="how a definition names its word: capitalized ('Cynic (n.): ...', rounds 1-4) or as-asked "
                          "(the question's spelling after a space, so the reply can copy its tokens)")
+    ap.add_argument("--reference", choices=["plain", "as-asked"], default="plain",
+                    help="how a verse names its reference: plain ('John 3:16: ...', rounds 1-5) or as-asked (after a "
+                         "fixed opening, spelt as the question spells it)")
     args = ap.parse_args()
-    global HEADWORD
-    HEADWORD = args.headword
+    global HEADWORD, REFERENCE
+    HEADWORD, REFERENCE = args.headword, args.reference
     rng = random.Random(args.seed)
     c = args.corpora
     pools = {
@@ -326,7 +337,7 @@ def main() -> int:
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
                "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
-               "talk": args.talk, "headword": args.headword, "weights": weights},
+               "talk": args.talk, "headword": args.headword, "reference": args.reference, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0

@@ -4,7 +4,8 @@
   2. HF export -> reload round trip of a random tiny K3 model is exact (weights pre-rounded to BF16);
   3. the Quantile-Balancing bias update evens out the expert load on a fixed batch;
   4. gradients through the training path (factorized chunked KDA) equal those of the recurrence (f64);
-  5. chat_data's --headword as-asked: every question form and reply pre-tokenize the word alike.
+  5. chat_data's --headword / --reference as-asked: every question form and reply pre-tokenize the word
+     (the verse reference) alike.
 """
 from __future__ import annotations
 
@@ -96,9 +97,18 @@ def main() -> int:
                 pieces = kt.pretokenize(text)
                 if not any(pieces[i:i + len(need)] == need for i in range(len(pieces))):
                     bad.append(text)
+    cd.REFERENCE = "as-asked"
+    for r in ("John 3:16", "1 Corinthians 13:4", "Song of Solomon 2:1"):
+        for _ in range(20):
+            q, t, a = cd.make_turn("bible", (r, "A verse."), rng)
+            need = kt.pretokenize(" " + r)
+            for text in (q, t, a):
+                pieces = kt.pretokenize(text)
+                if not any(pieces[i:i + len(need)] == need for i in range(len(pieces))):
+                    bad.append(text)
     good = not bad
     ok &= good
-    print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords pre-tokenize as in the question"
+    print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords and references pre-tokenize as in the question"
           + (f" (not in: {bad[0]!r})" if bad else ""))
     return 0 if ok else 1
 
