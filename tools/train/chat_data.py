@@ -205,6 +205,7 @@ HEADWORD = "capitalized"
 # "John" has another first token than the question's " John"); the bare "{r}" question is dropped.
 BIBLE_Q_ASKED = ["What does {r} say?", "Quote {r}.", "Recite {r}.", "What is {r}?", "Read me {r}."]
 REFERENCE = "plain"
+THINK_SHARE = 0.5
 
 
 def make_turn(kind: str, item, rng: random.Random):
@@ -252,8 +253,8 @@ def split_items(items, frac: float, rng: random.Random):
 
 
 def _write(f, turns, kinds, rng: random.Random, split: str) -> None:
-    # Half the replies think briefly, half leave the think block empty.
-    turns = [(q, t if rng.random() < 0.5 else "", a) for q, t, a in turns]
+    # --think-share of the replies think briefly, the others leave the think block empty.
+    turns = [(q, t if rng.random() < THINK_SHARE else "", a) for q, t, a in turns]
     r = rng.random()
     thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
     segs = render(turns, thinking, effort)
@@ -274,6 +275,8 @@ def main() -> int:
     ap.add_argument("--devil-copies", type=int, default=8, help="with --devil-all: dialogues per entry")
     ap.add_argument("--popular-copies", type=int, default=32, help="with --devil-all: dialogues per POPULAR word")
     ap.add_argument("--def-chars", type=int, default=320, help="definitions cut to whole sentences of about this length")
+    ap.add_argument("--devil-weight", type=float, default=0.5, help="share of turns that are definitions (before "
+                    "normalising with bible 0.3, fortune 0.12 and --talk-weight)")
     ap.add_argument("--talk-weight", type=float, default=0.08, help="share of turns that are small talk")
     ap.add_argument("--talk", choices=["all", "greetings"], default="all",
                     help="greetings: only the greeting and thanks turns, with replies that quote no example question (a "
@@ -284,9 +287,12 @@ def main() -> int:
     ap.add_argument("--reference", choices=["plain", "as-asked"], default="plain",
                     help="how a verse names its reference: plain ('John 3:16: ...', rounds 1-5) or as-asked (after a "
                          "fixed opening, spelt as the question spells it)")
+    ap.add_argument("--think-share", type=float, default=0.5,
+                    help="share of the replies with a short think block (the others: an empty one); a think block "
+                         "that names the asked word is a second, nearer place for the reply to copy it from")
     args = ap.parse_args()
-    global HEADWORD, REFERENCE
-    HEADWORD, REFERENCE = args.headword, args.reference
+    global HEADWORD, REFERENCE, THINK_SHARE
+    HEADWORD, REFERENCE, THINK_SHARE = args.headword, args.reference, args.think_share
     rng = random.Random(args.seed)
     c = args.corpora
     pools = {
@@ -296,7 +302,7 @@ def main() -> int:
         "talk": (SMALL_TALK, SMALL_TALK) if args.talk == "all" else (GREETINGS, GREETINGS),
     }
     # The dictionary is the chat's main subject (a new user is told to ask "What is a cynic?").
-    weights = {"devil": 0.5, "bible": 0.3, "fortune": 0.12}
+    weights = {"devil": args.devil_weight, "bible": 0.3, "fortune": 0.12}
     weights["talk"] = args.talk_weight
     weights = {k: v / sum(weights.values()) for k, v in weights.items()}
     held_weights = weights
@@ -337,7 +343,7 @@ def main() -> int:
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
                "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
-               "talk": args.talk, "headword": args.headword, "reference": args.reference, "weights": weights},
+               "talk": args.talk, "headword": args.headword, "reference": args.reference, "think_share": args.think_share, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0
