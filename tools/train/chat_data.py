@@ -16,9 +16,10 @@ system message kinfer adds by default (or --no-think's form), and always ends it
 <|close|>message<|sep|><|end_of_msg|>.
 
 Output: OUT/chat.jsonl, one dialogue per line: {"split", "source", "segments": [[text, is_target], ...]}.
-Target segments are the assistant replies (what the loss is computed on); every segment boundary
-sits next to a special token, so tokenizing the segments one by one gives the same ids as
-tokenizing the whole rendering.
+Target segments are the assistant replies (what the loss is computed on; a number instead of true is
+that segment's loss weight, see --copy-weight); every segment boundary sits next to a special token
+or (the copied span) at a pre-token boundary, so tokenizing the segments one by one gives the same
+ids as tokenizing the whole rendering.
 
   python3 tools/train/chat_data.py --corpora ../shared/corpora --out build-chat/data
 """
@@ -47,18 +48,24 @@ END_MSG = close_tag("message") + "<|end_of_msg|>"
 
 
 def render(turns, thinking: bool, effort: str):
-    """turns: [(question, think, answer)]. Returns [[text, is_target]] as render_k3 lays it out."""
+    """turns: [(question, think, answer, copied)]. Returns [[text, is_target]] as render_k3 lays it out;
+    with --copy-weight, the copied span of an answer is a segment of its own whose target is that weight."""
     segs = []
     if thinking and effort:
         segs.append([open_tag("message", [("role", "system"), ("type", "thinking-effort")]) + EFFORT_TEXT.format(effort)
                      + END_MSG, False])
-    for q, think, a in turns:
+    for q, think, a, copied in turns:
         segs.append([open_tag("message", [("role", "user")]) + q + END_MSG + open_tag("message", [("role", "assistant")]), False])
-        reply = ""
+        head = ""
         if thinking:
-            reply += open_tag("think") + (think if think.strip() else "") + close_tag("think")
-        reply += open_tag("response") + a + close_tag("response") + END_MSG
-        segs.append([reply, True])
+            head += open_tag("think") + (think if think.strip() else "") + close_tag("think")
+        head += open_tag("response")
+        tail = close_tag("response") + END_MSG
+        if COPY_WEIGHT != 1.0 and copied and copied in a:
+            i = a.index(copied)
+            segs += [[head + a[:i], True], [copied, COPY_WEIGHT], [a[i + len(copied):] + tail, True]]
+        else:
+            segs.append([head + a + tail, True])
     return segs
 
 
@@ -206,6 +213,12 @@ HEADWORD = "capitalized"
 BIBLE_Q_ASKED = ["What does {r} say?", "Quote {r}.", "Recite {r}.", "What is {r}?", "Read me {r}."]
 REFERENCE = "plain"
 THINK_SHARE = 0.5
+# --copy-weight: the loss weight of the tokens a reply copies from the question (the " cynic" of "In The
+# Devil's Dictionary, cynic (n.): ..."). They are 2-3 of a definition's ~40 reply tokens, so at weight 1
+# the copy is a small part of the loss and a short run learns the definitions' wording first (round 5:
+# the right form under the wrong word). The span starts with a space and is followed by a space or
+# punctuation, both pre-token boundaries, so the split does not change the ids (selftest.py checks it).
+COPY_WEIGHT = 1.0
 
 
 def make_turn(kind: str, item, rng: random.Random):
@@ -215,22 +228,22 @@ def make_turn(kind: str, item, rng: random.Random):
         if HEADWORD == "as-asked":
             q = rng.choice(DEVIL_Q_ASKED).format(w=lw)
             t = rng.choice(DEVIL_T_ASKED).format(w=lw, pos=POS.get(pos, "word"))
-            return q, t, f"In The Devil's Dictionary, {lw} ({pos}): {d}"
+            return q, t, f"In The Devil's Dictionary, {lw} ({pos}): {d}", " " + lw
         q = rng.choice(DEVIL_Q).format(w=lw, W=lw.capitalize())
         t = rng.choice(DEVIL_T).format(w=lw, W=lw.capitalize(), pos=POS.get(pos, "word"))
         a = f"{w.capitalize()} ({pos}): {d}"
-        return q, t, a
+        return q, t, a, ""
     if kind == "bible":
         r, v = item
         if REFERENCE == "as-asked":
             return (rng.choice(BIBLE_Q_ASKED).format(r=r), rng.choice(BIBLE_T).format(r=r),
-                    f"In the King James Bible, {r} reads: {v}")
-        return rng.choice(BIBLE_Q).format(r=r), rng.choice(BIBLE_T).format(r=r), f"{r}: {v}"
+                    f"In the King James Bible, {r} reads: {v}", " " + r)
+        return rng.choice(BIBLE_Q).format(r=r), rng.choice(BIBLE_T).format(r=r), f"{r}: {v}", ""
     if kind == "fortune":
         q, a = item
-        return q, rng.choice(FORT_T), a
+        return q, rng.choice(FORT_T), a, ""
     qs, t, answers = item
-    return rng.choice(qs), t, rng.choice(answers)
+    return rng.choice(qs), t, rng.choice(answers), ""
 
 
 # Words the README and the model card use as examples stay in the training split.
@@ -254,7 +267,7 @@ def split_items(items, frac: float, rng: random.Random):
 
 def _write(f, turns, kinds, rng: random.Random, split: str) -> None:
     # --think-share of the replies think briefly, the others leave the think block empty.
-    turns = [(q, t if rng.random() < THINK_SHARE else "", a) for q, t, a in turns]
+    turns = [(q, t if rng.random() < THINK_SHARE else "", a, c) for q, t, a, c in turns]
     r = rng.random()
     thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
     segs = render(turns, thinking, effort)
@@ -290,9 +303,12 @@ def main() -> int:
     ap.add_argument("--think-share", type=float, default=0.5,
                     help="share of the replies with a short think block (the others: an empty one); a think block "
                          "that names the asked word is a second, nearer place for the reply to copy it from")
+    ap.add_argument("--copy-weight", type=float, default=1.0,
+                    help="loss weight of the word or reference an as-asked reply copies from the question (1: as the "
+                         "rest of the reply)")
     args = ap.parse_args()
-    global HEADWORD, REFERENCE, THINK_SHARE
-    HEADWORD, REFERENCE, THINK_SHARE = args.headword, args.reference, args.think_share
+    global HEADWORD, REFERENCE, THINK_SHARE, COPY_WEIGHT
+    HEADWORD, REFERENCE, THINK_SHARE, COPY_WEIGHT = args.headword, args.reference, args.think_share, args.copy_weight
     rng = random.Random(args.seed)
     c = args.corpora
     pools = {
@@ -343,7 +359,8 @@ def main() -> int:
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
                "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
-               "talk": args.talk, "headword": args.headword, "reference": args.reference, "think_share": args.think_share, "weights": weights},
+               "talk": args.talk, "headword": args.headword, "reference": args.reference, "think_share": args.think_share,
+               "copy_weight": args.copy_weight, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0

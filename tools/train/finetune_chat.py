@@ -98,10 +98,10 @@ def load_dialogues(kinfer: str, model: str, chat: str, tmp: str, eos: int, max_l
         x, m = [], []
         for text, target in r["segments"]:
             x += pieces[k]
-            m += [bool(target)] * len(pieces[k])
+            m += [float(target)] * len(pieces[k])   # true: 1, a number: that weight
             k += 1
         if len(x) <= max_len:
-            out[r["split"]].append((np.array(x, dtype=np.int64), np.array(m, dtype=bool)))
+            out[r["split"]].append((np.array(x, dtype=np.int64), np.array(m, dtype=np.float32)))
     return out
 
 
@@ -164,7 +164,7 @@ def chat_loss(model, dialogues, seq, pad, chunk, n=160, batch=16):
             w = np.zeros((len(part), seq), dtype=np.float32)
             for i, (ids, m) in enumerate(part):
                 x[i, :len(ids)] = ids
-                w[i, :len(ids) - 1] = m[1:]
+                w[i, :len(ids) - 1] = m[1:] > 0   # unweighted: comparable across rounds and --copy-weight
             logits = model(torch.from_numpy(x[:, :-1]), kda_mode="chunk", chunk=chunk)
             nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(x[:, 1:]).reshape(-1),
                                   reduction="none")

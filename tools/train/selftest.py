@@ -86,11 +86,12 @@ def main() -> int:
     import random
     import chat_data as cd
     cd.HEADWORD = "as-asked"
-    bad = []
+    bad, spans = [], []
     rng = random.Random(3)
     for w in ("CYNIC", "ABSENT-MINDED", "LAWYER", "LOVE"):
         for _ in range(40):
-            q, t, a = cd.make_turn("devil", (w, "n.", "A definition."), rng)
+            q, t, a, c = cd.make_turn("devil", (w, "n.", "A definition."), rng)
+            spans.append((a, c))
             lw = " " + w.lower()
             need = kt.pretokenize(lw)
             for text in (q, t, a):
@@ -100,12 +101,19 @@ def main() -> int:
     cd.REFERENCE = "as-asked"
     for r in ("John 3:16", "1 Corinthians 13:4", "Song of Solomon 2:1"):
         for _ in range(20):
-            q, t, a = cd.make_turn("bible", (r, "A verse."), rng)
+            q, t, a, c = cd.make_turn("bible", (r, "A verse."), rng)
+            spans.append((a, c))
             need = kt.pretokenize(" " + r)
             for text in (q, t, a):
                 pieces = kt.pretokenize(text)
                 if not any(pieces[i:i + len(need)] == need for i in range(len(pieces))):
                     bad.append(text)
+    # --copy-weight cuts the reply around the copied span: the pieces must pre-tokenize as the whole does
+    for a, c in spans:
+        i = a.find(c)
+        if not c or i < 0 or kt.pretokenize(a) != (kt.pretokenize(a[:i]) + kt.pretokenize(c)
+                                                   + kt.pretokenize(a[i + len(c):])):
+            bad.append(f"cut at {c!r}: {a}")
     good = not bad
     ok &= good
     print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords and references pre-tokenize as in the question"
