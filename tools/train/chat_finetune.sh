@@ -7,7 +7,7 @@
 #   then: cp OUT_DIR/kinfer-demo.gguf models/   (after looking at OUT_DIR/samples.txt)
 #
 # Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), LR (1e-3), PLAIN_ROWS (2), CHAT_ROWS (6),
-# SEQ (256), PACK (1: several dialogues per row), SWEEP (1: dialogues drawn in shuffled epochs),
+# SEQ (256), SEED (1234: the batches; a round that continues the previous one needs another), PACK (1: several dialogues per row), SWEEP (1: dialogues drawn in shuffled epochs),
 # DATA_ARGS (extra chat_data.py options, e.g. "--devil-all --devil-copies 8"), HELDOUT_N (160 held-out
 # dialogues scored), NICE (10), PY, KINFER,
 # START (the GGUF to start from, and the "before" of the perplexity figures; a later round starts
@@ -46,7 +46,7 @@ echo "== 2/5 dialogues"
 echo "== 3/5 fine-tune (${STEPS:-400} steps at most, ${BUDGET_MIN:-45} min)"
 [ -f "$out/run/finetune.json" ] || nice -n "${NICE:-10}" "$py" "$here/finetune_chat.py" --gguf "$out/start-f32.gguf" --chat "$out/data/chat.jsonl" --corpora "$corp" \
     --kinfer "$kinfer" --out "$out/run" --steps "${STEPS:-400}" --time-budget-min "${BUDGET_MIN:-45}" --threads "$THREADS" \
-    --lr "${LR:-1e-3}" --plain-rows "${PLAIN_ROWS:-2}" --chat-rows "${CHAT_ROWS:-6}" --seq "${SEQ:-256}" --heldout-n "${HELDOUT_N:-160}" ${PACK:+--pack} ${SWEEP:+--sweep}
+    --lr "${LR:-1e-3}" --seed "${SEED:-1234}" --plain-rows "${PLAIN_ROWS:-2}" --chat-rows "${CHAT_ROWS:-6}" --seq "${SEQ:-256}" --heldout-n "${HELDOUT_N:-160}" ${PACK:+--pack} ${SWEEP:+--sweep}
 echo "== 4/5 GGUF (F32, then the shipped Q8_0)"
 "$kinfer" convert "$out/run/kinfer-demo" -o "$out/model-f32.gguf" --outtype f32 2>/dev/null
 "$kinfer" quantize "$out/model-f32.gguf" "$out/kinfer-demo.gguf" Q8_0 "$THREADS" >"$out/quantize.log" 2>&1
