@@ -61,12 +61,18 @@ def render(turns, thinking: bool, effort: str):
             head += open_tag("think") + (think if think.strip() else "") + close_tag("think")
         head += open_tag("response")
         tail = close_tag("response") + END_MSG
-        if COPY_WEIGHT != 1.0 and copied and copied in a:
-            i = a.index(copied)
-            segs += [[head + a[:i], True], [copied, COPY_WEIGHT], [a[i + len(copied):] + tail, True]]
+        cut = cut_copied(a, copied) if COPY_WEIGHT != 1.0 else None
+        if cut:
+            segs += [[head + cut[0], True], [cut[1], COPY_WEIGHT], [cut[2] + tail, True]]
         else:
             segs.append([head + a + tail, True])
     return segs
+
+
+def cut_copied(a: str, copied: str):
+    """(before, copied, after) around the first copied span of answer a, or None without one."""
+    i = a.find(copied) if copied else -1
+    return (a[:i], copied, a[i + len(copied):]) if i >= 0 else None
 
 
 def first_sentences(text: str, limit: int) -> str:

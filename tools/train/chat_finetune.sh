@@ -7,7 +7,8 @@
 #   then: cp OUT_DIR/kinfer-demo.gguf models/   (after looking at OUT_DIR/samples.txt)
 #
 # Environment: STEPS (400), BUDGET_MIN (45), THREADS (2), LR (1e-3), PLAIN_ROWS (2), CHAT_ROWS (6),
-# SEQ (256), SEED (1234: the batches; a round that continues the previous one needs another), PACK (1: several dialogues per row), SWEEP (1: dialogues drawn in shuffled epochs),
+# SEQ (256), SEED (1234: the batches; a round that continues the previous one needs another),
+# PACK (1: several dialogues per row), SWEEP (1: dialogues drawn in shuffled epochs),
 # DATA_ARGS (extra chat_data.py options, e.g. "--devil-all --devil-copies 8"), HELDOUT_N (160 held-out
 # dialogues scored), NICE (10), PY, KINFER,
 # START (the GGUF to start from, and the "before" of the perplexity figures; a later round starts

@@ -110,9 +110,8 @@ def main() -> int:
                     bad.append(text)
     # --copy-weight cuts the reply around the copied span: the pieces must pre-tokenize as the whole does
     for a, c in spans:
-        i = a.find(c)
-        if not c or i < 0 or kt.pretokenize(a) != (kt.pretokenize(a[:i]) + kt.pretokenize(c)
-                                                   + kt.pretokenize(a[i + len(c):])):
+        cut = cd.cut_copied(a, c)
+        if not cut or kt.pretokenize(a) != sum((kt.pretokenize(p) for p in cut), []):
             bad.append(f"cut at {c!r}: {a}")
     good = not bad
     ok &= good
