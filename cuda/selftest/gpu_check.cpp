@@ -464,6 +464,106 @@ void paged_cache(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
+// The decompressed (MHA) prefill form through the pages (mla_mha.cu), K3's MLA shape (64 heads,
+// r 512 + 64, dn 128, dv 128, attn_k_b / attn_v_b at Q8_0), a 512-token chunk at the end of 4K /
+// 32K cached positions: checked against the CPU's tiled MHA op at 4K, and timed against the tiled
+// absorbed form on the same chunk (the model picks between them by operation count alone).
+void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# MLA prefill, 512-token chunk: decompressed (MHA) against absorbed, f16 pages of 256 rows\n");
+    const int64_t H = 64, r = 512, dr = 64, dn = 128, dv = 128, R = r + dr, dk = dn + dr, n = 512, page_rows = 256;
+    const quant::Type wt = quant::Type::Q8_0;
+    const quant::Traits& tr = quant::traits(wt);
+    const size_t rb_k = quant::row_size(tr, dn), rb_v = quant::row_size(tr, r);
+    std::vector<uint8_t> kb(rb_k * size_t(H * r)), vb(rb_v * size_t(H * dv));
+    {
+        const std::vector<float> wk = randn(size_t(H * r * dn), 60, 0.05f), wv = randn(size_t(H * dv * r), 61, 0.05f);
+        for (int64_t i = 0; i < H * r; ++i) tr.quantize(wk.data() + i * dn, kb.data() + size_t(i) * rb_k, dn);
+        for (int64_t i = 0; i < H * dv; ++i) tr.quantize(wv.data() + i * r, vb.data() + size_t(i) * rb_v, r);
+    }
+    Dev dkb(gpu, kb.data(), kb.size(), "attn_k_b"), dvb(gpu, vb.data(), vb.size(), "attn_v_b");
+    const backend::Mat gk{wt, dn, H * r, dkb.buf.ptr, rb_k, r, "attn_k_b"}, gv{wt, r, H * dv, dvb.buf.ptr, rb_v, dv, "attn_v_b"};
+    const backend::Mat hk{wt, dn, H * r, kb.data(), rb_k, r, "attn_k_b"}, hv{wt, r, H * dv, vb.data(), rb_v, dv, "attn_v_b"};
+    const auto t = backend::CacheType::f16;
+    const size_t row_bytes = backend::cache_row_bytes(t, R);
+    for (int64_t ctx : {int64_t(4096), int64_t(32768)}) {
+        const int64_t n_pages = (ctx + page_rows - 1) / page_rows;
+        std::vector<std::unique_ptr<Dev>> dpages;
+        std::vector<uint8_t*> gptr, hptr;
+        std::vector<std::vector<uint8_t>> hpages;
+        for (int64_t p = 0; p < n_pages; ++p) {
+            dpages.push_back(std::make_unique<Dev>(gpu, nullptr, size_t(page_rows) * row_bytes, "page"));
+            gptr.push_back(reinterpret_cast<uint8_t*>(dpages.back()->buf.ptr));
+            hpages.emplace_back(size_t(page_rows) * row_bytes);
+            hptr.push_back(hpages.back().data());
+        }
+        backend::LatentPages gc{t, R, page_rows, row_bytes, gptr.data(), n_pages}, hc{t, R, page_rows, row_bytes, hptr.data(), n_pages};
+        const std::vector<float> rows = randn(size_t(ctx * R), 62), q = randn(size_t(n * H * dk), 63);
+        {
+            Dev drows(gpu, rows.data(), rows.size() * 4, "rows");
+            gpu.mla_cache_store(gc, 0, ctx, drows.f(), 0);
+        }
+        backend::MlaShape ms;
+        ms.n = n, ms.pos0 = ctx - n, ms.H = H, ms.r = r, ms.dr = dr, ms.dn = dn, ms.dv = dv;
+        ms.scale = 1.0f / std::sqrt(float(dk));
+        Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
+        gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
+        if (ctx == 4096) {
+            cpu.mla_cache_store(hc, 0, ctx, rows.data(), 0);
+            std::vector<float> want(size_t(n * H * dv));
+            cpu.mla_attend_tiled_mha(hk, hv, hc, q.data(), want.data(), ms);
+            double wmax = 0;
+            for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+            check("mla MHA prefill over f16 pages, ctx 4096", down(gpu, dout, want.size()), want, 1e-4, 1e-5 * wmax);
+        }
+        const double s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
+        // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted).
+        const std::vector<float> Q = randn(size_t(n * H * R), 64);
+        Dev dQ(gpu, Q.data(), Q.size() * 4, "Q"), dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");
+        const double s_abs = time_it(gpu, 5, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
+        std::printf("     mla prefill chunk of %lld at %lld cached positions: MHA %.2f ms, absorbed %.2f ms (%.2fx)\n",
+                    (long long)n, (long long)ctx, s_mha * 1e3, s_abs * 1e3, s_abs / s_mha);
+    }
+}
+
+// Grouped expert matvecs (matmul_tasks: one launch for many tasks): K3 decode's 16 routed experts,
+// gate and up (3072 x 3584 at MXFP4) from one latent row, against the same 32 matmuls one launch
+// each; every task's result must be the single launch's, bit for bit (the same per-block code).
+void grouped_experts(backend::Backend& gpu) {
+    std::printf("\n# grouped expert matvec (matmul_tasks), 16 experts x gate + up, 3072 x 3584 MXFP4, 1 and 8 tokens\n");
+    const quant::Type t = quant::Type::MXFP4;
+    const quant::Traits& tr = quant::traits(t);
+    const int64_t rows = 3072, cols = 3584, experts = 16;
+    const size_t rb = quant::row_size(tr, cols);
+    std::vector<uint8_t> W(rb * size_t(rows * 2 * experts));
+    {
+        const std::vector<float> wf = randn(size_t(rows * cols), 70);
+        for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        for (int64_t m = 1; m < 2 * experts; ++m) std::memcpy(W.data() + size_t(m * rows) * rb, W.data(), size_t(rows) * rb);
+    }
+    Dev dW(gpu, W.data(), W.size(), "experts");
+    for (int64_t n : {int64_t(1), int64_t(8)}) {
+        const std::vector<float> x = randn(size_t(n * cols), 71);
+        Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y"),
+            dy1(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y1");
+        std::vector<backend::MatTask> tasks;
+        std::vector<backend::Mat> mats;
+        for (int64_t m = 0; m < 2 * experts; ++m) mats.push_back({t, cols, rows, dW.buf.ptr + size_t(m * rows) * rb, rb, 0, "expert"});
+        for (int64_t m = 0; m < 2 * experts; ++m) tasks.push_back({mats[size_t(m)], 0, 0, n, dy.f() + m * n * rows, 0});
+        const backend::MatInput in{dx.f(), n, cols, 0};
+        gpu.matmul_tasks({&in, 1}, tasks);
+        for (int64_t m = 0; m < 2 * experts; ++m) gpu.matmul(mats[size_t(m)], dx.f(), n, dy1.f() + m * n * rows, 0, 0);
+        check(("grouped == one by one, " + std::to_string(n) + " tokens").c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
+              down(gpu, dy1, size_t(2 * experts * n * rows)), 0, 1e-30);
+        const double s_group = time_it(gpu, 20, [&] { gpu.matmul_tasks({&in, 1}, tasks); });
+        const double s_one = time_it(gpu, 20, [&] {
+            for (int64_t m = 0; m < 2 * experts; ++m) gpu.matmul(mats[size_t(m)], dx.f(), n, dy1.f() + m * n * rows, 0, 0);
+        });
+        const double gb = double(rb) * double(rows * 2 * experts) / 1e9;
+        std::printf("     %lld token(s): grouped %.1f us (%.0f GB/s), one launch each %.1f us (%.0f GB/s)\n", (long long)n,
+                    s_group * 1e6, gb / s_group, s_one * 1e6, gb / s_one);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -482,6 +582,8 @@ int main() {
     mixers(*gpu, cpu);
     kda_chunked_speed(*gpu, cpu);
     paged_cache(*gpu, cpu);
+    mla_mha_prefill(*gpu, cpu);
+    grouped_experts(*gpu);
     std::printf("\nkinfer_gpu_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }

@@ -13,6 +13,8 @@
 #include "quant/types.h"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 using namespace kinfer;
@@ -104,4 +106,55 @@ TEST_CASE("cuda matvec (cpu mode): every type it claims, and a clear refusal of 
     }
     CHECK(cuda::emu::matvec_supported(quant::Type::MXFP4));
     CHECK(!cuda::emu::matvec_supported(quant::Type::Q2_K));
+}
+
+// The grouped launch (matvec_group: MoE experts, projections sharing an input) must give each
+// task exactly what matvec gives it alone, bit for bit: the same per-block code runs either way.
+// Tasks of different row counts (partial blocks and warps), token counts (decode's 1, a chunk's
+// few, a zero that is skipped), input and output strides, in one launch; all-decode groups take
+// the one-token form.
+TEST_CASE("cuda matvec_group (cpu mode): every task bit-equal to its own matvec, every type") {
+    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,    quant::Type::BF16, quant::Type::Q8_0,
+                                 quant::Type::Q4_0, quant::Type::Q5_0,   quant::Type::IQ4_NL, quant::Type::MXFP4,
+                                 quant::Type::Q4_K, quant::Type::Q5_K,   quant::Type::Q6_K, quant::Type::IQ4_XS};
+    struct Task {
+        int64_t rows, n, ldx_pad, ldy_pad;
+    };
+    const std::vector<Task> mixed = {{37, 1, 0, 0}, {16, 5, 3, 0}, {3, 2, 0, 7}, {0, 3, 0, 0}, {20, 0, 0, 0}, {64, 4, 1, 2}};
+    const std::vector<Task> decode = {{37, 1, 0, 0}, {5, 1, 0, 0}, {33, 1, 0, 0}};
+    for (const quant::Type type : types) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t cols = tr.block_size > 1 ? 512 : 260;
+        const size_t rb = quant::row_size(tr, cols);
+        for (const auto* tasks : {&mixed, &decode}) {
+            INFO("type ", tr.name, tasks == &mixed ? " mixed tokens" : " decode");
+            std::vector<std::vector<uint8_t>> W;
+            std::vector<std::vector<float>> x, y_group, y_alone;
+            cuda::emu::MatvecGroup g;
+            for (size_t i = 0; i < tasks->size(); ++i) {
+                const Task& t = (*tasks)[i];
+                const int64_t ldx = cols + t.ldx_pad, ldy = t.rows + t.ldy_pad;
+                const std::vector<float> wf = randn(size_t(std::max<int64_t>(t.rows, 1) * cols), 2000 + uint32_t(i));
+                W.emplace_back(rb * size_t(std::max<int64_t>(t.rows, 1)));
+                for (int64_t r = 0; r < t.rows; ++r) tr.quantize(wf.data() + r * cols, W.back().data() + size_t(r) * rb, cols);
+                x.push_back(randn(size_t(std::max<int64_t>(t.n, 1) * ldx), 3000 + uint32_t(i)));
+                y_group.emplace_back(size_t(std::max<int64_t>(t.n, 1) * ldy), -7.0f);
+                y_alone.emplace_back(size_t(std::max<int64_t>(t.n, 1) * ldy), -7.0f);
+                g.task[g.n_tasks++] = cuda::emu::MatvecTask{W.back().data(), x.back().data(), y_group.back().data(), t.rows,
+                                                            t.n, ldx, ldy};
+            }
+            cuda::emu::matvec_group(type, rb, cols, g, nullptr);
+            for (size_t i = 0; i < tasks->size(); ++i) {
+                const Task& t = (*tasks)[i];
+                cuda::emu::matvec(type, W[i].data(), rb, t.rows, cols, x[i].data(), cols + t.ldx_pad, t.n,
+                                  y_alone[i].data(), t.rows + t.ldy_pad, nullptr);
+                INFO("task ", i);
+                CHECK(std::memcmp(y_group[i].data(), y_alone[i].data(), y_group[i].size() * sizeof(float)) == 0);
+                if (t.rows > 0 && t.n > 0) CHECK(y_group[i][0] != -7.0f);   // written (the gaps between rows stay)
+            }
+        }
+    }
+    cuda::emu::MatvecGroup too_many;
+    too_many.n_tasks = cuda::emu::kMatvecGroupMax + 1;
+    CHECK_THROWS_AS(cuda::emu::matvec_group(quant::Type::F32, 16, 4, too_many, nullptr), std::invalid_argument);
 }

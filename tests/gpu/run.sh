@@ -14,6 +14,9 @@
 #     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions; the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
+#     the decompressed (MHA) MLA prefill form against the CPU at 4K, timed against the absorbed
+#     form on a 512-token chunk at 4K / 32K; the grouped expert matvec (16 K3 experts' gate + up)
+#     equal to one launch per task, and both timed;
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
 #     against the CPU's;
 #  6. --split pipeline / experts over 2 ranks with every layer on the GPU, against one process
@@ -22,8 +25,8 @@
 #     and experts, against one GPU;
 #  8. `kinfer --list-devices` (each GPU with its free memory).
 # Not yet here (issue 16, see the closing notes of the CUDA branch): golden logits with layers
-# on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU;
-# long prefill chunks take the tiled absorbed form there, having no MHA one), end-to-end tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
+# on the GPU (every op a decode step uses now has a kernel, but none of it has run on a GPU),
+# end-to-end tokens/s, and the device expert cache's speed at 10 / 25 / 50 / 100 %.
 # Exits non-zero on any mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <tuple>
+#include <vector>
 
 namespace kinfer::backend::cuda {
 
@@ -343,7 +345,12 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     check(cudaGetLastError(), "matmul");
 }
 
+// Tasks of a prefill's size take the GEMM one by one (matmul); the others, the routed experts'
+// shares of a chunk and decode's projections, go as grouped matvecs: one launch for up to
+// kMatvecGroupMax tasks of the same weight type and shape, instead of one launch each (K3 decode:
+// 16 experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
+    std::vector<size_t> small;
     for (size_t i = 0; i < tasks.size(); ++i) {
         const MatTask& t = tasks[i];
         if (t.n <= 0) continue;
@@ -351,7 +358,40 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
             fail("{}: matmul_tasks: task {} ({}) does not fit its input", name_, i, t.W.name);
         const MatInput& in = inputs[size_t(t.input)];
         const int64_t ld = in.ld ? in.ld : in.cols;
-        matmul(t.W, in.x + t.row0 * ld, t.n, t.y, ld, t.ldy);
+        if (t.n >= gpu::kGemmMinTokens) {
+            matmul(t.W, in.x + t.row0 * ld, t.n, t.y, ld, t.ldy);
+            continue;
+        }
+        need(t.W, "matmul_tasks");
+        if (!gpu::matvec_supported(t.W.type))
+            fail("{}: matmul_tasks: no kernel for weight {} of type {}", name_, t.W.name, quant::type_facts(t.W.type).name);
+        small.push_back(i);
+    }
+    // Same weight type, width and row size next to each other, in task order otherwise.
+    auto key = [&](size_t i) {
+        const Mat& W = tasks[i].W;
+        return std::tuple(int(W.type), W.cols, W.row_bytes);
+    };
+    std::stable_sort(small.begin(), small.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+    select();
+    for (size_t b = 0; b < small.size();) {
+        gpu::MatvecGroup g;
+        const Mat& W0 = tasks[small[b]].W;
+        size_t e = b;
+        for (; e < small.size() && g.n_tasks < gpu::kMatvecGroupMax && key(small[e]) == key(small[b]); ++e) {
+            const MatTask& t = tasks[small[e]];
+            const MatInput& in = inputs[size_t(t.input)];
+            const int64_t ld = in.ld ? in.ld : in.cols;
+            g.task[g.n_tasks++] = gpu::MatvecTask{t.W.data, in.x + t.row0 * ld, t.y, t.W.rows, t.n, ld, t.ldy};
+        }
+        try {
+            gpu::matvec_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
+        } catch (const std::exception& ex) {
+            fail("{}: matmul_tasks ({} tasks of {} x {}, first {}): {}", name_, g.n_tasks, W0.rows, W0.cols, W0.name,
+                 ex.what());
+        }
+        check(cudaGetLastError(), "matmul_tasks");
+        b = e;
     }
 }
 
@@ -593,8 +633,65 @@ void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* 
     check(cudaGetLastError(), "mla_attend_tiled");
 }
 
-void CudaBackend::mla_attend_decompressed(const Mat&, const Mat&, const float*, const float*, float*, const MlaShape&) {
-    not_implemented("mla_attend_decompressed");
+namespace {
+
+gpu::MlaMhaArgs mha_args(const MlaShape& s) {
+    gpu::MlaMhaArgs a;
+    a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = s.scale;
+    return a;
+}
+
+}  // namespace
+
+void CudaBackend::need_heads(const Mat& W, int64_t slice_rows, int64_t cols, const MlaShape& s, const char* op) const {
+    need(W, op);
+    if (W.slice_rows != slice_rows || W.rows != slice_rows * s.H || W.cols != cols)
+        fail("{}: {}: weight {} is {} rows of {} in slices of {}, the shape wants {} heads of {} rows of {}", name_, op,
+             W.name, W.rows, W.cols, W.slice_rows, s.H, slice_rows, cols);
+    if (!gpu::matvec_supported(W.type))
+        fail("{}: {}: no kernel for weight {} of type {}", name_, op, W.name, quant::type_facts(W.type).name);
+}
+
+// The decompressed (MHA) form: mla_mha.cu expands K and V per block of keys with two fp32 GEMMs
+// and runs a flash kernel over them. Its workspace is the prefill GEMM's (gemm_workspace): the
+// op calls blas's GEMM directly, never gemm_matmul, so nothing else uses it meanwhile.
+void CudaBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
+                                          const MlaShape& s) {
+    if (s.n <= 0) return;
+    need_heads(k_b, s.r, s.dn, s, "mla_attend_decompressed");
+    need_heads(v_b, s.dv, s.r, s, "mla_attend_decompressed");
+    need(cache, size_t((s.pos0 + s.n) * (s.r + s.dr)) * sizeof(float), "mla_attend_decompressed", "cache");
+    const gpu::MlaMhaArgs a = mha_args(s);
+    void* ws = gemm_workspace(gpu::mla_mha_workspace_bytes(a, false));
+    select();
+    try {
+        gpu::mla_attend_mha(static_cast<gpu::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
+                            {v_b.type, v_b.data, v_b.row_bytes}, cache, q, o, a, ws, gemm_ws_.bytes, compute_);
+    } catch (const std::exception& e) {
+        fail("{}: mla_attend_decompressed ({} queries at {}): {}", name_, s.n, s.pos0, e.what());
+    }
+    check(cudaGetLastError(), "mla_attend_decompressed");
+}
+
+void CudaBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
+                                       const MlaShape& s) {
+    if (s.n <= 0) return;
+    if (s.pos0 + s.n > c.capacity())
+        fail("{}: mla_attend_tiled_mha: rows up to {} in a cache of {}", name_, s.pos0 + s.n, c.capacity());
+    need_heads(k_b, s.r, s.dn, s, "mla_attend_tiled_mha");
+    need_heads(v_b, s.dv, s.r, s, "mla_attend_tiled_mha");
+    const auto* table = page_table(c, "mla_attend_tiled_mha");
+    const gpu::MlaMhaArgs a = mha_args(s);
+    void* ws = gemm_workspace(gpu::mla_mha_workspace_bytes(a, true));
+    select();
+    try {
+        gpu::mla_attend_mha_paged(static_cast<gpu::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
+                                  {v_b.type, v_b.data, v_b.row_bytes}, latent_args(c, table), q, o, a, ws,
+                                  gemm_ws_.bytes, compute_);
+    } catch (const std::exception& e) {
+        fail("{}: mla_attend_tiled_mha ({} queries at {}): {}", name_, s.n, s.pos0, e.what());
+    }
+    check(cudaGetLastError(), "mla_attend_tiled_mha");
 }
 
 }  // namespace kinfer::backend::cuda

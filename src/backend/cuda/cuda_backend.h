@@ -4,11 +4,11 @@
 // kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
 // conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
-// mla_attend_absorbed, the paged latent cache (mla_cache_store / load, mla_attend_tiled: the
-// absorbed form through the pages), copy_rows and gather_rows (device copies). The others
-// (embed: the embedding table stays on the CPU by placement; mla_attend_decompressed and
-// mla_attend_tiled_mha, prefill forms: has_tiled_mha() is false, so long prefill chunks take
-// the tiled absorbed form) throw "op X is not implemented on cuda" naming the device.
+// mla_attend_absorbed, the decompressed (MHA) prefill forms mla_attend_decompressed and
+// mla_attend_tiled_mha (has_tiled_mha() is true: long prefill chunks take it), the paged latent
+// cache (mla_cache_store / load, mla_attend_tiled: the absorbed form through the pages),
+// copy_rows and gather_rows (device copies). embed (the embedding table stays on the CPU by
+// placement) throws "op embed is not implemented on cuda" naming the device.
 //
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
 // the CUDA runtime API (nvcc cannot compile fmt's compile-time format strings, which kinfer's
@@ -94,6 +94,9 @@ public:
     void mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) override;
     void mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, float* rows) override;
     void mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) override;
+    void mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const LatentPages& c, const float* q, float* o,
+                              const MlaShape& s) override;
+    bool has_tiled_mha() const override { return true; }
     void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                const RouteHook& hook) override;
     void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;
@@ -110,6 +113,8 @@ private:
     void check(int cuda_error, const char* what) const;   // throws naming the op and the CUDA error
     void need(const void* p, size_t bytes, const char* op, const char* arg) const;
     void need(const Mat& W, const char* op) const;
+    // W is a device weight of s.H slices of slice_rows rows of cols, of a type with a kernel.
+    void need_heads(const Mat& W, int64_t slice_rows, int64_t cols, const MlaShape& s, const char* op) const;
     void select() const;                                  // cudaSetDevice(device_)
     // A grow-only device scratch buffer (route's selections, MLA's pieces).
     void* scratch(size_t bytes);

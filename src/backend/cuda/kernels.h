@@ -24,6 +24,25 @@ bool matvec_supported(quant::Type t);
 void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
             int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream);
 
+// The grouped form (MoE: every routed expert's gate / up / down of a layer; dense projections that
+// share an input): many matvecs of one weight type, width and row size in one launch, each task
+// computed exactly as matvec computes it (the same bits). The group travels in the kernel's
+// parameters (no upload, no host wait), so it holds at most kMatvecGroupMax tasks: 48 tasks of
+// 64 bytes, under the 4 KiB a launch's parameters may take. rows or n of 0 skip a task.
+inline constexpr int kMatvecGroupMax = 48;
+struct MatvecTask {
+    const void* W = nullptr;     // rows of row_bytes (the group's)
+    const float* x = nullptr;    // n rows ldx apart (0: cols)
+    float* y = nullptr;          // n rows ldy apart (0: rows)
+    int64_t rows = 0, n = 0, ldx = 0, ldy = 0;
+};
+struct MatvecGroup {
+    int n_tasks = 0;
+    int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
+    MatvecTask task[kMatvecGroupMax];
+};
+void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream);
+
 // ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------
 // From this many tokens on, a matmul takes gemm_matmul instead of matvec. The matvec reads a
 // weight row once per 4 tokens; the GEMM path reads the quantized row once, then writes and reads
@@ -155,5 +174,33 @@ void latent_load(const LatentArgs& c, int64_t j0, int64_t n, float* rows, void* 
 // mla_attend_absorbed reading the cache rows through the pages (the tiled op's GPU form: the
 // keys are split into pieces of a.split, a block each, combined in a second pass).
 void mla_attend_paged(const LatentArgs& c, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream);
+
+// ---- MLA, the decompressed (MHA) form for prefill chunks (mla_mha.cu) --------------------------
+// Per head h: K_h = [attn_k_b[h]^T c | k_pe], V_h = attn_v_b[h] c, then causal attention of the n
+// queries q [n][H][dn + dr] (positions pos0 + t) over keys [0, pos0 + n), o [n][H][dv]. The keys
+// are expanded in blocks of key_block (0: mla_mha_default_key_block) with two fp32 GEMMs (blas)
+// for all heads; the online softmax is kept in the workspace between blocks.
+struct MlaMhaArgs {
+    int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0, dn = 0, dv = 0;
+    float scale = 1;
+    int64_t key_block = 0;
+};
+// A 3-D weight as H slices of rows one after another, row_bytes apart (backend::Mat's layout):
+// attn_k_b is H x r rows of dn, attn_v_b H x dv rows of r. Any type of matvec_supported().
+struct HeadWeights {
+    quant::Type type = quant::Type::F32;
+    const void* data = nullptr;
+    size_t row_bytes = 0;
+};
+int64_t mla_mha_default_key_block(const MlaMhaArgs& a);
+// The workspace mla_attend_mha (paged false) or mla_attend_mha_paged (true) needs.
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, bool paged);
+// Over contiguous f32 cache rows [pos0 + n][r + dr] (the untiled decompressed op).
+void mla_attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const float* cache, const float* q,
+                    float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes, void* stream);
+// Through the pages of the latent cache (the tiled op).
+void mla_attend_mha_paged(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const LatentArgs& c,
+                          const float* q, float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes,
+                          void* stream);
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

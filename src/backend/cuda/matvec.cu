@@ -21,18 +21,20 @@ constexpr int kMatvecWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kMatvecWarps * kRowsPerWarp;
 
-// kT tokens per block (1 for decode, 4 for a few tokens at once: an expert's share of a prefill
-// chunk, a speculative batch): the weight rows come from HBM once per kT tokens, the repeats hit
-// L1. nt (<= kT) is the number of tokens this block really has.
+// One block's work: weight rows [rb * kRowsPerBlock, +kRowsPerBlock) for tokens [tb * kT, +kT)
+// (nt <= kT of them really there). kT tokens per block (1 for decode, 4 for a few tokens at once:
+// an expert's share of a prefill chunk, a speculative batch): the weight rows come from HBM once
+// per kT tokens, the repeats hit L1. The single and the grouped kernels below both run this, so a
+// task gives the same bits either way.
 template <class F, int kT>
-__global__ void __launch_bounds__(kMatvecWarps * 32)
-    matvec_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
-                  const float* __restrict__ x, int64_t ldx, int64_t n, float* __restrict__ y, int64_t ldy) {
+__device__ __forceinline__ void matvec_block(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
+                                             int64_t cols, const float* __restrict__ x, int64_t ldx, int64_t n,
+                                             float* __restrict__ y, int64_t ldy, int64_t rb, int64_t tb) {
     const int lane = int(threadIdx.x % 32);
-    const int64_t r0 = int64_t(blockIdx.x) * kRowsPerBlock + int64_t(threadIdx.x / 32) * kRowsPerWarp;
+    const int64_t r0 = rb * kRowsPerBlock + int64_t(threadIdx.x / 32) * kRowsPerWarp;
     if (r0 >= rows) return;                      // the whole warp leaves together
     const int nr = rows - r0 < kRowsPerWarp ? int(rows - r0) : kRowsPerWarp;   // warp-uniform
-    const int64_t t0 = int64_t(blockIdx.y) * kT;
+    const int64_t t0 = tb * kT;
     const int nt = n - t0 < kT ? int(n - t0) : kT;
     const uint8_t* row = W + size_t(r0) * row_bytes;
     const int64_t n_blocks = cols / F::kElems;
@@ -69,6 +71,31 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
         }
 }
 
+template <class F, int kT>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
+                  const float* __restrict__ x, int64_t ldx, int64_t n, float* __restrict__ y, int64_t ldy) {
+    matvec_block<F, kT>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, blockIdx.x, blockIdx.y);
+}
+
+// Every task of a MatvecGroup in one launch: block u belongs to the task whose first block is the
+// largest first[i] <= u (a binary search over at most kMatvecGroupMax entries in the kernel's
+// parameters), and is that task's row block (u - first[i]) % row_blocks, token block / row_blocks.
+template <class F, int kT>
+__global__ void __launch_bounds__(kMatvecWarps * 32) matvec_group_kernel(MatvecGroup g, size_t row_bytes, int64_t cols) {
+    const int64_t u = blockIdx.x;
+    int lo = 0, hi = g.n_tasks - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g.first[mid] <= u) lo = mid;
+        else hi = mid - 1;
+    }
+    const MatvecTask& t = g.task[lo];
+    const int64_t row_blocks = (t.rows + kRowsPerBlock - 1) / kRowsPerBlock, local = u - g.first[lo];
+    matvec_block<F, kT>(static_cast<const uint8_t*>(t.W), row_bytes, t.rows, cols, t.x, t.ldx, t.n, t.y, t.ldy,
+                        local % row_blocks, local / row_blocks);
+}
+
 template <class F>
 void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t ldx, int64_t n,
             float* y, int64_t ldy, void* stream) {
@@ -87,6 +114,28 @@ void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const f
                       as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, rows, cols, x + t0 * ldx, ldx, nt,
                       y + t0 * ldy, ldy);
     }
+}
+
+template <class F>
+void launch_group(MatvecGroup g, size_t row_bytes, int64_t cols, void* stream) {
+    if (!F::kUnblocked && cols % F::kElems != 0)
+        throw std::invalid_argument("cuda matvec_group: " + std::to_string(cols) + " columns are not whole blocks of " +
+                                    std::to_string(F::kElems));
+    // Decode (every task one token) takes the one-token form, as matvec does; otherwise 4.
+    bool single = true;
+    for (int i = 0; i < g.n_tasks; ++i) single = single && g.task[i].n == 1;
+    const int64_t per_block = single ? 1 : 4;
+    int64_t blocks = 0;
+    for (int i = 0; i < g.n_tasks; ++i) {
+        MatvecTask& t = g.task[i];
+        if (t.ldx == 0) t.ldx = cols;
+        if (t.ldy == 0) t.ldy = t.rows;
+        g.first[i] = blocks;
+        blocks += (t.rows + kRowsPerBlock - 1) / kRowsPerBlock * ((t.n + per_block - 1) / per_block);
+    }
+    if (blocks > 2147483647) throw std::invalid_argument("cuda matvec_group: more than 2^31 - 1 blocks");
+    auto* kernel = single ? &matvec_group_kernel<F, 1> : &matvec_group_kernel<F, 4>;
+    KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kMatvecWarps * 32), 0, as_stream(stream), g, row_bytes, cols);
 }
 
 }  // namespace
@@ -125,6 +174,37 @@ void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int
     }
     const char* name = quant::type_facts(type).name;
     throw std::invalid_argument(std::string("cuda matvec: no kernel for weight type ") + (name ? name : "?"));
+}
+
+void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream) {
+    MatvecGroup g = group;
+    if (g.n_tasks < 0 || g.n_tasks > kMatvecGroupMax)
+        throw std::invalid_argument("cuda matvec_group: " + std::to_string(g.n_tasks) + " tasks, at most " +
+                                    std::to_string(kMatvecGroupMax));
+    // Tasks without rows or tokens take no block (the kernel's search needs every task to own one).
+    int kept = 0;
+    for (int i = 0; i < g.n_tasks; ++i)
+        if (g.task[i].rows > 0 && g.task[i].n > 0) g.task[kept++] = g.task[i];
+    g.n_tasks = kept;
+    if (kept == 0) return;
+    using quant::Type;
+    switch (type) {
+        case Type::F32: return launch_group<DotF32>(g, row_bytes, cols, stream);
+        case Type::F16: return launch_group<DotF16>(g, row_bytes, cols, stream);
+        case Type::BF16: return launch_group<DotBF16>(g, row_bytes, cols, stream);
+        case Type::Q8_0: return launch_group<DotQ8_0>(g, row_bytes, cols, stream);
+        case Type::Q4_0: return launch_group<DotQ4_0>(g, row_bytes, cols, stream);
+        case Type::Q5_0: return launch_group<DotQ5_0>(g, row_bytes, cols, stream);
+        case Type::IQ4_NL: return launch_group<DotIQ4_NL>(g, row_bytes, cols, stream);
+        case Type::MXFP4: return launch_group<DotMXFP4>(g, row_bytes, cols, stream);
+        case Type::Q4_K: return launch_group<DotQ4_K>(g, row_bytes, cols, stream);
+        case Type::Q5_K: return launch_group<DotQ5_K>(g, row_bytes, cols, stream);
+        case Type::Q6_K: return launch_group<DotQ6_K>(g, row_bytes, cols, stream);
+        case Type::IQ4_XS: return launch_group<DotIQ4_XS>(g, row_bytes, cols, stream);
+        default: break;
+    }
+    const char* name = quant::type_facts(type).name;
+    throw std::invalid_argument(std::string("cuda matvec_group: no kernel for weight type ") + (name ? name : "?"));
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -9,5 +9,6 @@
 #include "backend/cuda/matvec.cu"
 #include "backend/cuda/mix.cu"
 #include "backend/cuda/mla.cu"
+#include "backend/cuda/mla_mha.cu"
 #include "backend/cuda/route.cu"
 #include "backend/cuda/rows.cu"

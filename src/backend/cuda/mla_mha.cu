@@ -1,0 +1,284 @@
+// Decompressed (MHA) MLA attention for prefill chunks (DESIGN.md 3.3), the GPU form of the CPU's
+// tiled_mha (src/backend/cpu/attention_tiled_body.h). Per head, K_h = [attn_k_b[h]^T c | k_pe]
+// and V_h = attn_v_b[h] c. A long chunk of n queries then costs dk + dv operations per (query,
+// key) pair instead of the absorbed form's 2r + dr, plus expanding each key once per call.
+//
+// The steps of one call:
+//  1. the weights as fp32: wkT [H][dn][r] (attn_k_b's rows, transposed per head, so that one GEMM
+//     over the latent rows gives every head's k_nope) and wv [H][dv][r] (attn_v_b as it is);
+//  2. per block of kb keys: the latent rows C (loaded from the pages, or the contiguous rows),
+//     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two fp32 GEMMs (blas.h, no TF32)
+//     for all heads at once, since every head reads the same C;
+//  3. per block, mha_flash_kernel: one CUDA block per (tile of kTQ queries, head) walks the keys it
+//     may see in tiles of kTK, scores S = Q . K^T with k_pe read from C, and keeps the online
+//     softmax (running max m, sum l, unnormalised acc) in the workspace between key blocks;
+//  4. mha_finish_kernel: o = acc / l.
+// fp32 throughout, as the CPU's tiled form; the sums run in another order (within 1e-5 in the
+// CPU-mode tests). Not run on a GPU yet: the shared-memory layout is plain (no swizzle against bank
+// conflicts) and there is no tensor-core form; kinfer_gpu_check times it.
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/latent.cuh"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+constexpr int kTQ = 16;            // queries per CUDA block: a key tile serves 16 queries
+constexpr int kTK = 16;            // keys per tile
+constexpr int kFlashThreads = 128;
+constexpr int kTransposeThreads = 256;
+constexpr size_t kMhaMaxSmemBytes = 227 * 1024;   // what a block may opt in to on sm_90
+
+// Shared floats of one flash block: Q tile [kTQ][dk], K tile [kTK][dk], V tile [kTK][dv],
+// probabilities [kTQ][kTK], m / l / rescale [kTQ] each, acc [kTQ][dv].
+size_t flash_smem_floats(int64_t dk, int64_t dv) {
+    return size_t(kTQ * dk + kTK * dk + kTK * dv + kTQ * kTK + 3 * kTQ + kTQ * dv);
+}
+
+// out[h][a][i] = in[h][i][a] for a < cols, i < rows: attn_k_b's [r][dn] per head as [dn][r].
+__global__ void __launch_bounds__(kTransposeThreads)
+    transpose_heads_kernel(const float* __restrict__ in, int64_t H, int64_t rows, int64_t cols, float* __restrict__ out) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p >= H * rows * cols) return;
+    const int64_t h = p / (rows * cols), rem = p % (rows * cols), a = rem / rows, i = rem % rows;
+    out[p] = in[(h * rows + i) * cols + a];
+}
+
+// The online softmax state of every (query, head) between key blocks, in the workspace.
+struct FlashState {
+    float* m;     // [n][H] running max of the scaled scores
+    float* l;     // [n][H] running sum of e^(s - m)
+    float* acc;   // [n][H][dv] running sum of e^(s - m) v
+};
+
+// Keys [b0, b0 + bn) of one block: k_nope rows kn [bn][H*dn], the latent rows lat [bn][R] (k_pe at
+// offset r), values vv [bn][H*dv]. Query t (position pos0 + t) sees keys <= pos0 + t.
+__global__ void __launch_bounds__(kFlashThreads)
+    mha_flash_kernel(const float* __restrict__ q, const float* __restrict__ kn, const float* __restrict__ lat,
+                     const float* __restrict__ vv, FlashState st, int64_t n, int64_t pos0, int64_t H, int64_t r,
+                     int64_t R, int64_t dn, int64_t dr, int64_t dv, float scale, int64_t b0, int64_t bn, int first) {
+    KINFER_DYNAMIC_SHARED(float, smem);
+    const int64_t dk = dn + dr;
+    float* qs = smem;                       // [kTQ][dk], scaled
+    float* ks = qs + kTQ * dk;              // [kTK][dk]
+    float* vs = ks + kTK * dk;              // [kTK][dv]
+    float* ps = vs + kTK * dv;              // [kTQ][kTK]
+    float* ms = ps + kTQ * kTK;             // [kTQ]
+    float* ls = ms + kTQ;                   // [kTQ]
+    float* cs = ls + kTQ;                   // [kTQ]
+    float* acc = cs + kTQ;                  // [kTQ][dv]
+    const int64_t t0 = int64_t(blockIdx.x) * kTQ, h = blockIdx.y;
+    const int nq = int(n - t0 < kTQ ? n - t0 : kTQ);
+    const int64_t qpos0 = pos0 + t0;
+    // The keys this tile may see in this block: [b0, k_end).
+    const int64_t k_end = b0 + bn < qpos0 + nq ? b0 + bn : qpos0 + nq;
+    if (k_end <= b0) return;                // every query of the tile comes before the block
+    const int tid = int(threadIdx.x), nt = int(blockDim.x);
+
+    for (int64_t p = tid; p < kTQ * dk; p += nt) {
+        const int64_t i = p / dk, d = p % dk;
+        qs[p] = i < nq ? q[((t0 + i) * H + h) * dk + d] * scale : 0.0f;
+    }
+    for (int64_t p = tid; p < kTQ * dv; p += nt) {
+        const int64_t i = p / dv, a = p % dv;
+        acc[p] = first || i >= nq ? 0.0f : st.acc[((t0 + i) * H + h) * dv + a];
+    }
+    if (tid < kTQ) {
+        const bool live = !first && tid < nq;
+        ms[tid] = live ? st.m[(t0 + tid) * H + h] : -INFINITY;
+        ls[tid] = live ? st.l[(t0 + tid) * H + h] : 0.0f;
+    }
+
+    for (int64_t k0 = b0; k0 < k_end; k0 += kTK) {
+        const int nk = int(k_end - k0 < kTK ? k_end - k0 : kTK);
+        __syncthreads();                    // the previous tile's readers are done with ks / vs / ps
+        for (int64_t p = tid; p < kTK * dk; p += nt) {
+            const int64_t j = p / dk, d = p % dk, kb = k0 - b0 + j;
+            ks[p] = j >= nk ? 0.0f : d < dn ? kn[(kb * H + h) * dn + d] : lat[kb * R + r + (d - dn)];
+        }
+        for (int64_t p = tid; p < kTK * dv; p += nt) {
+            const int64_t j = p / dv, a = p % dv;
+            vs[p] = j < nk ? vv[((k0 - b0 + j) * H + h) * dv + a] : 0.0f;
+        }
+        __syncthreads();
+        // Scores; a key past the tile's keys or after the query's position is -inf.
+        for (int p = tid; p < kTQ * kTK; p += nt) {
+            const int i = p / kTK, j = p % kTK;
+            float s = -INFINITY;
+            if (i < nq && j < nk && k0 + j <= qpos0 + i) {
+                s = 0.0f;
+                for (int64_t d = 0; d < dk; ++d) s += qs[i * dk + d] * ks[j * dk + d];
+            }
+            ps[p] = s;
+        }
+        __syncthreads();
+        // The running softmax, one thread per query: e^(m_old - m_new) rescales what came before.
+        if (tid < kTQ) {
+            float mx = -INFINITY;
+            for (int j = 0; j < kTK; ++j) mx = fmaxf(mx, ps[tid * kTK + j]);
+            const float mo = ms[tid], mn = fmaxf(mo, mx);
+            const float safe = mn == -INFINITY ? 0.0f : mn;   // no key seen yet: e^-inf = 0 below
+            float sum = 0.0f;
+            for (int j = 0; j < kTK; ++j) {
+                const float e = expf(ps[tid * kTK + j] - safe);
+                ps[tid * kTK + j] = e;
+                sum += e;
+            }
+            const float c = expf(mo - safe);
+            cs[tid] = c;
+            ls[tid] = ls[tid] * c + sum;
+            ms[tid] = mn;
+        }
+        __syncthreads();
+        // acc = acc * c + P . V, one (query, value dim) per thread and step: a warp reads a V row
+        // side by side.
+        for (int64_t p = tid; p < kTQ * dv; p += nt) {
+            const int64_t i = p / dv, a = p % dv;
+            float s = acc[p] * cs[i];
+            for (int j = 0; j < nk; ++j) s += ps[i * kTK + j] * vs[j * dv + a];
+            acc[p] = s;
+        }
+    }
+    __syncthreads();
+    for (int64_t p = tid; p < int64_t(nq) * dv; p += nt) {
+        const int64_t i = p / dv, a = p % dv;
+        st.acc[((t0 + i) * H + h) * dv + a] = acc[p];
+    }
+    if (tid < nq) {
+        st.m[(t0 + tid) * H + h] = ms[tid];
+        st.l[(t0 + tid) * H + h] = ls[tid];
+    }
+}
+
+// o[t][h][a] = acc / l.
+__global__ void __launch_bounds__(kTransposeThreads)
+    mha_finish_kernel(FlashState st, int64_t rows, int64_t dv, float* __restrict__ o) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p >= rows * dv) return;
+    o[p] = st.acc[p] / st.l[p / dv];
+}
+
+dim3 flat_grid(int64_t threads) { return dim3(unsigned((threads + kTransposeThreads - 1) / kTransposeThreads)); }
+
+constexpr size_t ws_align(size_t floats) { return (floats + 63) / 64 * 64; }
+
+// The workspace, in floats: the fp32 weights (wkT, wv, and attn_k_b before its transpose), one
+// key block (latent rows when paged, K_nope, V) and the softmax state.
+struct MhaLayout {
+    int64_t kb = 0;
+    size_t wkT = 0, wv = 0, wk_raw = 0, lat = 0, kn = 0, vv = 0, m = 0, l = 0, acc = 0, total = 0;
+};
+
+MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
+    MhaLayout L;
+    const int64_t R = a.r + a.dr;
+    L.kb = a.key_block > 0 ? a.key_block : mla_mha_default_key_block(a);
+    size_t at = 0;
+    auto take = [&](size_t floats) {
+        const size_t here = at;
+        at += ws_align(floats);
+        return here;
+    };
+    L.wkT = take(size_t(a.H * a.dn * a.r));
+    L.wv = take(size_t(a.H * a.dv * a.r));
+    L.wk_raw = take(size_t(a.H * a.r * a.dn));
+    L.lat = take(paged ? size_t(L.kb * R) : 0);
+    L.kn = take(size_t(L.kb * a.H * a.dn));
+    L.vv = take(size_t(L.kb * a.H * a.dv));
+    L.m = take(size_t(a.n * a.H));
+    L.l = take(size_t(a.n * a.H));
+    L.acc = take(size_t(a.n * a.H * a.dv));
+    L.total = at;
+    return L;
+}
+
+void check_args(const MlaMhaArgs& a, const char* what) {
+    if (a.H <= 0 || a.r <= 0 || a.dn <= 0 || a.dv <= 0 || a.dr < 0 || a.pos0 < 0)
+        throw std::invalid_argument(std::string("cuda ") + what + ": bad shape (H, r, dn, dv must be positive)");
+    if ((a.n + kTQ - 1) / kTQ > 2147483647 || a.H > 65535)
+        throw std::invalid_argument(std::string("cuda ") + what + ": at most 65535 heads");
+    if (flash_smem_floats(a.dn + a.dr, a.dv) * sizeof(float) > kMhaMaxSmemBytes)
+        throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(a.dn + a.dr) +
+                                    " and dv " + std::to_string(a.dv) + " do not fit a block's shared memory");
+}
+
+void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const LatentArgs* pages,
+                const float* rows, const float* q, float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes,
+                void* stream, const char* what) {
+    if (a.n <= 0) return;
+    check_args(a, what);
+    const MhaLayout L = mha_layout(a, pages != nullptr);
+    if (ws_bytes < L.total * sizeof(float))
+        throw std::invalid_argument(std::string("cuda ") + what + ": workspace of " + std::to_string(ws_bytes) +
+                                    " bytes, " + std::to_string(L.total * sizeof(float)) + " needed");
+    const int64_t H = a.H, r = a.r, R = a.r + a.dr, dn = a.dn, dv = a.dv, n_keys = a.pos0 + a.n;
+    float* ws = static_cast<float*>(workspace);
+    float* wkT = ws + L.wkT;
+    float* wv = ws + L.wv;
+
+    // 1. fp32 weights: attn_k_b [H][r][dn] transposed to [H][dn][r]; attn_v_b [H][dv][r] as it is.
+    dequant_rows(k_b.type, k_b.data, k_b.row_bytes, H * r, dn, Elem::F32, ws + L.wk_raw, dn, stream);
+    auto* transpose = &transpose_heads_kernel;
+    KINFER_LAUNCH(transpose, flat_grid(H * r * dn), dim3(kTransposeThreads), 0, as_stream(stream), ws + L.wk_raw, H, r,
+                  dn, wkT);
+    dequant_rows(v_b.type, v_b.data, v_b.row_bytes, H * dv, r, Elem::F32, wv, r, stream);
+
+    const FlashState st{ws + L.m, ws + L.l, ws + L.acc};
+    const size_t smem = flash_smem_floats(dn + a.dr, dv) * sizeof(float);
+    auto* flash = &mha_flash_kernel;
+#if defined(__CUDACC__)
+    // Past 48 KiB a kernel must opt in (kda_chunked.cu does the same).
+    if (smem > 48 * 1024) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+#endif
+    const dim3 grid{unsigned((a.n + kTQ - 1) / kTQ), unsigned(H)};
+    for (int64_t b0 = 0; b0 < n_keys; b0 += L.kb) {
+        const int64_t bn = std::min(L.kb, n_keys - b0);
+        // 2. The block's latent rows, then every head's k_nope and v in two GEMMs.
+        const float* lat = rows ? rows + b0 * R : ws + L.lat;
+        if (pages) latent_load(*pages, b0, bn, ws + L.lat, stream);
+        gemm(blas, Elem::F32, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
+        gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
+        // 3. Every query tile that sees part of the block walks it.
+        KINFER_LAUNCH(flash, grid, dim3(kFlashThreads), smem, as_stream(stream), q, ws + L.kn, lat, ws + L.vv, st, a.n,
+                      a.pos0, H, r, R, dn, a.dr, dv, a.scale, b0, bn, int(b0 == 0));
+    }
+    // 4. Normalise.
+    auto* finish = &mha_finish_kernel;
+    KINFER_LAUNCH(finish, flat_grid(a.n * H * dv), dim3(kTransposeThreads), 0, as_stream(stream), st, a.n * H, dv, o);
+}
+
+}  // namespace
+
+int64_t mla_mha_default_key_block(const MlaMhaArgs& a) {
+    // About 128 MiB of expanded keys (K_nope and V of every head, plus the latent row) a block,
+    // in whole tiles, at most the keys there are. Unmeasured: fewer, larger GEMMs against the
+    // workspace's size.
+    const int64_t per_key = std::max<int64_t>(1, a.r + a.dr + a.H * (a.dn + a.dv)) * int64_t(sizeof(float));
+    const int64_t kb = std::clamp<int64_t>((int64_t(128) << 20) / per_key / kTK * kTK, kTK, 16384);
+    return std::min(kb, (a.pos0 + a.n + kTK - 1) / kTK * kTK);
+}
+
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, bool paged) {
+    if (a.n <= 0) return 0;
+    return mha_layout(a, paged).total * sizeof(float);
+}
+
+void mla_attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const float* cache, const float* q,
+                    float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes, void* stream) {
+    attend_mha(blas, k_b, v_b, nullptr, cache, q, o, a, workspace, ws_bytes, stream, "mla_attend_mha");
+}
+
+void mla_attend_mha_paged(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const LatentArgs& c,
+                          const float* q, float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes,
+                          void* stream) {
+    if (c.R != a.r + a.dr)
+        throw std::invalid_argument("cuda mla_attend_mha_paged: cache rows of R = " + std::to_string(c.R) +
+                                    " floats, the shape wants r + dr = " + std::to_string(a.r + a.dr));
+    attend_mha(blas, k_b, v_b, &c, nullptr, q, o, a, workspace, ws_bytes, stream, "mla_attend_mha_paged");
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

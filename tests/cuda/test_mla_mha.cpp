@@ -1,0 +1,144 @@
+// The decompressed (MHA) MLA prefill attention (src/backend/cuda/mla_mha.cu) in CPU mode, against
+// the CPU backend's two decompressed ops: mla_attend_tiled_mha through the pages of the latent
+// cache (every cache type) and mla_attend_decompressed over contiguous f32 rows. Both sides are
+// fp32 from the same dequantized weights and the same cache values; they differ only in the order
+// of their sums (the GPU form's GEMMs and per-tile dots, the CPU's tiles and its polynomial exp),
+// so the bound is a few fp32 roundings of the largest terms: 2e-6 relative plus 2e-6 of the
+// largest |o| absolute. Worst seen here: 0.13 of that bound (the case prints it); with the causal
+// mask moved by one key (a query not seeing itself) 48 of the 49 comparisons fail.
+// Shapes: odd query counts (partial query tiles), pos0 > 0 (the chunk after a cached prefix),
+// key blocks smaller than the keys (the softmax state carried between blocks), pages of odd row
+// counts, and dk / dv that are not equal.
+#include "backend/cuda/blas.h"
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+using namespace kinfer;
+using kinfer::cuda::testing::check_close;
+using kinfer::cuda::testing::cpu;
+using kinfer::cuda::testing::randn;
+
+namespace {
+
+// H slices of `rows` rows of `cols` random values, quantized to t: a 3-D weight as backend::Mat
+// sees it (attn_k_b: H x r rows of dn; attn_v_b: H x dv rows of r).
+struct HeadMat {
+    std::vector<uint8_t> bytes;
+    backend::Mat m;
+    HeadMat(quant::Type t, int64_t H, int64_t rows, int64_t cols, uint32_t seed, float scale) {
+        const size_t rb = quant::row_size(quant::traits(t), cols);
+        const std::vector<float> w = randn(size_t(H * rows * cols), seed, scale);
+        bytes.resize(rb * size_t(H * rows));
+        for (int64_t i = 0; i < H * rows; ++i) quant::traits(t).quantize(w.data() + i * cols, bytes.data() + size_t(i) * rb, cols);
+        m.type = t, m.cols = cols, m.rows = H * rows, m.data = bytes.data(), m.row_bytes = rb, m.slice_rows = rows;
+        m.name = "test.attn_b";
+    }
+    cuda::emu::HeadWeights heads() const { return {m.type, m.data, m.row_bytes}; }
+};
+
+// The latent cache in pages of page_rows, each its own allocation.
+struct MhaPages {
+    std::vector<std::vector<uint8_t>> mem;
+    std::vector<uint8_t*> ptr;
+    backend::LatentPages c;
+    MhaPages(backend::CacheType t, int64_t R, int64_t page_rows, int64_t n_rows) {
+        c.type = t, c.R = R, c.page_rows = page_rows, c.row_bytes = backend::cache_row_bytes(t, R);
+        for (int64_t p = 0; p * page_rows < n_rows; ++p) mem.emplace_back(size_t(page_rows) * c.row_bytes, uint8_t(0));
+        for (auto& m : mem) ptr.push_back(m.data());
+        c.pages = ptr.data(), c.n_pages = int64_t(ptr.size());
+    }
+    cuda::emu::LatentArgs args() const {
+        cuda::emu::LatentArgs a;
+        a.type = int(c.type), a.R = c.R, a.page_rows = c.page_rows, a.row_bytes = c.row_bytes, a.pages = c.pages;
+        return a;
+    }
+};
+
+struct MhaCase {
+    int64_t n, pos0, H, r, dr, dn, dv, page_rows, key_block;
+};
+
+double mha_max_abs(const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, double(std::fabs(x)));
+    return m;
+}
+
+using MhaBlas = std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)>;
+
+}  // namespace
+
+TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the CPU's, paged and contiguous") {
+    MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    const MhaCase shapes[] = {
+        {37, 0, 2, 64, 32, 64, 32, 16, 0},     // a chunk from position 0, a partial last query tile
+        {20, 45, 3, 32, 32, 32, 64, 7, 16},    // after a cached prefix, four key blocks of 16 + a partial one
+        {1, 30, 2, 32, 32, 64, 32, 5, 0},      // one query (the MHA form is for prefill, but must be right)
+        {16, 16, 1, 64, 64, 32, 32, 32, 32},   // exactly one query tile and whole key blocks
+    };
+    const quant::Type weight_types[] = {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0};
+    const backend::CacheType cache_types[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
+    double worst = 0;   // the largest error over its bound, over every case
+    for (const MhaCase& s : shapes) {
+        const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
+        const std::vector<float> rows = randn(size_t(n_kv * R), 41, 0.5f), q = randn(size_t(s.n * s.H * dk), 42);
+        const float scale = 1.0f / std::sqrt(float(dk));
+        backend::MlaShape ms;
+        ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.dn = s.dn, ms.dv = s.dv, ms.scale = scale;
+        cuda::emu::MlaMhaArgs a;
+        a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = scale;
+        a.key_block = s.key_block;
+        for (const quant::Type wt : weight_types) {
+            const HeadMat k_b(wt, s.H, s.r, s.dn, 43, 0.3f), v_b(wt, s.H, s.dv, s.r, 44, 0.3f);
+            for (const backend::CacheType ct : cache_types) {
+                INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " r ", s.r, " dr ", s.dr, " dn ", s.dn, " dv ", s.dv,
+                     " key_block ", s.key_block, " weights ", quant::traits(wt).name, " cache ", backend::cache_type_name(ct));
+                MhaPages p(ct, R, s.page_rows, n_kv);
+                cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+                std::vector<float> got(size_t(s.n * s.H * s.dv), -1.0f), want(got.size(), -2.0f);
+                cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
+                                                ws.data(), ws.size() * sizeof(float), nullptr);
+                cpu().mla_attend_tiled_mha(k_b.m, v_b.m, p.c, q.data(), want.data(), ms);
+                const double abs = 2e-6 * mha_max_abs(want);
+                check_close(got, want, 2e-6, abs, "paged MHA output");
+                for (size_t i = 0; i < got.size(); ++i)
+                    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
+                if (ct != backend::CacheType::f32) continue;
+                // The contiguous form over the same f32 rows, against the CPU's untiled op.
+                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float));
+                std::vector<float> got2(got.size(), -3.0f), want2(got.size(), -4.0f);
+                cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), got2.data(), a,
+                                          ws2.data(), ws2.size() * sizeof(float), nullptr);
+                cpu().mla_attend_decompressed(k_b.m, v_b.m, rows.data(), q.data(), want2.data(), ms);
+                check_close(got2, want2, 2e-6, 2e-6 * mha_max_abs(want2), "contiguous MHA output");
+            }
+        }
+    }
+    MESSAGE("worst error over its bound: ", worst);
+}
+
+TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, or pages of another width, is refused") {
+    MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    cuda::emu::MlaMhaArgs a;
+    a.n = 4, a.H = 1, a.r = 32, a.dr = 32, a.dn = 32, a.dv = 32, a.scale = 0.1f;
+    const HeadMat k_b(quant::Type::F32, 1, 32, 32, 1, 1.0f), v_b(quant::Type::F32, 1, 32, 32, 2, 1.0f);
+    std::vector<float> q(4 * 64), o(4 * 32), rows(4 * 64);
+    const size_t need = cuda::emu::mla_mha_workspace_bytes(a, false);
+    std::vector<float> ws(need / sizeof(float));
+    CHECK_THROWS_AS(cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), o.data(), a,
+                                              ws.data(), need - 4, nullptr),
+                    std::invalid_argument);
+    MhaPages p(backend::CacheType::f32, 96, 8, 8);   // R = 96, the shape wants 64
+    std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+    CHECK_THROWS_AS(cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), o.data(), a,
+                                                    ws2.data(), ws2.size() * sizeof(float), nullptr),
+                    std::invalid_argument);
+}
