@@ -52,6 +52,7 @@ struct EvalArgs {
     std::string cache_type = "f32";   // eval compares with llama.cpp's exact mode
     int threads = 0;
     int64_t batch = 512, ctx = 0;
+    int64_t mla_tiled_from = 1024;   // SessionOptions::tiled_min_keys
     int dump_layer = -1;
     bool dump_layers = false;
     int greedy = 0;
@@ -85,6 +86,7 @@ int run_eval(const EvalArgs& a) {
     so.n_ctx = a.ctx > 0 ? a.ctx : int64_t(ids.size()) + a.greedy + 1;
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
+    so.tiled_min_keys = a.mla_tiled_from;
     so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*model, a.experts, so);
     auto split = cli::attach_split(*model, so);
@@ -190,6 +192,11 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--kda", a->kda, "prefill KDA form: chunked or recurrent")->check(CLI::IsMember({"chunked", "recurrent"}));
     add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
+    app.add_option("--mla-tiled-from", a->mla_tiled_from,
+                   "MLA attention past this many keys runs the tiled (flash) kernels over the cache pages: absorbed for "
+                   "decode, decompressed (MHA) for prefill chunks where that costs fewer operations (default 1024; 0: "
+                   "always, to check the tiled kernels on a short prompt)")
+        ->check(int_in(0, kMaxCtx));
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     return [a] { return run_eval(*a); };

@@ -152,6 +152,11 @@ TEST_CASE("first hour: every bad flag value is one line naming the flag, exit st
         CHECK(lines[0].rfind("kinfer: error: ", 0) == 0);
         CHECK(lines[0].find(b.names) != std::string::npos);
     }
+    // eval's debugging flags have ranges too.
+    const auto e = run_command(quote(kinfer_bin()) + " eval -m " + quote(tiny_model("k3-tiny-a-Q4_K_M")) + " --tokens " +
+                               quote(data("prompt64.ids.txt")) + " --mla-tiled-from -1");
+    CHECK(e.rc == 2);
+    CHECK(e.out.find("--mla-tiled-from") != std::string::npos);
     const auto q = run_command(quote(kinfer_bin()) + " quantize in.gguf out.gguf NOTATYPE");
     CHECK(q.rc == 2);
     const auto u = run_command(quote(kinfer_bin()) + " bogus");

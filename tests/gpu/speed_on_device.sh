@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench
+# (pp512 / tg128) on the CPU and with every layer on DEVICE, on k3-bench (Q4_K_M, made here from
+# its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
+# width of the real model, 4 layers, 64 experts top-8; MXFP4_MOE), then decode with the routed
+# experts through a device cache of 10 / 25 / 50 / 100 % of them (the store pages the misses from
+# pinned host memory). The recipes are read from ${KINFER_GOLDEN:-../shared/golden}; without it
+# the step says so and is skipped (the GPU machine may not have ../shared: copy
+# shared/golden/llama.cpp/{bench,models} there, or point KINFER_GOLDEN at a copy).
+#   tests/gpu/speed_on_device.sh BIN DEVICE [WORKDIR]     e.g. build-gpu/bin/kinfer cuda0
+# WORKDIR (default a temporary folder) keeps the generated models between runs.
+# Runs without a GPU on the simulated device too (sim:4GiB), which checks the script itself.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:?usage: speed_on_device.sh BIN DEVICE [WORKDIR]}
+dev=${2:?usage: speed_on_device.sh BIN DEVICE [WORKDIR]}
+work=${3:-$(mktemp -d)}
+golden=${KINFER_GOLDEN:-../shared/golden}
+P=${KINFER_SPEED_P:-512} N=${KINFER_SPEED_N:-128}
+if [ ! -f "$golden/llama.cpp/bench/k3-bench.model.json" ]; then
+    echo "(no $golden/llama.cpp/bench here: the end-to-end speed table is skipped)"
+    exit 0
+fi
+mkdir -p "$work"
+py=python3
+python3 -c 'import numpy' 2>/dev/null || py=/usr/bin/python3
+make() {   # name, quant type, generator command...
+    local name=$1 type=$2
+    shift 2
+    [ -f "$work/$name-$type.gguf" ] && return
+    [ -f "$work/$name-F32.gguf" ] || "$@" -o "$work/$name-F32.gguf" --golden "$golden/llama.cpp" > "$work/$name.gen.log"
+    "$bin" quantize "$work/$name-F32.gguf" "$work/$name-$type.gguf" "$type" > "$work/$name.quant.log" 2>&1
+    rm -f "$work/$name-F32.gguf"
+}
+make k3-bench Q4_K_M $py tools/bench/make_bench_model.py
+make kl-wide MXFP4_MOE $py tools/bench/make_wide_model.py --model kl-wide --set n_layer=4
+threads=$(nproc)
+for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
+    echo "-- $(basename "$m"): CPU ($threads threads), then every layer on $dev"
+    "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2
+    "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99
+    echo "-- $(basename "$m"): decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %"
+    for c in 10 25 50 100; do
+        echo "expert cache $c %:"
+        "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --expert-cache "$c%" | tail -n 2
+    done
+done
