@@ -285,3 +285,66 @@ TEST_CASE("cuda gemm_matmul (cpu mode): the workspace it asks for is bounded, an
     CHECK_THROWS_AS(cuda::emu::gemm(blas.get(), Elem::F16, 4, 4, 8, w.data(), 4, w.data(), 8, y.data(), 4),
                     std::invalid_argument);   // lda shorter than a row
 }
+
+// The grouped prefill GEMM (gemm_matmul_grouped: a MoE layer's experts in one cuBLAS call) must
+// give every task what gemm_matmul gives it alone: the same conversions and, in CPU mode, the same
+// GEMM loops, so the same bits. Tasks of different rows and token counts, strided inputs and
+// outputs, two tasks reading one input at different rows; workspaces that hold every task at
+// once, one task at a time (one grouped call per task), and less than one task (each goes
+// through gemm_matmul's tiles).
+TEST_CASE("cuda gemm_matmul_grouped (cpu mode): every task bit-equal to its own gemm_matmul, any workspace") {
+    std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)> blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    struct TaskShape {
+        int64_t rows, n, row0, ldy_pad;
+    };
+    const TaskShape shapes[] = {{64, 40, 0, 0}, {32, 33, 5, 3}, {96, 64, 0, 1}, {16, 0, 0, 0}, {48, 35, 2, 0}};
+    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::MXFP4, quant::Type::Q8_0, quant::Type::F16,
+                                   quant::Type::BF16, quant::Type::F32}) {
+        const int64_t cols = 512, ldx = cols + 7;
+        const Weights all(type, 96 * 5, cols, 900 + uint32_t(type), 0.5f);   // rows of every task, one after another
+        const std::vector<float> x = randn(size_t(80 * ldx), 901);
+        std::vector<cuda::emu::GemmTask> tasks;
+        std::vector<std::vector<float>> got, want;
+        for (size_t i = 0; i < std::size(shapes); ++i) {
+            const TaskShape& s = shapes[i];
+            const int64_t ldy = s.rows + s.ldy_pad;
+            got.emplace_back(size_t(std::max<int64_t>(s.n, 1) * ldy), -5.0f);
+            want.emplace_back(got.back().size(), -5.0f);
+            tasks.push_back(cuda::emu::GemmTask{all.bytes.data() + i * 96 * all.rb, s.rows, x.data() + s.row0 * ldx, ldx,
+                                                s.n, nullptr, ldy});
+        }
+        for (size_t i = 0; i < tasks.size(); ++i) {
+            const auto& t = tasks[i];
+            std::vector<uint8_t> ws(std::max<size_t>(cuda::emu::gemm_workspace_bytes(type, t.rows, cols, t.n), 1));
+            cuda::emu::gemm_matmul(blas.get(), type, t.W, all.rb, t.rows, cols, t.x, t.ldx, t.n, want[i].data(), t.ldy,
+                                   ws.data(), ws.size(), nullptr);
+        }
+        const size_t full = cuda::emu::gemm_grouped_workspace_bytes(type, cols, tasks.data(), int64_t(tasks.size()));
+        size_t one_task = 0;   // the largest single task's share: one grouped call per task
+        for (const auto& t : tasks) one_task = std::max(one_task, cuda::emu::gemm_workspace_bytes(type, t.rows, cols, t.n));
+        // The least gemm_matmul takes for the largest task (one chunk's activations and one
+        // weight row): every task too large to group, each in tiles of a few rows.
+        size_t least = 0;
+        if (type != quant::Type::F32)
+            for (const auto& t : tasks)
+                least = std::max(least, (size_t(t.n * cols) * 2 + 255) / 256 * 256 + size_t(cols) * 2);
+        for (const size_t ws_bytes : {full, one_task + 4096, one_task, least}) {
+            INFO("type ", quant::traits(type).name, " workspace ", ws_bytes, " of ", full);
+            std::vector<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+            for (size_t i = 0; i < tasks.size(); ++i) {
+                std::fill(got[i].begin(), got[i].end(), -5.0f);
+                tasks[i].y = got[i].data();
+            }
+            cuda::emu::gemm_matmul_grouped(blas.get(), type, all.rb, cols, tasks.data(), int64_t(tasks.size()), ws.data(),
+                                           ws_bytes, nullptr);
+            for (size_t i = 0; i < tasks.size(); ++i) {
+                INFO("task ", i);
+                CHECK(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0);
+            }
+        }
+    }
+    std::vector<uint8_t> w(64);
+    cuda::emu::GemmTask t{w.data(), 1, nullptr, 0, 40, nullptr, 0};
+    CHECK_THROWS_AS(cuda::emu::gemm_matmul_grouped(blas.get(), quant::Type::Q2_K, 84, 256, &t, 1, w.data(), w.size(), nullptr),
+                    std::invalid_argument);
+}

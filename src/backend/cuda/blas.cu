@@ -5,7 +5,8 @@
 // cuBLAS is opened with dlopen on the first blas_create(), not linked: linking it made every
 // kinfer run load libcublas and libcublasLt at start-up, 0.03 s -> 0.19 s and 8 MB -> 223 MB of
 // resident memory for `kinfer --version` on the build machine (measured), also on CPU-only runs
-// and in every test binary. Only the seven entry points below are used.
+// and in every test binary. Only the seven entry points below are used, and the grouped GEMM
+// where the library has it.
 #include "backend/cuda/blas.h"
 #include "backend/cuda/compat.h"
 #include "quant/fp16.h"
@@ -57,6 +58,8 @@ struct CublasApi {
     GemmEx gemm_ex = nullptr;
     decltype(&cublasGetStatusName) status_name = nullptr;
     decltype(&cublasGetStatusString) status_string = nullptr;
+    // Optional (cuBLAS 12.5 on): null where the library has no grouped GEMM.
+    decltype(&cublasGemmGroupedBatchedEx) gemm_grouped = nullptr;
 };
 
 template <class F>
@@ -85,6 +88,7 @@ CublasApi load_cublas() {
     blas_sym(lib, "cublasGemmEx", a.gemm_ex);
     blas_sym(lib, "cublasGetStatusName", a.status_name);
     blas_sym(lib, "cublasGetStatusString", a.status_string);
+    a.gemm_grouped = reinterpret_cast<decltype(a.gemm_grouped)>(dlsym(lib, "cublasGemmGroupedBatchedEx"));
     return a;
 }
 
@@ -117,9 +121,15 @@ public:
     Blas(const Blas&) = delete;
     Blas& operator=(const Blas&) = delete;
     ~Blas() {
+        if (ptrs) cudaFree(ptrs);
         if (h) cublas().destroy(h);
     }
     cublasHandle_t h = nullptr;
+    cudaStream_t stream = nullptr;
+    void** ptrs = nullptr;        // device: the grouped GEMM's A, B and C pointer arrays
+    size_t ptr_slots = 0;
+    bool grouped_native = false;  // the last gemm_grouped was one cuBLAS call
+    bool grouped_refused = false; // cuBLAS refused the grouped call once: one gemm() each from then on
 };
 
 Blas* blas_create(void* stream) {
@@ -127,6 +137,7 @@ Blas* blas_create(void* stream) {
     auto b = std::make_unique<Blas>();
     blas_check(api.create(&b->h), "cublasCreate");
     blas_check(api.set_stream(b->h, as_stream(stream)), "cublasSetStream");
+    b->stream = as_stream(stream);
     // The default math mode: tensor cores for 16-bit operands, but never TF32 for fp32 ones
     // (that takes CUBLAS_TF32_TENSOR_OP_MATH or a _FAST_TF32 compute type, neither used here).
     blas_check(api.set_math_mode(b->h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -147,6 +158,71 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
                                 CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
 }
+
+void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
+    b->grouped_native = false;
+    std::vector<int> m, n, k, lda, ldb, ldc, size;
+    std::vector<const void*> host_ptrs;   // A..., then B..., then C...
+    for (int64_t i = 0; i < count; ++i) {
+        const GemmProblem& p = problems[i];
+        blas_check_shape(p.m, p.n, p.k, p.lda, p.ldb, p.ldc);
+        if (p.m == 0 || p.n == 0) continue;
+        m.push_back(int(p.m)), n.push_back(int(p.n)), k.push_back(int(p.k));
+        lda.push_back(int(p.lda)), ldb.push_back(int(p.ldb)), ldc.push_back(int(p.ldc));
+    }
+    const size_t g = m.size();
+    if (g == 0) return;
+    if (!cublas().gemm_grouped || b->grouped_refused || g == 1) {
+        for (int64_t i = 0; i < count; ++i) {
+            const GemmProblem& p = problems[i];
+            gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
+        }
+        return;
+    }
+    host_ptrs.resize(3 * g);
+    size_t j = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        const GemmProblem& p = problems[i];
+        if (p.m == 0 || p.n == 0) continue;
+        host_ptrs[j] = p.A, host_ptrs[g + j] = p.B, host_ptrs[2 * g + j] = p.C;
+        ++j;
+    }
+    if (b->ptr_slots < 3 * g) {
+        // The old array may still be read by a queued grouped call.
+        if (b->ptrs && cudaStreamSynchronize(b->stream) != cudaSuccess) throw std::runtime_error("cuda gemm_grouped: stream");
+        if (b->ptrs) cudaFree(b->ptrs);
+        b->ptrs = nullptr, b->ptr_slots = 0;
+        if (cudaMalloc(reinterpret_cast<void**>(&b->ptrs), 3 * g * sizeof(void*)) != cudaSuccess)
+            throw std::runtime_error("cuda gemm_grouped: no device memory for " + std::to_string(3 * g) + " pointers");
+        b->ptr_slots = 3 * g;
+    }
+    // From pageable memory: the call returns once the bytes are staged, so host_ptrs may go. The
+    // next grouped call's upload is queued behind this call's GEMMs on the same stream.
+    if (cudaMemcpyAsync(b->ptrs, host_ptrs.data(), 3 * g * sizeof(void*), cudaMemcpyHostToDevice, b->stream) != cudaSuccess)
+        throw std::runtime_error("cuda gemm_grouped: pointer upload");
+    std::vector<cublasOperation_t> ta(g, CUBLAS_OP_T), tb(g, CUBLAS_OP_N);
+    std::vector<float> alpha(g, 1.0f), beta(g, 0.0f);
+    std::vector<int> ones(g, 1);
+    const cudaDataType_t dt = blas_type(t);
+    const cublasStatus_t s = cublas().gemm_grouped(
+        b->h, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), const_cast<const void* const*>(b->ptrs), dt,
+        lda.data(), const_cast<const void* const*>(b->ptrs + g), dt, ldb.data(), beta.data(), b->ptrs + 2 * g, CUDA_R_32F,
+        ldc.data(), int(g), ones.data(), CUBLAS_COMPUTE_32F);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        // This cuBLAS does not take fp32 outputs from 16-bit operands in a grouped call (or the
+        // problem at all): the same products one gemm() each, and no grouped call again.
+        b->grouped_refused = true;
+        for (int64_t i = 0; i < count; ++i) {
+            const GemmProblem& p = problems[i];
+            gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
+        }
+        return;
+    }
+    blas_check(s, "cublasGemmGroupedBatchedEx");
+    b->grouped_native = true;
+}
+
+bool gemm_grouped_native(const Blas* b) { return b->grouped_native; }
 
 #else   // the CPU execution mode
 
@@ -192,6 +268,15 @@ void gemm(Blas*, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t
             C[j * ldc + i] = s;
         }
 }
+
+void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+        const GemmProblem& p = problems[i];
+        gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
+    }
+}
+
+bool gemm_grouped_native(const Blas*) { return false; }
 
 #endif
 

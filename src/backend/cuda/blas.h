@@ -29,4 +29,23 @@ void blas_destroy(Blas* b);
 void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
           float* C, int64_t ldc);
 
+// Many GEMMs of gemm()'s form and element type t, each its own shape and pointers (the routed
+// experts of a MoE layer in prefill): one cublasGemmGroupedBatchedEx call (each problem a group of
+// one) where cuBLAS has it; where it does not (a cuBLAS before 12.5, or a type combination it
+// refuses) each problem goes through gemm(). The pointer arrays cuBLAS reads on the device are
+// uploaded on the handle's stream into a buffer the handle keeps. In CPU mode, gemm()'s loops
+// per problem: the same bits as calling gemm() on each.
+struct GemmProblem {
+    int64_t m = 0, n = 0, k = 0;
+    const void* A = nullptr;
+    int64_t lda = 0;
+    const void* B = nullptr;
+    int64_t ldb = 0;
+    float* C = nullptr;
+    int64_t ldc = 0;
+};
+void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count);
+// Whether the last gemm_grouped call on b went as one cuBLAS call (false: one gemm() each).
+bool gemm_grouped_native(const Blas* b);
+
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

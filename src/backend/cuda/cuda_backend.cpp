@@ -345,35 +345,52 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     check(cudaGetLastError(), "matmul");
 }
 
-// Tasks of a prefill's size take the GEMM one by one (matmul); the others, the routed experts'
-// shares of a chunk and decode's projections, go as grouped matvecs: one launch for up to
-// kMatvecGroupMax tasks of the same weight type and shape, instead of one launch each (K3 decode:
-// 16 experts' gate and up in one launch, their down in another).
+// Tasks go in groups of the same weight type, width and row size: those of a prefill's size
+// (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as
+// many as the workspace holds), the others (the routed experts' shares of a chunk, decode's
+// projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
+// experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
-    std::vector<size_t> small;
+    std::vector<size_t> small, large;
     for (size_t i = 0; i < tasks.size(); ++i) {
         const MatTask& t = tasks[i];
         if (t.n <= 0) continue;
         if (t.input < 0 || size_t(t.input) >= inputs.size() || t.W.cols != inputs[size_t(t.input)].cols)
             fail("{}: matmul_tasks: task {} ({}) does not fit its input", name_, i, t.W.name);
-        const MatInput& in = inputs[size_t(t.input)];
-        const int64_t ld = in.ld ? in.ld : in.cols;
-        if (t.n >= gpu::kGemmMinTokens) {
-            matmul(t.W, in.x + t.row0 * ld, t.n, t.y, ld, t.ldy);
-            continue;
-        }
         need(t.W, "matmul_tasks");
         if (!gpu::matvec_supported(t.W.type))
             fail("{}: matmul_tasks: no kernel for weight {} of type {}", name_, t.W.name, quant::type_facts(t.W.type).name);
-        small.push_back(i);
+        (t.n >= gpu::kGemmMinTokens ? large : small).push_back(i);
     }
     // Same weight type, width and row size next to each other, in task order otherwise.
     auto key = [&](size_t i) {
         const Mat& W = tasks[i].W;
         return std::tuple(int(W.type), W.cols, W.row_bytes);
     };
-    std::stable_sort(small.begin(), small.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+    auto by_key = [&](size_t a, size_t b) { return key(a) < key(b); };
+    std::stable_sort(small.begin(), small.end(), by_key);
+    std::stable_sort(large.begin(), large.end(), by_key);
     select();
+    for (size_t b = 0; b < large.size();) {
+        size_t e = b;
+        std::vector<gpu::GemmTask> group;
+        for (; e < large.size() && key(large[e]) == key(large[b]); ++e) {
+            const MatTask& t = tasks[large[e]];
+            const MatInput& in = inputs[size_t(t.input)];
+            const int64_t ld = in.ld ? in.ld : in.cols;
+            group.push_back(gpu::GemmTask{t.W.data, t.W.rows, in.x + t.row0 * ld, ld, t.n, t.y, t.ldy});
+        }
+        const Mat& W0 = tasks[large[b]].W;
+        void* ws = gemm_workspace(gpu::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
+        try {
+            gpu::gemm_matmul_grouped(static_cast<gpu::Blas*>(blas()), W0.type, W0.row_bytes, W0.cols, group.data(),
+                                     int64_t(group.size()), ws, gemm_ws_.bytes, compute_);
+        } catch (const std::exception& ex) {
+            fail("{}: matmul_tasks ({} GEMMs of {} columns, first {}): {}", name_, group.size(), W0.cols, W0.name, ex.what());
+        }
+        check(cudaGetLastError(), "matmul_tasks");
+        b = e;
+    }
     for (size_t b = 0; b < small.size();) {
         gpu::MatvecGroup g;
         const Mat& W0 = tasks[small[b]].W;

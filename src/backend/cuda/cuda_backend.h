@@ -1,7 +1,8 @@
 // The CUDA backend (issue 16): device buffers (cudaMalloc), a compute and a copy stream with
 // events, pinned host memory (cudaHostAlloc), and the ops that have CUDA kernels (kernels.h):
 // matmul / matmul_tasks (every type of matvec_supported: the decode matvec below
-// kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on), rms_norm, l2_norm,
+// kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on; matmul_tasks groups its
+// tasks into one matvec launch or one grouped cuBLAS GEMM per weight shape), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
 // conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
 // mla_attend_absorbed, the decompressed (MHA) prefill forms mla_attend_decompressed and

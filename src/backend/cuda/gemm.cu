@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -231,6 +232,88 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
             gemm(blas, p.elem, nr, nt, cols, tile, cols, ws, cols, y + t0 * ldy + r0, ldy);
         }
     }
+}
+
+namespace {
+
+// What one task of gemm_matmul_grouped takes from the workspace: its converted activations (none
+// for F32) and its dequantized weights (none for F32 / F16 / BF16, used where they are).
+struct GroupedTaskBytes {
+    size_t x = 0, w = 0;
+    size_t total() const { return x + w; }
+};
+GroupedTaskBytes grouped_task_bytes(const GemmPlan& p, int64_t rows, int64_t cols, int64_t n) {
+    const size_t eb = size_t(elem_bytes(p.elem));
+    GroupedTaskBytes b;
+    b.x = p.elem == Elem::F32 ? 0 : gemm_align(size_t(n * cols) * eb);
+    b.w = p.in_place ? 0 : gemm_align(size_t(rows * cols) * eb);
+    return b;
+}
+
+}  // namespace
+
+size_t gemm_grouped_workspace_bytes(quant::Type type, int64_t cols, const GemmTask* tasks, int64_t count) {
+    size_t sum = 0, alone = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        const GemmTask& t = tasks[i];
+        if (t.rows <= 0 || t.n <= 0) continue;
+        sum += grouped_task_bytes(gemm_plan(type, t.rows, cols, t.n), t.rows, cols, t.n).total();
+        alone = std::max(alone, gemm_workspace_bytes(type, t.rows, cols, t.n));
+    }
+    return std::max(std::min(sum, kGemmGroupBytes), alone);
+}
+
+void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t cols, const GemmTask* tasks,
+                         int64_t count, void* workspace, size_t ws_bytes, void* stream) {
+    if (!matvec_supported(type)) {
+        const char* name = quant::type_facts(type).name;
+        throw std::invalid_argument(std::string("cuda gemm_matmul_grouped: no kernel for weight type ") + (name ? name : "?"));
+    }
+    const Elem elem = gemm_elem(type);
+    const size_t eb = size_t(elem_bytes(elem));
+    const bool in_place = type == quant::Type::F32 || type == quant::Type::F16 || type == quant::Type::BF16;
+    if (in_place && row_bytes % eb != 0)
+        throw std::invalid_argument("cuda gemm_matmul_grouped: weight rows " + std::to_string(row_bytes) +
+                                    " bytes apart are not whole elements");
+    auto* ws = static_cast<uint8_t*>(workspace);
+    std::vector<GemmProblem> batch;
+    size_t used = 0;
+    auto flush = [&] {
+        gemm_grouped(blas, elem, batch.data(), int64_t(batch.size()));
+        batch.clear();
+        used = 0;
+    };
+    for (int64_t i = 0; i < count; ++i) {
+        const GemmTask& t = tasks[i];
+        if (t.rows <= 0 || t.n <= 0) continue;
+        const int64_t ldx = t.ldx ? t.ldx : cols, ldy = t.ldy ? t.ldy : t.rows;
+        const GroupedTaskBytes tb = grouped_task_bytes(gemm_plan(type, t.rows, cols, t.n), t.rows, cols, t.n);
+        if (tb.total() > ws_bytes || t.n > kGemmMaxTokens) {
+            // On its own, in gemm_matmul's tiles; queued after the batch so far, which is
+            // multiplied first (the tiles reuse the workspace, in stream order).
+            if (!batch.empty()) flush();
+            gemm_matmul(blas, type, t.W, row_bytes, t.rows, cols, t.x, ldx, t.n, t.y, ldy, workspace, ws_bytes, stream);
+            continue;
+        }
+        if (used + tb.total() > ws_bytes) flush();
+        GemmProblem p;
+        p.m = t.rows, p.n = t.n, p.k = cols, p.C = t.y, p.ldc = ldy;
+        if (elem == Elem::F32) {
+            p.B = t.x, p.ldb = ldx;
+        } else {
+            convert_rows(t.x, ldx, t.n, cols, elem, ws + used, cols, stream);
+            p.B = ws + used, p.ldb = cols;
+        }
+        if (in_place) {
+            p.A = t.W, p.lda = int64_t(row_bytes / eb);
+        } else {
+            dequant_rows(type, t.W, row_bytes, t.rows, cols, elem, ws + used + tb.x, cols, stream);
+            p.A = ws + used + tb.x, p.lda = cols;
+        }
+        batch.push_back(p);
+        used += tb.total();
+    }
+    if (!batch.empty()) flush();
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

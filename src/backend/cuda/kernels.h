@@ -81,6 +81,30 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
                  const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, void* workspace, size_t ws_bytes,
                  void* stream);
 
+// One weight matrix's product in gemm_matmul_grouped: y[t * ldy + r] = W.row(r) . x[t * ldx ..]
+// for r < rows, t < n (ldx 0: cols; ldy 0: rows).
+struct GemmTask {
+    const void* W = nullptr;
+    int64_t rows = 0;
+    const float* x = nullptr;
+    int64_t ldx = 0, n = 0;
+    float* y = nullptr;
+    int64_t ldy = 0;
+};
+// The most workspace gemm_matmul_grouped fills before it multiplies what it holds.
+inline constexpr size_t kGemmGroupBytes = size_t(256) << 20;
+// The workspace gemm_matmul_grouped wants for these tasks: every task's converted activations
+// and dequantized weights up to kGemmGroupBytes, and at least what gemm_matmul wants for the
+// largest task (which then goes alone, in tiles).
+size_t gemm_grouped_workspace_bytes(quant::Type type, int64_t cols, const GemmTask* tasks, int64_t count);
+// gemm_matmul for many weights of one type, width and row size (a MoE layer's routed experts in
+// prefill): tasks are taken in order while their activations (converted) and weights (dequantized
+// whole) fit the workspace, then those go as one gemm_grouped (one cuBLAS call); a task that
+// does not fit alone, or has more than kGemmMaxTokens tokens, goes through gemm_matmul. Each
+// product is gemm_matmul's (the same conversions; in CPU mode the same bits).
+void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t cols, const GemmTask* tasks,
+                         int64_t count, void* workspace, size_t ws_bytes, void* stream);
+
 // ---- rows and element-wise ------------------------------------------------------------------
 // y = x / sqrt(mean(x^2) + eps) [* w] per row of d; rows ld apart; y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld, void* stream);
