@@ -130,6 +130,7 @@ int run_chat(GenArgs& args, int64_t snapshot_every, const ChatImageArgs& vision,
     resolve_seed(args);
     auto model = model::Model::load(path);
     lock_memory_if_asked();
+    take_model_sampling(args, model->file());
     auto tok = text::Tokenizer::from_gguf(model->file());
 
     ChatConfig cfg;

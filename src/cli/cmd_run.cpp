@@ -77,6 +77,7 @@ int run(RunArgs& a, bool dash) {
     }
     auto model = model::Model::load(path);
     lock_memory_if_asked();
+    take_model_sampling(a.gen, model->file());
     if (habits().verbose)
         std::fprintf(stderr, "kinfer: model %s (%s), context %lld, batch %lld, seed %lld\n", path.c_str(),
                      model->describe().c_str(), (long long)a.gen.n_ctx, (long long)a.gen.n_batch, (long long)a.gen.sampling.seed);

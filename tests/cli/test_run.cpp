@@ -2,8 +2,12 @@
 // sampling reproducibility, --json, stop strings, context-full, stdin, and one clean error line
 // for each kind of bad input.
 #include "cli_util.h"
+#include "gguf/reader.h"
+#include "gguf/writer.h"
 
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unistd.h>
@@ -179,4 +183,57 @@ TEST_CASE("run: bad input gives one error line and exit status 1") {
     // No -m: the demo model when it is built, else a pointer to -m.
     if (!std::filesystem::exists(std::string(KINFER_SOURCE_DIR) + "/models/kinfer-demo.gguf"))
         expect_one_error(bin + " run -p hi", "no model: pass -m FILE");
+}
+
+namespace {
+// A copy of a tiny model with general.sampling.* set as `keys` says (llama.cpp's
+// model-embedded sampling defaults), at `dst`.
+void with_sampling_keys(const std::string& src, const std::string& dst,
+                        const std::function<void(kinfer::gguf::Writer&)>& keys) {
+    auto f = kinfer::gguf::File::open(src);
+    kinfer::gguf::Writer w(dst);
+    for (const auto& v : f->kv()) w.add_value(v);
+    keys(w);
+    for (const auto& t : f->tensors()) w.add_tensor(t.name, t.type, t.ne, t.n_dims);
+    for (const auto& t : f->tensors()) w.write_tensor(t.data, t.nbytes);
+    w.finish();
+}
+}  // namespace
+
+TEST_CASE("run: the model's general.sampling.* fill the flags left at their defaults; a flag wins; bad values are named") {
+    const auto tmp = std::filesystem::temp_directory_path() / ("kinfer_sampling_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(tmp);
+    const std::string src = tiny_model(kModels[1]), greedy_model = (tmp / "greedy.gguf").string(),
+                      bad_model = (tmp / "bad.gguf").string();
+    with_sampling_keys(src, greedy_model, [](kinfer::gguf::Writer& w) {
+        w.add_f32("general.sampling.temp", 0.0f);   // greedy
+        w.add_i32("general.sampling.top_k", 7);
+    });
+    with_sampling_keys(src, bad_model, [](kinfer::gguf::Writer& w) {
+        w.add_f32("general.sampling.temp", -3.0f);
+        w.add_string("general.sampling.top_p", "high");
+        w.add_f32("general.sampling.top_k", 2.5f);
+    });
+    const std::string base = "--prompt-ids " + quote(data("prompt64.ids.txt")) + " --ignore-eos -n 16 --seed 5 --json";
+    auto ids = [&](const std::string& model, const std::string& extra) {
+        const auto r = run_command(quiet(quote(kinfer_bin()) + " run -m " + quote(model) + " -t 2 " + base + " " + extra));
+        REQUIRE_MESSAGE(r.rc == 0, r.out);
+        return json::parse(r.out).at("generated_ids").get<std::vector<int>>();
+    };
+    const auto greedy = ids(src, "--temp 0"), sampled = ids(src, "");
+    REQUIRE(greedy != sampled);   // seed 5 at the default temperature leaves the greedy path
+    CHECK(ids(greedy_model, "") == greedy);              // the model's temp 0 is taken
+    CHECK(ids(greedy_model, "--temp 0.8") != sampled);   // the flag wins for temp, the model's top_k 7 stays
+    CHECK(ids(greedy_model, "--temp 0.8 --top-k 40") == sampled);   // flags for both: the model's values unused
+    CHECK(ids(bad_model, "") == sampled);                // unusable values are not used...
+    // stderr alone (run_command adds 2>&1 after the parentheses).
+    const auto r = run_command("(" + quote(kinfer_bin()) + " run -m " + quote(bad_model) + " -t 2 -v " + base + " 2>&1 >/dev/null)");
+    INFO(r.out);
+    CHECK(r.rc == 0);                                    // ...and each is named once on stderr
+    CHECK(r.out.find("general.sampling.temp = -3 is outside 0..100: not used") != std::string::npos);
+    CHECK(r.out.find("general.sampling.top_p is a string, not a number: not used") != std::string::npos);
+    CHECK(r.out.find("general.sampling.top_k = 2.5 is not a whole number: not used") != std::string::npos);
+    const auto v = run_command("(" + quote(kinfer_bin()) + " run -m " + quote(greedy_model) + " -t 2 -v " + base + " 2>&1 >/dev/null)");
+    CHECK(v.out.find("sampling from the model: temp 0, top_k 7") != std::string::npos);
+    std::filesystem::remove_all(tmp);
 }

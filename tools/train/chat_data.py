@@ -262,6 +262,40 @@ POPULAR = SHOWCASE | {"ABSURDITY", "BORE", "CONSERVATIVE", "EGOTIST", "MARRIAGE"
                       "WIT", "YEAR", "TRUTH", "CALAMITY"}
 
 
+# --drill-share: copy drills. A 17 M model trained on the dialogues above learned the form of a
+# definition but not to copy the asked word (rounds 5-8: chat_probe found it in 1 of 30 replies): the
+# few hundred dictionary words can also be recalled, so nothing forces a copying mechanism. A drill
+# asks for a word drawn from every word of the corpora (thousands, most of them not in the
+# dictionary) and is cut right after the reply's first copy of it: the think block's "The user asks
+# what WORD" or, without thinking, "In The Devil's Dictionary, WORD". The copied span has
+# --copy-weight; nothing after it is trained, so a drill teaches the copy and nothing else.
+DRILL_THINK = "The user asks what"
+DRILL_ANSWER = "In The Devil's Dictionary,"
+
+
+def drill_words(corpora: str):
+    """Lower-case words of 3-14 letters seen at least 3 times in the corpora, sorted."""
+    counts = {}
+    for name in ("kjv_bible.txt", "fortunes_all.txt", "dict-devil.txt"):
+        for w in re.findall(r"[a-z]{3,14}", open(os.path.join(corpora, name), encoding="utf-8", errors="replace").read()):
+            counts[w] = counts.get(w, 0) + 1
+    return sorted(w for w, c in counts.items() if c >= 3)
+
+
+def drill_segments(word: str, rng: random.Random):
+    """One copy drill in the layout render() gives: the prompt, then the reply cut after the copy."""
+    r = rng.random()
+    thinking, effort = (False, "") if r < 0.15 else (True, "max" if r < 0.8 else rng.choice(["low", "high"]))
+    segs = []
+    if thinking:
+        segs.append([open_tag("message", [("role", "system"), ("type", "thinking-effort")]) + EFFORT_TEXT.format(effort)
+                     + END_MSG, False])
+    q = rng.choice(DEVIL_Q_ASKED).format(w=word)
+    segs.append([open_tag("message", [("role", "user")]) + q + END_MSG + open_tag("message", [("role", "assistant")]), False])
+    head = open_tag("think") + DRILL_THINK if thinking else open_tag("response") + DRILL_ANSWER
+    return segs + [[head, True], [" " + word, COPY_WEIGHT]]
+
+
 def split_items(items, frac: float, rng: random.Random):
     items = list(items)
     rng.shuffle(items)
@@ -309,6 +343,9 @@ def main() -> int:
     ap.add_argument("--think-share", type=float, default=0.5,
                     help="share of the replies with a short think block (the others: an empty one); a think block "
                          "that names the asked word is a second, nearer place for the reply to copy it from")
+    ap.add_argument("--drill-share", type=float, default=0.0,
+                    help="copy drills written on top of --dialogues, as a share of them: a word of the corpora asked "
+                         "for and the reply cut after its copy (0: none)")
     ap.add_argument("--copy-weight", type=float, default=1.0,
                     help="loss weight of the word or reference an as-asked reply copies from the question (1: as the "
                          "rest of the reply)")
@@ -360,13 +397,19 @@ def main() -> int:
                     kinds.append(kind)
                 _write(f, turns, kinds, rng, split)
                 counts[split] = counts.get(split, 0) + 1
+        if args.drill_share > 0:
+            words = drill_words(c)
+            for _ in range(int(args.drill_share * args.dialogues)):
+                f.write(json.dumps({"split": "train", "source": "drill", "segments": drill_segments(rng.choice(words), rng)},
+                                   ensure_ascii=False) + "\n")
+                counts["train_drill"] = counts.get("train_drill", 0) + 1
     sizes = {k: [len(v[0]), len(v[1])] for k, v in pools.items()}
     json.dump({"counts": counts, "items_train_heldout": sizes, "seed": args.seed, "devil_all": args.devil_all,
                "devil_copies": args.devil_copies if args.devil_all else 0,
                "popular_copies": args.popular_copies if args.devil_all else 0,
                "popular": sorted(POPULAR) if args.devil_all else [], "def_chars": args.def_chars,
                "talk": args.talk, "headword": args.headword, "reference": args.reference, "think_share": args.think_share,
-               "copy_weight": args.copy_weight, "weights": weights},
+               "copy_weight": args.copy_weight, "drill_share": args.drill_share, "weights": weights},
               open(os.path.join(args.out, "chat.json"), "w"), indent=2)
     print(f"chat_data: {counts} dialogues; items (train, held out): {sizes}")
     return 0

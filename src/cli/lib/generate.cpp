@@ -3,6 +3,7 @@
 #include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
+#include "cli/lib/habits.h"
 #include "common/error.h"
 #include "common/safe_file.h"
 #include "text/unicode.h"
@@ -72,6 +73,7 @@ void add_generation_flags(CLI::App& app, GenArgs& a) {
 }
 
 bool take_extras(CLI::App& app, GenArgs& a) {
+    a.sampling_given = sampling_flags_given(app);
     const std::vector<std::string> extra = app.remaining();
     bool dash = false;
     for (size_t i = 0; i < extra.size(); ++i) {
@@ -187,6 +189,17 @@ text::ChatOptions chat_options(const GenArgs& a) {
     if (o.thinking && o.thinking_effort != "low" && o.thinking_effort != "high" && o.thinking_effort != "max")
         fail("--think-effort must be low, high or max (got '{}')", a.think_effort);
     return o;
+}
+
+void take_model_sampling(GenArgs& a, const gguf::File& f) {
+    std::string warnings;
+    const std::string taken = apply_model_sampling(f, a.sampling_given, a.sampling, &warnings);
+    for (size_t b = 0, e; b < warnings.size(); b = e + 1) {
+        e = warnings.find('\n', b);
+        if (e == std::string::npos) e = warnings.size();
+        if (e > b) std::fprintf(stderr, "kinfer: warning: %.*s\n", int(e - b), warnings.c_str() + b);
+    }
+    if (!taken.empty() && habits().verbose) std::fprintf(stderr, "kinfer: sampling from the model: %s\n", taken.c_str());
 }
 
 void resolve_seed(GenArgs& a) {

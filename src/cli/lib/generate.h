@@ -3,6 +3,7 @@
 // loop, and the one-line timing report. The data flow is DESIGN.md section 2's: tokens ->
 // Session::prefill -> logits -> Sampler -> StreamDecoder -> StopMatcher -> the caller's sink.
 #pragma once
+#include "cli/lib/model_sampling.h"
 #include "model/session.h"
 #include "runtime/expert_flags.h"
 #include "text/chat_template.h"
@@ -32,6 +33,7 @@ struct GenArgs {
     int n_threads = 0;                  // -t; 0: physical cores
     std::string cache_type = "f16";     // -ctk: the MLA latent cache type
     text::SamplerParams sampling;       // --temp, --top-k, ... (llama.cpp's defaults)
+    SamplingGiven sampling_given;       // which of them the command line set (the model's own fill the rest)
     std::vector<std::string> logit_bias;   // "ID+BIAS" / "ID-BIAS" (BIAS may be inf)
     std::vector<std::string> reverse_prompts;   // -r: stop strings
     bool ignore_eos = false;
@@ -74,6 +76,11 @@ text::SamplerParams sampler_params(const GenArgs& a);
 // model's template or vocabulary shows (throws when neither decides).
 text::ChatFormat pick_chat_format(const GenArgs& a, const text::Tokenizer& tok);
 text::ChatOptions chat_options(const GenArgs& a);
+
+// The model's recommended sampling (general.sampling.*) for the settings the command line left
+// at their defaults; a key kinfer cannot use is named in a warning on stderr, what was taken
+// is printed with -v.
+void take_model_sampling(GenArgs& a, const gguf::File& f);
 
 // --seed -1: picks a random seed now and stores it, so the run can print it and be repeated.
 void resolve_seed(GenArgs& a);
