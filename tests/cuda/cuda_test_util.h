@@ -3,6 +3,7 @@
 // CPU backend's activation rounding in a matmul.
 #pragma once
 #include "backend/cpu_backend.h"
+#include "backend/cuda/kernels.h"
 #include "quant/types.h"
 
 #include <doctest/doctest.h>
@@ -65,5 +66,25 @@ inline std::vector<double> act_rounding(quant::Type t, const float* x, int64_t c
     }
     return e;
 }
+
+// A latent cache of n_rows rows of R floats at type t, in pages of page_rows, each page its own
+// allocation (as the session grows them), filled with 0xa5 until stored; args() is the kernels' view.
+struct HostPages {
+    std::vector<std::vector<uint8_t>> mem;
+    std::vector<uint8_t*> ptr;
+    backend::LatentPages c;
+    HostPages(backend::CacheType t, int64_t R, int64_t page_rows, int64_t n_rows) {
+        c.type = t, c.R = R, c.page_rows = page_rows, c.row_bytes = backend::cache_row_bytes(t, R);
+        for (int64_t p = 0; p * page_rows < n_rows; ++p) mem.emplace_back(size_t(page_rows) * c.row_bytes, uint8_t(0xa5));
+        for (auto& m : mem) ptr.push_back(m.data());
+        c.pages = ptr.data(), c.n_pages = int64_t(ptr.size());
+    }
+    cuda::emu::LatentArgs args() const {
+        cuda::emu::LatentArgs a;
+        a.type = int(c.type), a.R = c.R, a.page_rows = c.page_rows, a.row_bytes = c.row_bytes, a.pages = c.pages;
+        return a;
+    }
+    bool same_bytes(const HostPages& o) const { return mem == o.mem; }
+};
 
 }  // namespace kinfer::cuda::testing

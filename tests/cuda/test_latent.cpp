@@ -11,28 +11,9 @@ using namespace kinfer;
 using kinfer::cuda::testing::check_close;
 using kinfer::cuda::testing::cpu;
 using kinfer::cuda::testing::randn;
+using Pages = kinfer::cuda::testing::HostPages;
 
 namespace {
-
-// A cache of n_rows rows of R floats at type t, in pages of page_rows, each page its own
-// allocation (as the session grows them).
-struct Pages {
-    std::vector<std::vector<uint8_t>> mem;
-    std::vector<uint8_t*> ptr;
-    backend::LatentPages c;
-    Pages(backend::CacheType t, int64_t R, int64_t page_rows, int64_t n_rows) {
-        c.type = t, c.R = R, c.page_rows = page_rows, c.row_bytes = backend::cache_row_bytes(t, R);
-        for (int64_t p = 0; p * page_rows < n_rows; ++p) mem.emplace_back(size_t(page_rows) * c.row_bytes, uint8_t(0xa5));
-        for (auto& m : mem) ptr.push_back(m.data());
-        c.pages = ptr.data(), c.n_pages = int64_t(ptr.size());
-    }
-    cuda::emu::LatentArgs args() const {
-        cuda::emu::LatentArgs a;
-        a.type = int(c.type), a.R = c.R, a.page_rows = c.page_rows, a.row_bytes = c.row_bytes, a.pages = c.pages;
-        return a;
-    }
-    bool same_bytes(const Pages& o) const { return mem == o.mem; }
-};
 
 const backend::CacheType kTypes[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
 

@@ -151,29 +151,40 @@ bool matvec_supported(quant::Type t) {
     }
 }
 
+namespace {
+
+// Calls f(Dot{}) with the block_dot.cuh format of weight type t, or throws naming `what` and the
+// type when there is none: the one type switch of the single and the grouped launchers.
+template <class F>
+void with_dot(quant::Type t, const char* what, F&& f) {
+    using quant::Type;
+    switch (t) {
+        case Type::F32: return f(DotF32{});
+        case Type::F16: return f(DotF16{});
+        case Type::BF16: return f(DotBF16{});
+        case Type::Q8_0: return f(DotQ8_0{});
+        case Type::Q4_0: return f(DotQ4_0{});
+        case Type::Q5_0: return f(DotQ5_0{});
+        case Type::IQ4_NL: return f(DotIQ4_NL{});
+        case Type::MXFP4: return f(DotMXFP4{});
+        case Type::Q4_K: return f(DotQ4_K{});
+        case Type::Q5_K: return f(DotQ5_K{});
+        case Type::Q6_K: return f(DotQ6_K{});
+        case Type::IQ4_XS: return f(DotIQ4_XS{});
+        default: break;
+    }
+    const char* name = quant::type_facts(t).name;
+    throw std::invalid_argument(std::string("cuda ") + what + ": no kernel for weight type " + (name ? name : "?"));
+}
+
+}  // namespace
+
 void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
             int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream) {
     if (rows <= 0 || n <= 0) return;
     if (ldx == 0) ldx = cols;
     if (ldy == 0) ldy = rows;
-    using quant::Type;
-    switch (type) {
-        case Type::F32: return launch<DotF32>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::F16: return launch<DotF16>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::BF16: return launch<DotBF16>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q8_0: return launch<DotQ8_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q4_0: return launch<DotQ4_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q5_0: return launch<DotQ5_0>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::IQ4_NL: return launch<DotIQ4_NL>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::MXFP4: return launch<DotMXFP4>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q4_K: return launch<DotQ4_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q5_K: return launch<DotQ5_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::Q6_K: return launch<DotQ6_K>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        case Type::IQ4_XS: return launch<DotIQ4_XS>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda matvec: no kernel for weight type ") + (name ? name : "?"));
+    with_dot(type, "matvec", [&](auto dot) { launch<decltype(dot)>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream); });
 }
 
 void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream) {
@@ -187,24 +198,7 @@ void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const Matvec
         if (g.task[i].rows > 0 && g.task[i].n > 0) g.task[kept++] = g.task[i];
     g.n_tasks = kept;
     if (kept == 0) return;
-    using quant::Type;
-    switch (type) {
-        case Type::F32: return launch_group<DotF32>(g, row_bytes, cols, stream);
-        case Type::F16: return launch_group<DotF16>(g, row_bytes, cols, stream);
-        case Type::BF16: return launch_group<DotBF16>(g, row_bytes, cols, stream);
-        case Type::Q8_0: return launch_group<DotQ8_0>(g, row_bytes, cols, stream);
-        case Type::Q4_0: return launch_group<DotQ4_0>(g, row_bytes, cols, stream);
-        case Type::Q5_0: return launch_group<DotQ5_0>(g, row_bytes, cols, stream);
-        case Type::IQ4_NL: return launch_group<DotIQ4_NL>(g, row_bytes, cols, stream);
-        case Type::MXFP4: return launch_group<DotMXFP4>(g, row_bytes, cols, stream);
-        case Type::Q4_K: return launch_group<DotQ4_K>(g, row_bytes, cols, stream);
-        case Type::Q5_K: return launch_group<DotQ5_K>(g, row_bytes, cols, stream);
-        case Type::Q6_K: return launch_group<DotQ6_K>(g, row_bytes, cols, stream);
-        case Type::IQ4_XS: return launch_group<DotIQ4_XS>(g, row_bytes, cols, stream);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda matvec_group: no kernel for weight type ") + (name ? name : "?"));
+    with_dot(type, "matvec_group", [&](auto dot) { launch_group<decltype(dot)>(g, row_bytes, cols, stream); });
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
