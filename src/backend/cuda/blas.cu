@@ -128,7 +128,6 @@ public:
     cudaStream_t stream = nullptr;
     void** ptrs = nullptr;        // device: the grouped GEMM's A, B and C pointer arrays
     size_t ptr_slots = 0;
-    bool grouped_native = false;  // the last gemm_grouped was one cuBLAS call
     bool grouped_refused = false; // cuBLAS refused the grouped call once: one gemm() each from then on
 };
 
@@ -160,8 +159,7 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
-    b->grouped_native = false;
-    std::vector<int> m, n, k, lda, ldb, ldc, size;
+    std::vector<int> m, n, k, lda, ldb, ldc;
     std::vector<const void*> host_ptrs;   // A..., then B..., then C...
     for (int64_t i = 0; i < count; ++i) {
         const GemmProblem& p = problems[i];
@@ -219,10 +217,7 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
         return;
     }
     blas_check(s, "cublasGemmGroupedBatchedEx");
-    b->grouped_native = true;
 }
-
-bool gemm_grouped_native(const Blas* b) { return b->grouped_native; }
 
 #else   // the CPU execution mode
 
@@ -275,8 +270,6 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
         gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
     }
 }
-
-bool gemm_grouped_native(const Blas*) { return false; }
 
 #endif
 

@@ -45,7 +45,5 @@ struct GemmProblem {
     int64_t ldc = 0;
 };
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count);
-// Whether the last gemm_grouped call on b went as one cuBLAS call (false: one gemm() each).
-bool gemm_grouped_native(const Blas* b);
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
