@@ -113,9 +113,23 @@ def main() -> int:
         cut = cd.cut_copied(a, c)
         if not cut or kt.pretokenize(a) != sum((kt.pretokenize(p) for p in cut), []):
             bad.append(f"cut at {c!r}: {a}")
+    # --drill-share: a drill's segments, pre-tokenized one by one, must give the pieces of the whole
+    # rendering (the reply's last segment is the copy), and the copy must be the question's pieces
+    cd.COPY_WEIGHT = 5.0
+    for w in ("cynic", "inspection", "a", "absent-minded"):
+        for _ in range(10):
+            segs = cd.drill_segments(w, rng)
+            text = "".join(s[0] for s in segs)
+            if kt.pretokenize(segs[-1][0]) != kt.pretokenize(" " + w) or segs[-1][1] != 5.0:
+                bad.append(f"drill copy {segs[-1]!r}")
+            reply = segs[-2][0] + segs[-1][0]
+            if kt.pretokenize(reply) != kt.pretokenize(segs[-2][0]) + kt.pretokenize(segs[-1][0]):
+                bad.append(f"drill cut: {reply!r}")
+            if kt.pretokenize(" " + w)[0] not in kt.pretokenize(segs[-3][0]):
+                bad.append(f"drill question without the word: {text!r}")
     good = not bad
     ok &= good
-    print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords and references pre-tokenize as in the question"
+    print(f"{'PASS' if good else 'FAIL'}: chat_data as-asked headwords, references and drills pre-tokenize as in the question"
           + (f" (not in: {bad[0]!r})" if bad else ""))
     return 0 if ok else 1
 
