@@ -544,6 +544,25 @@ void grouped_experts(backend::Backend& gpu) {
         for (int64_t m = 1; m < 2 * experts; ++m) std::memcpy(W.data() + size_t(m * rows) * rb, W.data(), size_t(rows) * rb);
     }
     Dev dW(gpu, W.data(), W.size(), "experts");
+    {
+        // A mixed group: half the tasks decode (1 token), half take 8, in one launch of the
+        // 4-token form; each must equal its own launch (the 1-token form for the decode ones).
+        const std::vector<float> x = randn(size_t(8 * cols), 72);
+        Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * 8 * rows) * 4, "y"),
+            dy1(gpu, nullptr, size_t(2 * experts * 8 * rows) * 4, "y1");
+        std::vector<backend::MatTask> tasks;
+        for (int64_t m = 0; m < 2 * experts; ++m) {
+            const backend::Mat W{t, cols, rows, dW.buf.ptr + size_t(m * rows) * rb, rb, 0, "expert"};
+            tasks.push_back({W, 0, 0, m % 2 ? 8 : 1, dy.f() + m * 8 * rows, 0});
+        }
+        const backend::MatInput in{dx.f(), 8, cols, 0};
+        gpu.matmul_tasks({&in, 1}, tasks);
+        for (const auto& task : tasks) gpu.matmul(task.W, dx.f(), task.n, dy1.f() + (task.y - dy.f()), 0, 0);
+        std::vector<float> got = down(gpu, dy, size_t(2 * experts * 8 * rows)), want = down(gpu, dy1, got.size());
+        for (int64_t m = 0; m < 2 * experts; m += 2)   // the decode tasks' unused rows are not written by either
+            for (int64_t i = rows; i < 8 * rows; ++i) got[size_t(m * 8 * rows + i)] = want[size_t(m * 8 * rows + i)] = 0;
+        check("grouped == one by one, 1 and 8 tokens mixed", got, want, 0, 1e-30);
+    }
     for (int64_t n : {int64_t(1), int64_t(8), int64_t(64)}) {
         const std::vector<float> x = randn(size_t(n * cols), 71);
         Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y"),

@@ -5,7 +5,8 @@
 // of their sums (the GPU form's GEMMs and per-tile dots, the CPU's tiles and its polynomial exp),
 // so the bound is a few fp32 roundings of the largest terms: 2e-6 relative plus 2e-6 of the
 // largest |o| absolute. Worst seen here: 0.13 of that bound (the case prints it); with the causal
-// mask moved by one key (a query not seeing itself) 48 of the 49 comparisons fail.
+// mask moved by one key (a query not seeing itself), or the softmax state not set up by the first
+// key block (the workspace starts as NaN), 48 of the 49 comparisons fail.
 // Shapes: odd query counts (partial query tiles), pos0 > 0 (the chunk after a cached prefix),
 // key blocks smaller than the keys (the softmax state carried between blocks), pages of odd row
 // counts, and dk / dv that are not equal.
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -85,7 +87,10 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
                      " key_block ", s.key_block, " weights ", quant::traits(wt).name, " cache ", backend::cache_type_name(ct));
                 MhaPages p(ct, R, s.page_rows, n_kv);
                 cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
-                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+                // NaN in the workspace: the softmax state must be set up by the first key block, not
+                // found as zeros.
+                const float nan = std::numeric_limits<float>::quiet_NaN();
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float), nan);
                 std::vector<float> got(size_t(s.n * s.H * s.dv), -1.0f), want(got.size(), -2.0f);
                 cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
                                                 ws.data(), ws.size() * sizeof(float), nullptr);
@@ -96,7 +101,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
                     worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
                 if (ct != backend::CacheType::f32) continue;
                 // The contiguous form over the same f32 rows, against the CPU's untiled op.
-                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float));
+                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float), nan);
                 std::vector<float> got2(got.size(), -3.0f), want2(got.size(), -4.0f);
                 cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), got2.data(), a,
                                           ws2.data(), ws2.size() * sizeof(float), nullptr);

@@ -27,8 +27,9 @@ void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int
 // The grouped form (MoE: every routed expert's gate / up / down of a layer; dense projections that
 // share an input): many matvecs of one weight type, width and row size in one launch, each task
 // computed exactly as matvec computes it (the same bits). The group travels in the kernel's
-// parameters (no upload, no host wait), so it holds at most kMatvecGroupMax tasks: 48 tasks of
-// 64 bytes, under the 4 KiB a launch's parameters may take. rows or n of 0 skip a task.
+// parameters (no upload, no host wait), so it holds at most kMatvecGroupMax tasks: 48 of 64 bytes
+// (56 for the task, 8 for its first block), under the 4 KiB a launch's parameters may take (checked
+// below). rows or n of 0 skip a task.
 inline constexpr int kMatvecGroupMax = 48;
 struct MatvecTask {
     const void* W = nullptr;     // rows of row_bytes (the group's)
@@ -41,6 +42,8 @@ struct MatvecGroup {
     int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
     MatvecTask task[kMatvecGroupMax];
 };
+// The group kernel's parameters: the group, the row size and the width.
+static_assert(sizeof(MatvecGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a launch takes at most 4 KiB of parameters");
 void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream);
 
 // ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------

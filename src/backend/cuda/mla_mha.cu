@@ -33,10 +33,12 @@ constexpr int kFlashThreads = 128;
 constexpr int kTransposeThreads = 256;
 constexpr size_t kMhaMaxSmemBytes = 227 * 1024;   // what a block may opt in to on sm_90
 
-// Shared floats of one flash block: Q tile [kTQ][dk], K tile [kTK][dk], V tile [kTK][dv],
-// probabilities [kTQ][kTK], m / l / rescale [kTQ] each, acc [kTQ][dv].
+// Shared floats of one flash block: Q tile [kTQ][dk], K tile [kTK][dk + 1] (the padding puts the
+// 16 key rows a warp reads at once in 16 different banks: at K3's dk = 192, a multiple of 32, they
+// would all share one), V tile [kTK][dv], probabilities [kTQ][kTK], m / l / rescale [kTQ] each,
+// acc [kTQ][dv].
 size_t flash_smem_floats(int64_t dk, int64_t dv) {
-    return size_t(kTQ * dk + kTK * dk + kTK * dv + kTQ * kTK + 3 * kTQ + kTQ * dv);
+    return size_t(kTQ * dk + kTK * (dk + 1) + kTK * dv + kTQ * kTK + 3 * kTQ + kTQ * dv);
 }
 
 // out[h][a][i] = in[h][i][a] for a < cols, i < rows: attn_k_b's [r][dn] per head as [dn][r].
@@ -64,8 +66,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     KINFER_DYNAMIC_SHARED(float, smem);
     const int64_t dk = dn + dr;
     float* qs = smem;                       // [kTQ][dk], scaled
-    float* ks = qs + kTQ * dk;              // [kTK][dk]
-    float* vs = ks + kTK * dk;              // [kTK][dv]
+    const int64_t ldk = dk + 1;             // padded rows (flash_smem_floats)
+    float* ks = qs + kTQ * dk;              // [kTK][ldk]
+    float* vs = ks + kTK * ldk;             // [kTK][dv]
     float* ps = vs + kTK * dv;              // [kTQ][kTK]
     float* ms = ps + kTQ * kTK;             // [kTQ]
     float* ls = ms + kTQ;                   // [kTQ]
@@ -98,7 +101,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         __syncthreads();                    // the previous tile's readers are done with ks / vs / ps
         for (int64_t p = tid; p < kTK * dk; p += nt) {
             const int64_t j = p / dk, d = p % dk, kb = k0 - b0 + j;
-            ks[p] = j >= nk ? 0.0f : d < dn ? kn[(kb * H + h) * dn + d] : lat[kb * R + r + (d - dn)];
+            ks[j * ldk + d] = j >= nk ? 0.0f : d < dn ? kn[(kb * H + h) * dn + d] : lat[kb * R + r + (d - dn)];
         }
         for (int64_t p = tid; p < kTK * dv; p += nt) {
             const int64_t j = p / dv, a = p % dv;
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(kFlashThreads)
             float s = -INFINITY;
             if (i < nq && j < nk && k0 + j <= qpos0 + i) {
                 s = 0.0f;
-                for (int64_t d = 0; d < dk; ++d) s += qs[i * dk + d] * ks[j * dk + d];
+                for (int64_t d = 0; d < dk; ++d) s += qs[i * dk + d] * ks[j * ldk + d];
             }
             ps[p] = s;
         }
@@ -199,8 +202,9 @@ MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
 void check_args(const MlaMhaArgs& a, const char* what) {
     if (a.H <= 0 || a.r <= 0 || a.dn <= 0 || a.dv <= 0 || a.dr < 0 || a.pos0 < 0)
         throw std::invalid_argument(std::string("cuda ") + what + ": bad shape (H, r, dn, dv must be positive)");
-    if ((a.n + kTQ - 1) / kTQ > 2147483647 || a.H > 65535)
-        throw std::invalid_argument(std::string("cuda ") + what + ": at most 65535 heads");
+    if (a.H > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": at most 65535 heads");
+    if ((a.n + kTQ - 1) / kTQ > 2147483647)
+        throw std::invalid_argument(std::string("cuda ") + what + ": more than 2^31 - 1 query tiles");
     if (flash_smem_floats(a.dn + a.dr, a.dv) * sizeof(float) > kMhaMaxSmemBytes)
         throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(a.dn + a.dr) +
                                     " and dv " + std::to_string(a.dv) + " do not fit a block's shared memory");

@@ -65,7 +65,10 @@ std::optional<double> whole(std::optional<double> v, const char* key, std::strin
 std::string apply_model_sampling(const gguf::File& f, const SamplingGiven& given, text::SamplerParams& p,
                                  std::string* warnings) {
     std::string taken;
-    auto note = [&](const char* name, double v) { taken += fmt::format("{}{} {}", taken.empty() ? "" : ", ", name, v); };
+    // The keys are float32 (or integers): printed as such, "top_p 0.95" rather than the double 0.949999988...
+    auto note = [&](const char* name, double v) {
+        taken += fmt::format("{}{} {:g}", taken.empty() ? "" : ", ", name, float(v));
+    };
     // The ranges are the flags' (cli/lib/generate.cpp).
     if (!given.temp)
         if (auto v = model_value(f, "general.sampling.temp", 0, 100, false, warnings)) p.temperature = float(*v), note("temp", *v);
