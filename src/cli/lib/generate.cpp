@@ -40,13 +40,15 @@ void add_generation_flags(CLI::App& app, GenArgs& a) {
     app.add_option("-t,--threads", a.n_threads, "threads (default: physical cores)")->check(int_in(1, kMaxThreads));
     add_cache_type_flag(app, a.cache_type);
     auto& s = a.sampling;
-    app.add_option("--temp", s.temperature, "temperature; 0: greedy")->capture_default_str()->check(real_in(0, 100));
-    app.add_option("--top-k", s.top_k, "keep the k most likely tokens; 0: off")->capture_default_str()->check(int_in(0, 1 << 30));
-    app.add_option("--top-p", s.top_p, "nucleus sampling; 1: off")->capture_default_str()->check(real_in(0, 1));
-    app.add_option("--min-p", s.min_p, "drop tokens below min-p times the best one; 0: off")->capture_default_str()->check(real_in(0, 1));
-    app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1: off")->capture_default_str()
+    // The defaults shown are llama.cpp's; a model whose GGUF recommends its own (general.sampling.*)
+    // gets those instead where the flag is not given (take_model_sampling).
+    app.add_option("--temp", s.temperature, "temperature; 0: greedy (unset: the model's general.sampling.temp if it has one)")->capture_default_str()->check(real_in(0, 100));
+    app.add_option("--top-k", s.top_k, "keep the k most likely tokens; 0: off (unset: the model's general.sampling.top_k if any)")->capture_default_str()->check(int_in(0, 1 << 30));
+    app.add_option("--top-p", s.top_p, "nucleus sampling; 1: off (unset: the model's general.sampling.top_p if any)")->capture_default_str()->check(real_in(0, 1));
+    app.add_option("--min-p", s.min_p, "drop tokens below min-p times the best one; 0: off (unset: the model's general.sampling.min_p if any)")->capture_default_str()->check(real_in(0, 1));
+    app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeated tokens; 1: off (unset: the model's general.sampling.penalty_repeat if any)")->capture_default_str()
         ->check(real_in(0, 10, /*lo_open=*/true));
-    app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over; 0: off, -1: all")
+    app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over; 0: off, -1: all (unset: the model's general.sampling.penalty_last_n if any)")
         ->capture_default_str()->check(int_in(-1, 1 << 30));
     app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from every repeated token")->capture_default_str()
         ->check(real_in(-2, 2));
