@@ -116,5 +116,5 @@ echo "== kinfer --list-devices"
 echo "== golden logits on the GPU"
 tests/gpu/golden_on_device.sh ./build-gpu/bin/kinfer cuda0
 echo "== end-to-end speed on the GPU"
-tests/gpu/speed_on_device.sh ./build-gpu/bin/kinfer cuda0
+tests/gpu/speed_on_device.sh ./build-gpu/bin/kinfer cuda0 build-gpu/speed-models   # kept for a rerun
 echo "gpu: all checks passed in $(( $(date +%s) - start )) s"

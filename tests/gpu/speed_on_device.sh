@@ -2,9 +2,9 @@
 # End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench
 # (pp512 / tg128) on the CPU and with every layer on DEVICE, on k3-bench (Q4_K_M, made here from
 # its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
-# width of the real model, 4 layers, 64 experts top-8; MXFP4_MOE), then decode with the routed
-# experts through a device cache of 10 / 25 / 50 / 100 % of them (the store pages the misses from
-# pinned host memory). The recipes are read from ${KINFER_GOLDEN:-../shared/golden}; without it
+# width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
+# MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
+# of them (the store pages the misses from pinned host memory). The recipes are read from ${KINFER_GOLDEN:-../shared/golden}; without it
 # the step says so and is skipped (the GPU machine may not have ../shared: copy
 # shared/golden/llama.cpp/{bench,models} there, or point KINFER_GOLDEN at a copy).
 #   tests/gpu/speed_on_device.sh BIN DEVICE [WORKDIR]     e.g. build-gpu/bin/kinfer cuda0
@@ -33,7 +33,7 @@ make() {   # name, quant type, generator command...
     rm -f "$work/$name-F32.gguf"
 }
 make k3-bench Q4_K_M $py tools/bench/make_bench_model.py
-make kl-wide MXFP4_MOE $py tools/bench/make_wide_model.py --model kl-wide --set n_layer=4
+make kl-wide MXFP4_MOE $py tools/bench/make_wide_model.py --model kl-wide --set n_layer=4 --set n_expert=32
 threads=$(nproc)
 for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): CPU ($threads threads), then every layer on $dev"
