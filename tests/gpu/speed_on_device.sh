@@ -4,9 +4,10 @@
 # its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
 # width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
 # MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
-# of them (the store pages the misses from pinned host memory). The recipes are read from ${KINFER_GOLDEN:-../shared/golden}; without it
-# the step says so and is skipped (the GPU machine may not have ../shared: copy
-# shared/golden/llama.cpp/{bench,models} there, or point KINFER_GOLDEN at a copy).
+# of them (the store pages the misses from pinned host memory). The recipes are read from
+# ${KINFER_GOLDEN:-../shared/golden}; without it the step says so and is skipped (the GPU machine
+# may not have ../shared: copy shared/golden/llama.cpp/{bench,models} there, or point
+# KINFER_GOLDEN at a copy).
 #   tests/gpu/speed_on_device.sh BIN DEVICE [WORKDIR]     e.g. build-gpu/bin/kinfer cuda0
 # WORKDIR (default a temporary folder) keeps the generated models between runs.
 # Runs without a GPU on the simulated device too (sim:4GiB), which checks the script itself.
