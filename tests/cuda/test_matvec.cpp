@@ -138,8 +138,9 @@ TEST_CASE("cuda matvec_group (cpu mode): every task bit-equal to its own matvec,
                 W.emplace_back(rb * size_t(std::max<int64_t>(t.rows, 1)));
                 for (int64_t r = 0; r < t.rows; ++r) tr.quantize(wf.data() + r * cols, W.back().data() + size_t(r) * rb, cols);
                 x.push_back(randn(size_t(std::max<int64_t>(t.n, 1) * ldx), 3000 + uint32_t(i)));
-                y_group.emplace_back(size_t(std::max<int64_t>(t.n, 1) * ldy), -7.0f);
-                y_alone.emplace_back(size_t(std::max<int64_t>(t.n, 1) * ldy), -7.0f);
+                // At least one element, so a task of no rows still has a buffer to compare.
+                y_group.emplace_back(size_t(std::max<int64_t>(t.n, 1) * std::max<int64_t>(ldy, 1)), -7.0f);
+                y_alone.emplace_back(y_group.back().size(), -7.0f);
                 g.task[g.n_tasks++] = cuda::emu::MatvecTask{W.back().data(), x.back().data(), y_group.back().data(), t.rows,
                                                             t.n, ldx, ldy};
             }
