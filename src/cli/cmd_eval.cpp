@@ -52,7 +52,7 @@ struct EvalArgs {
     std::string cache_type = "f32";   // eval compares with llama.cpp's exact mode
     int threads = 0;
     int64_t batch = 512, ctx = 0;
-    int64_t mla_tiled_from = 1024;   // SessionOptions::tiled_min_keys
+    int64_t mla_tiled_from = model::SessionOptions{}.tiled_min_keys;   // --mla-tiled-from
     int dump_layer = -1;
     bool dump_layers = false;
     int greedy = 0;
@@ -194,8 +194,9 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     app.add_option("--mla-tiled-from", a->mla_tiled_from,
                    "MLA attention past this many keys runs the tiled (flash) kernels over the cache pages: absorbed for "
-                   "decode, decompressed (MHA) for prefill chunks where that costs fewer operations (default 1024; 0: "
-                   "always, to check the tiled kernels on a short prompt)")
+                   "decode, decompressed (MHA) for prefill chunks where that costs fewer operations (0: always, to check "
+                   "the tiled kernels on a short prompt)")
+        ->capture_default_str()
         ->check(int_in(0, kMaxCtx));
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);

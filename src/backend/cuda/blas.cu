@@ -171,13 +171,13 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
     }
     const size_t g = m.size();
     if (g == 0) return;
-    if (!cublas().gemm_grouped || b->grouped_refused[int(t)] || g == 1) {
+    auto one_by_one = [&] {
         for (int64_t i = 0; i < count; ++i) {
             const GemmProblem& p = problems[i];
             gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
         }
-        return;
-    }
+    };
+    if (!cublas().gemm_grouped || b->grouped_refused[int(t)] || g == 1) return one_by_one();
     host_ptrs.resize(3 * g);
     size_t j = 0;
     for (int64_t i = 0; i < count; ++i) {
@@ -214,11 +214,7 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
         b->grouped_refused[int(t)] = true;
         std::fprintf(stderr, "kinfer: cuBLAS has no grouped GEMM for %s operands with fp32 outputs: one GEMM per expert\n",
                      t == Elem::F16 ? "fp16" : t == Elem::BF16 ? "bf16" : "fp32");
-        for (int64_t i = 0; i < count; ++i) {
-            const GemmProblem& p = problems[i];
-            gemm(b, t, p.m, p.n, p.k, p.A, p.lda, p.B, p.ldb, p.C, p.ldc);
-        }
-        return;
+        return one_by_one();
     }
     blas_check(s, "cublasGemmGroupedBatchedEx");
 }

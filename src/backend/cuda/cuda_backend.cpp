@@ -351,6 +351,11 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
 // projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
 // experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
+    struct Src {
+        const float* x;   // the task's first input row
+        int64_t ld;
+    };
+    std::vector<Src> src(tasks.size());
     std::vector<size_t> small, large;
     for (size_t i = 0; i < tasks.size(); ++i) {
         const MatTask& t = tasks[i];
@@ -360,27 +365,29 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         need(t.W, "matmul_tasks");
         if (!gpu::matvec_supported(t.W.type))
             fail("{}: matmul_tasks: no kernel for weight {} of type {}", name_, t.W.name, quant::type_facts(t.W.type).name);
+        const MatInput& in = inputs[size_t(t.input)];
+        const int64_t ld = in.ld ? in.ld : in.cols;
+        src[i] = {in.x + t.row0 * ld, ld};
         (t.n >= gpu::kGemmMinTokens ? large : small).push_back(i);
     }
-    // Same weight type, width and row size next to each other, in task order otherwise.
+    // Same weight type, width and row size next to each other, in task order otherwise; each run
+    // of equal keys (of at most `limit` tasks) is one call of `f`.
     auto key = [&](size_t i) {
         const Mat& W = tasks[i].W;
         return std::tuple(int(W.type), W.cols, W.row_bytes);
     };
-    auto by_key = [&](size_t a, size_t b) { return key(a) < key(b); };
-    std::stable_sort(small.begin(), small.end(), by_key);
-    std::stable_sort(large.begin(), large.end(), by_key);
-    select();
-    for (size_t b = 0; b < large.size();) {
-        size_t e = b;
-        std::vector<gpu::GemmTask> group;
-        for (; e < large.size() && key(large[e]) == key(large[b]); ++e) {
-            const MatTask& t = tasks[large[e]];
-            const MatInput& in = inputs[size_t(t.input)];
-            const int64_t ld = in.ld ? in.ld : in.cols;
-            group.push_back(gpu::GemmTask{t.W.data, t.W.rows, in.x + t.row0 * ld, ld, t.n, t.y, t.ldy});
+    auto runs = [&](std::vector<size_t>& list, size_t limit, const auto& f) {
+        std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+        for (size_t b = 0, e; b < list.size(); b = e) {
+            for (e = b + 1; e < list.size() && e - b < limit && key(list[e]) == key(list[b]);) ++e;
+            f(std::span<const size_t>(list.data() + b, e - b), tasks[list[b]].W);
+            check(cudaGetLastError(), "matmul_tasks");
         }
-        const Mat& W0 = tasks[large[b]].W;
+    };
+    select();
+    runs(large, large.size(), [&](std::span<const size_t> run, const Mat& W0) {
+        std::vector<gpu::GemmTask> group;
+        for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
         void* ws = gemm_workspace(gpu::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
         try {
             gpu::gemm_matmul_grouped(static_cast<gpu::Blas*>(blas()), W0.type, W0.row_bytes, W0.cols, group.data(),
@@ -388,28 +395,18 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         } catch (const std::exception& ex) {
             fail("{}: matmul_tasks ({} GEMMs of {} columns, first {}): {}", name_, group.size(), W0.cols, W0.name, ex.what());
         }
-        check(cudaGetLastError(), "matmul_tasks");
-        b = e;
-    }
-    for (size_t b = 0; b < small.size();) {
+    });
+    runs(small, size_t(gpu::kMatvecGroupMax), [&](std::span<const size_t> run, const Mat& W0) {
         gpu::MatvecGroup g;
-        const Mat& W0 = tasks[small[b]].W;
-        size_t e = b;
-        for (; e < small.size() && g.n_tasks < gpu::kMatvecGroupMax && key(small[e]) == key(small[b]); ++e) {
-            const MatTask& t = tasks[small[e]];
-            const MatInput& in = inputs[size_t(t.input)];
-            const int64_t ld = in.ld ? in.ld : in.cols;
-            g.task[g.n_tasks++] = gpu::MatvecTask{t.W.data, in.x + t.row0 * ld, t.y, t.W.rows, t.n, ld, t.ldy};
-        }
+        for (size_t i : run)
+            g.task[g.n_tasks++] = {tasks[i].W.data, src[i].x, tasks[i].y, tasks[i].W.rows, tasks[i].n, src[i].ld, tasks[i].ldy};
         try {
             gpu::matvec_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
         } catch (const std::exception& ex) {
             fail("{}: matmul_tasks ({} tasks of {} x {}, first {}): {}", name_, g.n_tasks, W0.rows, W0.cols, W0.name,
                  ex.what());
         }
-        check(cudaGetLastError(), "matmul_tasks");
-        b = e;
-    }
+    });
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld) {

@@ -269,9 +269,11 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
         const char* name = quant::type_facts(type).name;
         throw std::invalid_argument(std::string("cuda gemm_matmul_grouped: no kernel for weight type ") + (name ? name : "?"));
     }
-    const Elem elem = gemm_elem(type);
+    // The element type and whether the weights are used where they are do not depend on the shape.
+    const GemmPlan shape_free = gemm_plan(type, 1, cols, 1);
+    const Elem elem = shape_free.elem;
+    const bool in_place = shape_free.in_place;
     const size_t eb = size_t(elem_bytes(elem));
-    const bool in_place = type == quant::Type::F32 || type == quant::Type::F16 || type == quant::Type::BF16;
     if (in_place && row_bytes % eb != 0)
         throw std::invalid_argument("cuda gemm_matmul_grouped: weight rows " + std::to_string(row_bytes) +
                                     " bytes apart are not whole elements");
