@@ -45,3 +45,29 @@ TEST_CASE("demo model: held-out perplexity equals the PyTorch reference within 0
     CHECK(j["tokens_scored"].get<int>() == ref["n_scored"].get<int>());
     CHECK(std::abs(ppl / want - 1.0) < 0.005);
 }
+
+TEST_CASE("demo model: a chat reply cut by -n at any token shows no piece of K3's channel markers") {
+    REQUIRE_MESSAGE(std::filesystem::exists(demo_model()), "models/kinfer-demo.gguf is missing");
+    // The whole greedy reply first: its think block, the response and the turn's end.
+    const std::string base = quote(kinfer_bin()) + " run -m " + quote(demo_model()) + " --chat -p Hello --temp 0 -t 2 --json";
+    auto full = run_command(quiet(base + " -n 64"));
+    REQUIRE_MESSAGE(full.rc == 0, full.out);
+    const json f = json::parse(full.out);
+    const int n_full = f["generated_tokens"].get<int>();
+    REQUIRE(n_full > 4);
+    REQUIRE(!f["text"].get<std::string>().empty());
+    // Every shorter limit ends the reply somewhere: inside the think block, inside a marker's
+    // tokens (`<|close|>` before `response<|sep|>`), or in the text. None may print `<|`.
+    int checked = 0;
+    for (int n = 1; n <= n_full; ++n) {
+        auto r = run_command(quiet(base + " -n " + std::to_string(n)));
+        REQUIRE_MESSAGE(r.rc == 0, r.out);
+        const std::string text = json::parse(r.out)["text"].get<std::string>();
+        CAPTURE(n);
+        CAPTURE(text);
+        CHECK(text.find("<|") == std::string::npos);
+        CHECK(f["text"].get<std::string>().rfind(text, 0) == 0);   // a prefix of the whole reply
+        ++checked;
+    }
+    CHECK(checked == n_full);
+}

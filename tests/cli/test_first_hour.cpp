@@ -5,6 +5,7 @@
 #include "cli_util.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -212,5 +213,39 @@ TEST_CASE("first hour: a FIFO, a directory or a device as input is refused at on
         CHECK(r.rc == 1);
         CHECK(s < 10);
         CHECK(r.out.find(path) != std::string::npos);
+    }
+}
+
+TEST_CASE("first hour: llama.cpp habits are accepted where they mean something, named with kinfer's way otherwise") {
+    // Accepted: the run is the same as without them (greedy ids equal).
+    const auto plain = run_command(quiet(run_cmd("k3-tiny-a-Q4_K_M", "-p 'The cat' -n 4 --temp 0 --json")));
+    REQUIRE(plain.rc == 0);
+    const std::string ids = nlohmann::json::parse(plain.out).at("generated_ids").dump();
+    for (const char* flags : {"-fa", "-fa on", "--no-mmap", "--no-display-prompt", "-ngl 99", "-s 3", "-v", "--log-disable"}) {
+        CAPTURE(flags);
+        const auto r = run_command(quiet(run_cmd("k3-tiny-a-Q4_K_M", std::string("-p 'The cat' -n 4 --temp 0 --json ") + flags)));
+        REQUIRE(r.rc == 0);
+        CHECK(nlohmann::json::parse(r.out).at("generated_ids").dump() == ids);
+    }
+    // -cnv turns run into chat, which reads its messages from the pipe.
+    const auto cnv = run_command(quiet("printf 'hi\\n' | " + run_cmd("k3-tiny-a-Q4_K_M", "-cnv -n 3 --temp 0")));
+    CHECK(cnv.rc == 0);
+    // Refused with one usage line that says what kinfer does instead, exit 2.
+    struct Instead {
+        std::string args, says;
+    };
+    const Instead table[] = {
+        {"-p hi -cnv", "-sys TEXT"},           {"-cnv -p hi", "-sys TEXT"},     {"-p hi --mirostat 2", "--temp"},
+        {"-p hi -ub 64", "-b is kinfer's"},    {"-p hi -hf a/b", "-m FILE"},    {"-p hi -ctv q8_0", "-ctk"},
+        {"-p hi -xyz", "two dashes"},
+    };
+    for (const Instead& t : table) {
+        CAPTURE(t.args);
+        const auto r = run_command(run_cmd("k3-tiny-a-Q4_K_M", t.args));
+        CHECK(r.rc == 2);
+        const auto lines = lines_of(r.out);
+        REQUIRE(lines.size() == 1);
+        CHECK(lines[0].rfind("kinfer: error: ", 0) == 0);
+        CHECK(lines[0].find(t.says) != std::string::npos);
     }
 }

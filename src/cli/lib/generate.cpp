@@ -396,7 +396,11 @@ GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokeni
             r.stop = StopReason::StopString;
             r.stop_string = stops.matched();
         } else {
-            emit(stops.flush());
+            // A held tail is the start of a stop string that generation ended inside. The chat
+            // formats' stop strings begin with a special token (K3's `<|close|>message<|sep|>`),
+            // control rather than text: drop such a tail, show any other.
+            std::string tail = stops.flush();
+            if (tail.rfind("<|", 0) != 0) emit(tail);
         }
     }
     t.n_gen += int64_t(r.ids.size());
@@ -452,7 +456,10 @@ void ReplyStream::push(std::string_view text) {
 }
 
 void ReplyStream::flush() {
-    emit(held_);
+    // What is held is the start of a marker that generation stopped inside (e.g. -n ended the
+    // reply at K3's `<|close|>` before `response<|sep|>`). A K3 marker starts with a special
+    // token, which is control, not text: drop it. K2's markers are spelled like text: show it.
+    if (held_.rfind("<|", 0) != 0) emit(held_);
     held_.clear();
 }
 
