@@ -128,19 +128,25 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
         }
         for (int j = 0; j < 4; ++j) {
             // Chunk j of each weight row in both halves: low nibbles pair with scale 2j, high with 2j + 1.
-            __m512i lo[NR], hi[NR], s_lo[NR], s_hi[NR];
+            __m512i lo[NR], hi[NR], s_pair[NR];
             for (int r = 0; r < NR; ++r) {
                 const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
                 lo[r] = _mm512_and_si512(q, m4);
                 hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-                s_lo[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi16(int16_t((4 * j) | ((4 * j + 1) << 8))));
-                s_hi[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi16(int16_t((4 * j + 2) | ((4 * j + 3) << 8))));
+                // Every dword: scale 2j in its low word, 2j + 1 in its high word.
+                s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
             }
             for (int p = 0; p < NP; ++p) {
                 const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
                 for (int r = 0; r < NR; ++r) {
-                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(lo[r], ylo), s_lo[r]);
-                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(hi[r], yhi), s_hi[r]);
+                    // Each lane's four products of the low chunk and of the high chunk (vpdpbusd:
+                    // exact, |sum| <= 4 * 15 * 128 fits an int16) become the two words of the lane,
+                    // and one multiply-add applies the scale pair: three multiplies where two
+                    // maddubs and two multiply-adds were four (Zen 4, Q4_K 512 x 7168 x 16: 3.8 -> 3.5 ns).
+                    const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
+                    const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
+                    const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
+                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
                 }
             }
         }
