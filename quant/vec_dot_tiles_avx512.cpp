@@ -153,12 +153,21 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
         __m512i u[RM];
         for (int r = 0; r < RM; ++r) u[r] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(decode_u(r, b)));
         const size_t at = size_t(b) * size_t(a.pairs) + size_t(p0);
+        // All RM x 2 NP scale products d_w * d_y of the block (each the multiply ggml rounds),
+        // a row's in one 8-lane multiply: the loop below takes each pair of them with a
+        // broadcast load instead of a multiply on the FMA pipes.
+        alignas(64) float dprod[RM][8];
+        {
+            __m256 dy8 = _mm256_setzero_ps();
+            std::memcpy(&dy8, &a.d[at], size_t(NP) * 8);
+            for (int r = 0; r < RM; ++r) _mm256_store_ps(dprod[r], _mm256_mul_ps(_mm256_set1_ps(dw[r][b]), dy8));
+        }
         for (int p = 0; p < NP; ++p) {
             const __m512i yq = a.q[at + size_t(p)].v, base = a.base[at + size_t(p)].v;
-            const __m512 sy = _mm512_castpd_ps(_mm512_set1_pd(a.d[at + size_t(p)]));
             for (int r = 0; r < RM; ++r) {
-                // The scale product rounds like ggml's scalar d_w * d_y.
-                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(dw[r][b]), sy);
+                double pair;
+                std::memcpy(&pair, &dprod[r][2 * p], 8);
+                const __m512 d = _mm512_castpd_ps(_mm512_set1_pd(pair));
                 acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, u[r], yq)), acc[r][p]);
             }
         }
