@@ -10,7 +10,8 @@
 # and MXFP4_MOE; files that are not there are listed with the command that makes them.
 #
 # Decode is judged against the machine's best read bandwidth (tools/bench/membw.cpp, the fastest of
-# its 1 / 4 / 8-stream reads with and without prefetch, not memcpy): "of read" = weight bytes a token reads x tokens/s / that.
+# its 1 / 4 / 8-stream reads with and without prefetch, not memcpy), measured right before each
+# model: "of read" = weight bytes a token reads x tokens/s / that.
 #
 # KINFER_BASE=/path/to/older/kinfer adds a third contestant (before / after a change, e.g. a build
 # of an earlier commit), run in the same rounds, with its own ratio column.
@@ -42,10 +43,18 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 # The machine's read bandwidth, the yardstick for decode's GB/s (kinfer bench prints those on stderr).
+# It drifts with the neighbours on a shared machine (19.6 to 41.6 GB/s in one day), so it is
+# measured again right before each model's rounds and that model is judged against its own.
 best_read=""
-if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then
-  "$out/membw" "$threads" | tee "$out/membw.txt"
+have_membw=""
+measure_read() {
+  [ -n "$have_membw" ] || return 0
+  "$out/membw" "$threads" > "$out/membw.txt"
   best_read="$(grep -o '[0-9.]* GB/s from' "$out/membw.txt" | awk '{ if ($1 > b) b = $1 } END { print b }')"
+}
+if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then
+  have_membw=1
+  "$out/membw" "$threads"
 fi
 
 # Mean t/s per test over the rounds.
@@ -57,6 +66,8 @@ for model in "${models[@]}"; do
   name="$(basename "$model" .gguf)"
   d="$out/$name"; mkdir -p "$d"
   echo; echo "## $name"
+  measure_read
+  [ -n "$best_read" ] && echo "best read bandwidth right before it (membw, $threads threads): $best_read GB/s"
   for round in $(seq "$ROUNDS"); do
     "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> "$d/stderr.txt" | tee -a "$d/kinfer.md"
     grep "GB/s" "$d/stderr.txt" | tee -a "$d/gbs.txt" >&2 || true
@@ -73,8 +84,8 @@ for model in "${models[@]}"; do
   if [ -s "$d/base.md" ]; then summ "$d/base.md" > "$d/b.txt"; else : > "$d/b.txt"; fi
   {
     echo
-    echo "| model | test | kinfer t/s | llama.cpp t/s | ratio | decode GB/s | of read |${KINFER_BASE:+ base t/s | kinfer / base |}"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |${KINFER_BASE:+ ---: | ---: |}"
+    echo "| model | test | kinfer t/s | llama.cpp t/s | ratio | decode GB/s | membw read GB/s | of read |${KINFER_BASE:+ base t/s | kinfer / base |}"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |${KINFER_BASE:+ ---: | ---: |}"
     while read -r test k; do
       l="$(awk -v t="$test" '$1==t {print $2}' "$d/l.txt")"
       gbs="-"; frac="-"
@@ -82,7 +93,8 @@ for model in "${models[@]}"; do
         gbs="$(awk -v m="$mb" -v t="$k" 'BEGIN{printf "%.1f", m * t / 1000}')"
         [ -n "$best_read" ] && frac="$(ratio "$gbs" "$best_read")"
       fi
-      line="| $name | $test | $k | ${l:--} | $(ratio "$k" "$l") | $gbs | $frac |"
+      rd="-"; [[ "$test" == tg* ]] && rd="${best_read:--}"
+      line="| $name | $test | $k | ${l:--} | $(ratio "$k" "$l") | $gbs | $rd | $frac |"
       if [ -n "${KINFER_BASE:-}" ]; then
         b="$(awk -v t="$test" '$1==t {print $2}' "$d/b.txt")"
         line="$line ${b:--} | $(ratio "$k" "$b") |"
@@ -92,5 +104,5 @@ for model in "${models[@]}"; do
   } >> "$out/summary.md"
 done
 echo
-[ -n "$best_read" ] && echo "best read bandwidth (membw, $threads threads): $best_read GB/s"
+echo "(\"of read\": decode GB/s over the best membw read measured right before that model)"
 cat "$out/summary.md"
