@@ -107,8 +107,9 @@ __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi25
 // 2p + 1 in the odd ones), their offset's share -128 * (each lane's four bytes) in the same order,
 // and the two rows' scales as one 8-byte pair. A zmm then holds one weight row against a row pair
 // with no joins, broadcasts or offset sums left in the loop: per weight row and pair, a register
-// copy, vpdpbusd, the scale multiply, the convert and the FMA. Each dword is the same lane of the
-// same chain as in tile(), so the bits are unchanged; the lanes are put back in order at the end.
+// copy, vpdpbusd, a broadcast of the two scale products (formed per block, one multiply per weight
+// row), the convert and the FMA. Each dword is the same lane of the same chain as in tile(), so
+// the bits are unchanged; the lanes are put back in order at the end.
 struct Vec512 {
     __m512i v;   // a struct: std::vector<__m512i> would drop the type's attributes (GCC warns)
 };
@@ -144,6 +145,7 @@ void pack_pairs(const block_q8_0* const* yrow, const float* const* dyrow, int ny
 template <int RM, int NP, class DecodeU>
 void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const PairPack& a, int p0, int ny_valid,
                     float* const* out_r, size_t out_stride) {
+    static_assert(NP <= 4, "a block's scale products of one weight row are one 8-lane vector");
     __m512 acc[RM][NP];
     for (int r = 0; r < RM; ++r)
         for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
