@@ -118,7 +118,8 @@ void Session::load_state(std::span<const uint8_t> bytes, const std::function<voi
     const uint64_t n_tok = r.get<uint64_t>("token count");
     if (n_tok != uint64_t(n_past)) fail("session state: {} token ids for {} positions", n_tok, n_past);
     std::vector<int32_t> toks(n_tok);
-    std::memcpy(toks.data(), r.take(n_tok * sizeof(int32_t), "token ids"), n_tok * sizeof(int32_t));
+    const uint8_t* tok_bytes = r.take(n_tok * sizeof(int32_t), "token ids");
+    if (n_tok) std::memcpy(toks.data(), tok_bytes, n_tok * sizeof(int32_t));   // an empty vector's data() may be null
     // Read everything before touching the session, so a bad file leaves it as it was.
     std::vector<std::array<std::pair<const uint8_t*, size_t>, 3>> parts(states_.size());
     for (size_t il = 0; il < states_.size(); ++il) {

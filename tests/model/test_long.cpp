@@ -369,3 +369,21 @@ TEST_CASE("state snapshots: rewind goes back bit for bit; a snapshot past the se
     other.prefill(std::span(swapped).first(100));
     refused(other, "taken after other tokens");
 }
+
+TEST_CASE("prompt cache: the state of a session with no tokens yet saves and loads (the loaded session is empty)") {
+    // Found by fuzz_session_state: loading zero token ids copied into an empty vector's null
+    // data() (undefined behaviour; the ASan + UBSan build stops there).
+    auto m = model::Model::load(data("models/k3-tiny-a-Q4_K_M.gguf"));
+    model::Session fresh(*m, {.n_ctx = 64, .n_threads = 1});
+    const auto empty = fresh.save_state({});
+    model::Session s(*m, {.n_ctx = 64, .n_threads = 1});
+    s.prefill(std::vector<int32_t>{4096, 198, 7});
+    s.load_state(empty, nullptr);
+    CHECK(s.tokens().empty());
+    CHECK(s.n_past() == 0);
+    // It goes on as a fresh session does.
+    model::Session ref(*m, {.n_ctx = 64, .n_threads = 1});
+    s.prefill(std::vector<int32_t>{5, 6});
+    ref.prefill(std::vector<int32_t>{5, 6});
+    CHECK(s.logits() == ref.logits());
+}
