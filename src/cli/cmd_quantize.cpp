@@ -6,6 +6,7 @@
 #include "cli/lib/flag_check.h"
 #include "cli/lib/quantize_plan.h"
 #include "common/error.h"
+#include "common/progress_line.h"
 #include "common/safe_file.h"
 #include "gguf/reader.h"
 #include "gguf/writer.h"
@@ -38,39 +39,6 @@ struct Args {
     bool pure = false, dry_run = false, allow_requantize = false, leave_output = false;
     std::string output_tensor_type, token_embedding_type;
     int debug_tensor_delay_ms = 0;   // hidden test hook: pause after each tensor (the signal tests)
-};
-
-// ---- progress on a terminal ----
-
-class Progress {
-public:
-    explicit Progress(size_t total_bytes) : total_(total_bytes), tty_(::isatty(2) == 1), t0_(clock::now()) {}
-    // Called after each chunk; redraws at most ~10 times a second.
-    void update(const std::string& name, size_t done_bytes) {
-        done_ = done_bytes;
-        if (!tty_) return;
-        const auto now = clock::now();
-        if (now - last_ < std::chrono::milliseconds(100)) return;
-        last_ = now;
-        const double s = std::chrono::duration<double>(now - t0_).count();
-        std::fprintf(stderr, "\r%-36s %9.1f / %.1f MB  %7.1f MB/s\x1b[K", name.c_str(), done_ / 1e6, total_ / 1e6,
-                     s > 0 ? done_ / 1e6 / s : 0.0);
-        std::fflush(stderr);
-        shown_ = true;
-    }
-    // Removes the progress line before a log line is printed under it.
-    void clear() {
-        if (!shown_) return;
-        std::fprintf(stderr, "\r\x1b[K");
-        std::fflush(stderr);
-        shown_ = false;
-    }
-
-private:
-    using clock = std::chrono::steady_clock;
-    size_t total_, done_ = 0;
-    bool tty_, shown_ = false;
-    clock::time_point t0_, last_{};
 };
 
 // ---- row conversion ----
@@ -233,7 +201,7 @@ int run_quantize(const Args& a) {
 
     const auto& src_tensors = in->tensors();
     const size_t n = plan.tensors.size();
-    Progress progress(plan.total_from);
+    ProgressLine progress(plan.total_from);
     size_t done = 0;
     std::vector<uint8_t> out_buf;
     const auto t0 = std::chrono::steady_clock::now();
@@ -256,7 +224,7 @@ int run_quantize(const Args& a) {
             std::fflush(stdout);
             w.write_tensor(src.data, src.nbytes);
             done += src.nbytes;
-            progress.update(t.name, done);
+            progress.update(done, t.name);
             continue;
         }
         std::printf("converting to %s .. ", quant::traits(t.to).name);
@@ -273,7 +241,7 @@ int run_quantize(const Args& a) {
             convert_rows(src.data + size_t(r0) * src_row, t.from, out_buf.data(), t.to, n_per_row, nr, threads, t.name);
             w.write(out_buf.data(), out_buf.size());
             done += size_t(nr) * src_row;
-            progress.update(t.name, done);
+            progress.update(done, t.name);
         }
         progress.clear();
         std::printf("size = %8.2f MiB -> %8.2f MiB\n", t.from_bytes / kMiB, t.to_bytes / kMiB);

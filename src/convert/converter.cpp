@@ -3,10 +3,10 @@
 #include "convert/plan_check.h"
 
 #include "common/error.h"
+#include "common/progress_line.h"
 #include "convert/gguf_metadata.h"
 #include "convert/mxfp4_repack.h"
 #include "convert/numerics.h"
-#include "convert/progress.h"
 #include "gguf/writer.h"
 
 #include <algorithm>
@@ -64,7 +64,7 @@ void load_f32(const StTensor& t, int64_t first, int64_t n, float* dst) {
 
 class Streamer {
 public:
-    Streamer(gguf::Writer& w, Progress& pr) : w_(w), pr_(pr) {}
+    Streamer(gguf::Writer& w, ProgressLine& pr) : w_(w), pr_(pr) {}
 
     void write(const PlanTensor& p) {
         switch (p.xf) {
@@ -156,7 +156,7 @@ private:
     static void release(const StTensor& s) { s.file->release(s); }
 
     gguf::Writer& w_;
-    Progress& pr_;
+    ProgressLine& pr_;
     std::vector<float> f32_;
     std::vector<uint8_t> out_;
 };
@@ -200,7 +200,7 @@ void convert_checkpoint(const ConvertOptions& opt, std::FILE* out, std::FILE* lo
     fmt::print(log, "kinfer convert: {} ({}) -> {}: {} tensors, {:.1f} MB, outtype {}\n", opt.checkpoint_dir,
                cfg.gguf_arch, opt.output, plan.tensors.size(), double(plan.out_bytes) / 1e6,
                opt.retype ? opt.outtype_label : outtype_name(plan.outtype));
-    Progress progress(plan.out_bytes, opt.progress);
+    ProgressLine progress(plan.out_bytes, opt.progress);
     Streamer s(w, progress);
     for (const auto& t : plan.tensors) s.write(t);
     w.finish();

@@ -249,3 +249,26 @@ TEST_CASE("first hour: llama.cpp habits are accepted where they mean something, 
         CHECK(lines[0].find(t.says) != std::string::npos);
     }
 }
+
+TEST_CASE("first hour: quantize draws a progress line with the time left on a terminal, and nothing of it otherwise") {
+    TempDir d;
+    const std::string model = tiny_model("k3-tiny-a-Q4_K_M");
+    auto cmd = [&](const char* out) {
+        return quote(kinfer_bin()) + " quantize --allow-requantize --debug-tensor-delay 20 " + quote(model) + " " +
+               quote((d.path / out).string()) + " Q8_0 1";
+    };
+    // Not a terminal (stderr to a pipe): the tensor log only, no progress line.
+    const auto piped = run_command(cmd("a.gguf") + " 2>&1 >/dev/null");
+    REQUIRE(piped.rc == 0);
+    CHECK(piped.out.find('\r') == std::string::npos);
+    CHECK(piped.out.find(" left") == std::string::npos);
+    // A terminal (script(1) gives the command a pseudo-terminal): the line with MB/s and the time left.
+    if (std::system("command -v script >/dev/null 2>&1") != 0) {
+        MESSAGE("skipped the terminal half: no script(1)");
+        return;
+    }
+    const auto tty = run_command("script -qec " + quote(cmd("b.gguf")) + " /dev/null");
+    REQUIRE(tty.rc == 0);
+    CHECK(tty.out.find("MB/s") != std::string::npos);
+    CHECK(tty.out.find(" left") != std::string::npos);
+}

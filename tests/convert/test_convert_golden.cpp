@@ -178,6 +178,13 @@ TEST_CASE("convert: the CLI converts, and --dry-run prints the plan without writ
                             " --outtype bf16 --no-progress 2>/dev/null";
     REQUIRE(std::system(run.c_str()) == 0);
     CHECK(read_all(out) == read_all(test::golden("hf/gguf/hf-kl-tiny-bf16.gguf")));
+    // With the progress bar on but stderr not a terminal: the summary line, no progress lines.
+    const std::string logged = test::kinfer_bin() + " convert " + test::golden("hf/hf-kl-tiny") + " -o " + out +
+                               ".2 --outtype bf16 2> " + tmp.path + "/stderr.txt";
+    REQUIRE(std::system(logged.c_str()) == 0);
+    const std::string err = read_all(tmp.path + "/stderr.txt");
+    CHECK(err.find(" left") == std::string::npos);
+    CHECK(err.find("MB/s") == std::string::npos);
 }
 
 TEST_CASE("convert: --outtype Q4_K_M types tensors as llama-quantize would, experts stay MXFP4") {
