@@ -2,6 +2,8 @@
 // The kernels themselves live in vec_dot_simd.inc; this file supplies the AVX2 primitives.
 #include <immintrin.h>
 
+#include <bit>
+
 #include <cstdint>
 #include <vector>
 

@@ -2,6 +2,8 @@
 // The kernels themselves live in vec_dot_simd.inc; this file supplies VNNI primitives (vpdpbusd on 256-bit lanes) and 512-bit F32.
 #include <immintrin.h>
 
+#include <bit>
+
 #include <cstdint>
 
 #include "quant/blocks.h"

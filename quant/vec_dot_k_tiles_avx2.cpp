@@ -24,6 +24,8 @@
 // vec_dot_q4_K_q8_K / vec_dot_q6_K_q8_K bit for bit (tests/quant: vec_dot_tile).
 #include <immintrin.h>
 
+#include <bit>
+
 #include <cstdint>
 #include <vector>
 

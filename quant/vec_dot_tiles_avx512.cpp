@@ -28,6 +28,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <bit>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
