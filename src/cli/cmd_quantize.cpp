@@ -209,10 +209,13 @@ int run_quantize(const Args& a) {
         const PlannedTensor& t = plan.tensors[i];
         const gguf::TensorInfo& src = src_tensors[t.src];
         if (a.debug_tensor_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_tensor_delay_ms));
-        progress.clear();
-        std::printf("[%4zu/%4zu] %-36s - [%s], type = %6s, ", i + 1, n, t.name.c_str(), shape4(src.ne).c_str(),
-                    quant::traits(t.from).name);
+        // Each tensor's log line is printed whole once its work is done: on a terminal, a line
+        // left open while the progress line (stderr) redraws would be overwritten by it.
+        char head[512];
+        std::snprintf(head, sizeof head, "[%4zu/%4zu] %-36s - [%s], type = %6s, ", i + 1, n, t.name.c_str(),
+                      shape4(src.ne).c_str(), quant::traits(t.from).name);
         if (a.dry_run) {
+            std::fputs(head, stdout);
             if (t.from != t.to)
                 std::printf("size = %8.2f MiB -> %8.2f MiB (%s)\n", t.from_bytes / kMiB, t.to_bytes / kMiB, quant::traits(t.to).name);
             else
@@ -220,15 +223,14 @@ int run_quantize(const Args& a) {
             continue;
         }
         if (t.from == t.to) {
-            std::printf("size = %8.3f MiB\n", t.from_bytes / kMiB);
-            std::fflush(stdout);
             w.write_tensor(src.data, src.nbytes);
             done += src.nbytes;
+            progress.clear();
+            std::printf("%ssize = %8.3f MiB\n", head, t.from_bytes / kMiB);
+            std::fflush(stdout);
             progress.update(done, t.name);
             continue;
         }
-        std::printf("converting to %s .. ", quant::traits(t.to).name);
-        std::fflush(stdout);
         // Stream in chunks of about 64 MiB of output so memory stays bounded.
         const int64_t n_per_row = t.ne[0];
         const int64_t rows = t.ne[1] * t.ne[2] * t.ne[3];
@@ -244,7 +246,9 @@ int run_quantize(const Args& a) {
             progress.update(done, t.name);
         }
         progress.clear();
-        std::printf("size = %8.2f MiB -> %8.2f MiB\n", t.from_bytes / kMiB, t.to_bytes / kMiB);
+        std::printf("%sconverting to %s .. size = %8.2f MiB -> %8.2f MiB\n", head, quant::traits(t.to).name,
+                    t.from_bytes / kMiB, t.to_bytes / kMiB);
+        std::fflush(stdout);
     }
     progress.clear();
     std::fflush(stdout);

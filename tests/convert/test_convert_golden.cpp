@@ -183,6 +183,7 @@ TEST_CASE("convert: the CLI converts, and --dry-run prints the plan without writ
                                ".2 --outtype bf16 2> " + tmp.path + "/stderr.txt";
     REQUIRE(std::system(logged.c_str()) == 0);
     const std::string err = read_all(tmp.path + "/stderr.txt");
+    CHECK(err.find("kinfer convert:") != std::string::npos);   // stderr was captured
     CHECK(err.find(" left") == std::string::npos);
     CHECK(err.find("MB/s") == std::string::npos);
 }

@@ -224,6 +224,16 @@ void set_think_limits(GenLimits& lim, const GenArgs& a, text::ChatFormat format,
     lim.think_budget = a.reasoning_budget;
 }
 
+// ---- held text at the end of generation ----
+
+namespace {
+// Text that generation ended inside a possible marker or stop string is held back; whether it is
+// shown depends on how it starts. "<|" begins K3's special tokens (its channel markers and the
+// chat stop strings): control, not text, so a held start of one is dropped. The rule holds for
+// any stop string that starts so, a user's -r "<|..." included; every other tail is shown.
+bool special_token_start(std::string_view held) { return held.rfind("<|", 0) == 0; }
+}  // namespace
+
 // ---- interrupts ----
 
 namespace {
@@ -396,11 +406,10 @@ GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokeni
             r.stop = StopReason::StopString;
             r.stop_string = stops.matched();
         } else {
-            // A held tail is the start of a stop string that generation ended inside. The chat
-            // formats' stop strings begin with a special token (K3's `<|close|>message<|sep|>`),
-            // control rather than text: drop such a tail, show any other.
-            std::string tail = stops.flush();
-            if (tail.rfind("<|", 0) != 0) emit(tail);
+            // A held tail is the start of a stop string that generation ended inside (e.g. -n
+            // stopped at K3's `<|close|>` before `message<|sep|>`).
+            const std::string tail = stops.flush();
+            if (!special_token_start(tail)) emit(tail);
         }
     }
     t.n_gen += int64_t(r.ids.size());
@@ -457,9 +466,8 @@ void ReplyStream::push(std::string_view text) {
 
 void ReplyStream::flush() {
     // What is held is the start of a marker that generation stopped inside (e.g. -n ended the
-    // reply at K3's `<|close|>` before `response<|sep|>`). A K3 marker starts with a special
-    // token, which is control, not text: drop it. K2's markers are spelled like text: show it.
-    if (held_.rfind("<|", 0) != 0) emit(held_);
+    // reply at K3's `<|close|>` before `response<|sep|>`). K2's markers are spelled like text.
+    if (!special_token_start(held_)) emit(held_);
     held_.clear();
 }
 

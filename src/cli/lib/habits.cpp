@@ -140,10 +140,11 @@ std::vector<std::string> rewrite_llama_habits(std::vector<std::string> args, std
             out.insert(out.end(), args.begin() + std::ptrdiff_t(i), args.end());
             break;
         }
-        // llama-cli -cnv -p TEXT starts the conversation with TEXT; kinfer chat takes every
-        // message from the terminal or a pipe, so say what to type instead of "unknown -p".
-        if (to_chat && (a == "-p" || a == "--prompt" || a == "-f" || a == "--file") && !takes_text(out.back()))
-            usage_fail("{} with -cnv / -i: kinfer chat reads its messages from the terminal or a pipe (printf 'TEXT\\n' | kinfer chat); "
+        // llama-cli -cnv -p TEXT starts the conversation with TEXT; kinfer chat (typed, or reached
+        // by -cnv / -i) takes every message from the terminal or a pipe: say what to type instead
+        // of "unknown -p".
+        if (sub == "chat" && (a == "-p" || a == "--prompt" || a == "-f" || a == "--file") && !takes_text(out.back()))
+            usage_fail("{}: kinfer chat reads its messages from the terminal or a pipe (printf 'TEXT\\n' | kinfer chat); "
                        "-sys TEXT sets a system prompt, kinfer run -p TEXT answers once", a);
         if (takes_text(out.back()) && out.size() > 2) {   // the value of -p, -m, ...: as typed
             out.push_back(a);
