@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -47,10 +46,30 @@ namespace {
 #include "quant/vec_dot_simd_prims.inc"
 
 constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
-constexpr int kActsPerTile = 4;     // activation rows (halved for two-chain formats)
+constexpr int kActsPerTile = 3;     // activation rows of a 256-bit tile (below kPackedFrom; 2 for two-chain formats)
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
 constexpr int kPackedFrom = 4;      // activation rows from which prefill packs them (tile512_packed*)
 constexpr int kPackedUnits = 4;     // row pairs (one-chain) or rows (two-chain) of a packed tile
+
+// [lo | hi] as one 512-bit register.
+__m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// The activations' share of the weight offset, -128 x (each lane's four bytes): vpdpbusd from
+// it gives sum (w + 128) y - 128 sum y = sum w y.
+__m256i offset_share(__m256i yq) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(0x80)), yq));
+}
+__m512i offset_share(__m512i yq) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), yq));
+}
+// Dwords of [a | b] (as join gives them) interleaved: a0 b0 a1 b1 ... (the packed tiles' order).
+__m512i interleave_halves(__m512i v) {
+    return _mm512_permutexvar_epi32(_mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0), v);
+}
+// And back: the even dwords to the low half, the odd ones to the high half.
+__m512 split_even_odd(__m512 v) {
+    return _mm512_maskz_permutexvar_ps(0xffff, _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0), v);
+}
 
 // One tile: out_r[r][t * out_stride] for r < RM, t < RN over all nb blocks. decode_u(r, b) gives
 // block b of weight row r as 32 unsigned bytes w + 128, scale_w(r, b) its float scale; dy[t][b]
@@ -62,7 +81,6 @@ void tile(int64_t nb, DecodeU decode_u, ScaleW scale_w, const block_q8_0* const*
     for (int c = 0; c < Chains; ++c)
         for (int r = 0; r < RM; ++r)
             for (int t = 0; t < RN; ++t) acc[c][r][t] = _mm256_setzero_ps();
-    const __m256i k128 = _mm256_set1_epi8(char(0x80));
     const int64_t nb_chained = Chains == 2 ? nb & ~int64_t(1) : nb;
     for (int64_t i = 0; i < nb_chained; i += Chains) {
         for (int c = 0; c < Chains; ++c) {
@@ -76,7 +94,7 @@ void tile(int64_t nb, DecodeU decode_u, ScaleW scale_w, const block_q8_0* const*
             for (int t = 0; t < RN; ++t) {
                 const __m256i yq = load32(y[t][b].qs);
                 // -128 * (sum of each lane's four activation bytes): the offset's share.
-                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
+                const __m256i base = offset_share(yq);
                 const __m256 sy = _mm256_broadcast_ss(dy[t] + b);
                 for (int r = 0; r < RM; ++r) {
                     // The scale product rounds like ggml's scalar d_w * d_y.
@@ -93,16 +111,12 @@ void tile(int64_t nb, DecodeU decode_u, ScaleW scale_w, const block_q8_0* const*
                 // ggml adds an odd last block of the two-chain formats as a scalar.
                 const int64_t b = nb_chained;
                 const __m256i yq = load32(y[t][b].qs);
-                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
-                s += (scale_w(r, b) * dy[t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(base, decode_u(r, b), yq)));
+                s += (scale_w(r, b) * dy[t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(offset_share(yq), decode_u(r, b), yq)));
             }
             out_r[r][size_t(t) * out_stride] = s;
         }
     }
 }
-
-// [lo | hi] as one 512-bit register.
-__m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 // Prefill of the one-chain formats from activations packed once per call. For each block b and
 // activation row pair p: the two rows' 32 bytes interleaved by dword (row 2p in the even dwords,
@@ -115,31 +129,33 @@ __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi25
 struct Vec512 {
     __m512i v;   // a struct: std::vector<__m512i> would drop the type's attributes (GCC warns)
 };
+// One call's packed activations. A unit is a row pair (one-chain formats: [b * units + p]) or,
+// for the two-chain formats, one row's block pair ([bp * units + t]).
 struct PairPack {
-    int pairs = 0;
-    std::vector<Vec512> q, base;   // [b * pairs + p]
-    std::vector<double> d;         // [b * pairs + p]: the two rows' scales, as 8 bytes
+    int units = 0;
+    std::vector<Vec512> q, base;   // the unit's 64 bytes interleaved by dword, and their offset share
+    std::vector<double> d;         // the unit's two scales, as 8 bytes
+    void resize(size_t n) {
+        q.resize(n);
+        base.resize(n);
+        d.resize(n);
+    }
+    void set(size_t at, const int8_t* q0, const int8_t* q1, float d0, float d1) {
+        q[at].v = interleave_halves(join(load32(q0), load32(q1)));
+        base[at].v = offset_share(q[at].v);
+        const float pair[2] = {d0, d1};
+        std::memcpy(&d[at], pair, 8);
+    }
 };
 
 void pack_pairs(const block_q8_0* const* yrow, const float* const* dyrow, int ny, int64_t nb, PairPack& a) {
-    a.pairs = (ny + 1) / 2;
-    const size_t n = size_t(nb) * size_t(a.pairs);
-    a.q.resize(n);
-    a.base.resize(n);
-    a.d.resize(n);
-    const __m512i k128 = _mm512_set1_epi8(char(0x80));
-    const __m512i inter = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    for (int64_t b = 0; b < nb; ++b) {
-        for (int p = 0; p < a.pairs; ++p) {
+    a.units = (ny + 1) / 2;
+    a.resize(size_t(nb) * size_t(a.units));
+    for (int64_t b = 0; b < nb; ++b)
+        for (int p = 0; p < a.units; ++p) {
             const int t0 = 2 * p, t1 = std::min(2 * p + 1, ny - 1);   // a lone last row pairs with itself
-            const __m512i yq = _mm512_permutexvar_epi32(inter, join(load32(yrow[t0][b].qs), load32(yrow[t1][b].qs)));
-            const size_t at = size_t(b) * size_t(a.pairs) + size_t(p);
-            a.q[at].v = yq;
-            a.base[at].v = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, yq));
-            const float pair[2] = {dyrow[t0][b], dyrow[t1][b]};
-            std::memcpy(&a.d[at], pair, 8);
+            a.set(size_t(b) * size_t(a.units) + size_t(p), yrow[t0][b].qs, yrow[t1][b].qs, dyrow[t0][b], dyrow[t1][b]);
         }
-    }
 }
 
 // RM weight rows x NP row pairs (from pair p0) over all nb blocks. decode_u(r, b): block b of
@@ -156,7 +172,7 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
     for (int64_t b = 0; b < nb; ++b) {
         __m512i u[RM];
         for (int r = 0; r < RM; ++r) u[r] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(decode_u(r, b)));
-        const size_t at = size_t(b) * size_t(a.pairs) + size_t(p0);
+        const size_t at = size_t(b) * size_t(a.units) + size_t(p0);
         // All RM x 2 NP scale products d_w * d_y of the block (each the multiply ggml rounds),
         // a row's in one 8-lane multiply: the loop below takes each pair of them with a
         // broadcast load instead of a multiply on the FMA pipes.
@@ -176,12 +192,11 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
             }
         }
     }
-    // Even dwords (row 2p) to the low half, odd ones (2p + 1) to the high half.
-    const __m512i apart = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     for (int r = 0; r < RM; ++r) {
         for (int p = 0; p < NP; ++p) {
-            // (maskz forms: GCC 12 warns of the plain ones' undefined pass-through operand.)
-            const __m512 v = _mm512_maskz_permutexvar_ps(0xffff, apart, acc[r][p]);
+            // Row 2p's lanes to the low half, 2p + 1's to the high half. (maskz extracts: GCC 12
+            // warns of the plain ones' undefined pass-through operand.)
+            const __m512 v = split_even_odd(acc[r][p]);
             const int t = 2 * (p0 + p);
             out_r[r][size_t(t) * out_stride] = hsum_f32(_mm512_maskz_extractf32x8_ps(0xff, v, 0));
             if (t + 1 < ny_valid) out_r[r][size_t(t + 1) * out_stride] = hsum_f32(_mm512_maskz_extractf32x8_ps(0xff, v, 1));
@@ -195,24 +210,14 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
 // one (weight row, activation row) with both of ggml's chains; they add and reduce as there, and
 // an odd last block is added as a scalar afterwards, as there.
 void pack_block_pairs(const block_q8_0* const* yrow, const float* const* dyrow, int ny, int64_t nb, PairPack& a) {
-    a.pairs = ny;   // here: rows per block pair
+    a.units = ny;
     const int64_t nbp = nb / 2;
-    const size_t n = size_t(nbp) * size_t(ny);
-    a.q.resize(n);
-    a.base.resize(n);
-    a.d.resize(n);
-    const __m512i k128 = _mm512_set1_epi8(char(0x80));
-    const __m512i inter = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    for (int64_t bp = 0; bp < nbp; ++bp) {
+    a.resize(size_t(nbp) * size_t(ny));
+    for (int64_t bp = 0; bp < nbp; ++bp)
         for (int t = 0; t < ny; ++t) {
             const int64_t b = 2 * bp;
-            const __m512i yq = _mm512_permutexvar_epi32(inter, join(load32(yrow[t][b].qs), load32(yrow[t][b + 1].qs)));
-            const size_t at = size_t(bp) * size_t(ny) + size_t(t);
-            a.q[at].v = yq;
-            a.base[at].v = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, yq));
-            std::memcpy(&a.d[at], dyrow[t] + b, 8);
+            a.set(size_t(bp) * size_t(ny) + size_t(t), yrow[t][b].qs, yrow[t][b + 1].qs, dyrow[t][b], dyrow[t][b + 1]);
         }
-    }
 }
 
 // RM weight rows x RN activation rows (from row t0) over all block pairs, plus the odd last block.
@@ -234,7 +239,7 @@ void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw,
             std::memcpy(&pair, dw[r] + b, 8);
             sw[r] = _mm512_castpd_ps(_mm512_set1_pd(pair));
         }
-        const size_t at = size_t(bp) * size_t(a.pairs) + size_t(t0);
+        const size_t at = size_t(bp) * size_t(a.units) + size_t(t0);
         for (int t = 0; t < RN; ++t) {
             const __m512i yq = a.q[at + size_t(t)].v, base = a.base[at + size_t(t)].v;
             const __m512 sy = _mm512_castpd_ps(_mm512_set1_pd(a.d[at + size_t(t)]));
@@ -244,18 +249,14 @@ void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw,
             }
         }
     }
-    // Even dwords (the even blocks' chain) to the low half, odd ones to the high half.
-    const __m512i apart = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m256i k128 = _mm256_set1_epi8(char(0x80));
     for (int r = 0; r < RM; ++r) {
         for (int t = 0; t < RN; ++t) {
-            const __m512 v = _mm512_maskz_permutexvar_ps(0xffff, apart, acc[r][t]);
+            const __m512 v = split_even_odd(acc[r][t]);   // the even blocks' chain low, the odd ones' high
             float s = hsum_f32(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
             if (2 * nbp < nb) {
                 const int64_t b = 2 * nbp;
                 const __m256i yq = load32(yrow[t0 + t][b].qs);
-                const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, yq));
-                s += (dw[r][b] * dyrow[t0 + t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(base, decode_u(r, b), yq)));
+                s += (dw[r][b] * dyrow[t0 + t][b]) * float(hsum_i32(_mm256_dpbusd_epi32(offset_share(yq), decode_u(r, b), yq)));
             }
             out_r[r][size_t(t0 + t) * out_stride] = s;
         }
@@ -292,7 +293,6 @@ void tile_rm(int rm, A... a) {
 template <int Chains, class... A>
 void tile_any(int rm, int rn, A... a) {
     switch (rn) {
-        case 4: if constexpr (kActsPerTile / Chains >= 4) { tile_rm<Chains, 4>(rm, a...); break; } [[fallthrough]];
         case 3: if constexpr (kActsPerTile / Chains >= 3) { tile_rm<Chains, 3>(rm, a...); break; } [[fallthrough]];
         case 2: tile_rm<Chains, 2>(rm, a...); break;
         default: tile_rm<Chains, 1>(rm, a...); break;
@@ -333,7 +333,7 @@ template <class Block, int Chains, class DecodeU, class Scale>
 template <class Block, int Chains, class DecodeU, class Scale>
 void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
            size_t out_stride, DecodeU decode_u, Scale scale) {
-    constexpr int RN = kActsPerTile / Chains;
+    constexpr int RN = Chains == 1 ? kActsPerTile : 2;
     const int64_t nb = n / QK8_0;
     const auto* xb = static_cast<const uint8_t*>(vx);
     const auto* yb = static_cast<const uint8_t*>(vy);
@@ -374,7 +374,7 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
             if (ny_max >= kPackedFrom) {
                 // Every activation row from the copy packed once per call: KP rows (two-chain
                 // formats) or row pairs (one-chain) per tile.
-                const int units = pairs.pairs;
+                const int units = pairs.units;
                 for (int u0 = 0; u0 < units; u0 += kPackedUnits) {
                     for (int r = 0; r < rm; ++r) orow[r] = out + size_t(r0 + r);
                     for_count(std::min(kPackedUnits, units - u0), [&]<int KP>() {
