@@ -330,9 +330,11 @@ template <class Block, int Chains, class DecodeU, class Scale>
 
 // Every tile of an nx x ny product. Block is the weight block type, decode_u(block) its 32
 // offset bytes, scale(block) its float scale.
-template <class Block, int Chains, class DecodeU, class Scale>
+// decode_scale: the scale as decode's loop reads it (MXFP4: from a table, which is faster there
+// and slower in the prefill tiles' per-call conversion, Zen 4 kernel lab 1.2x each way).
+template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale = Scale>
 void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
-           size_t out_stride, DecodeU decode_u, Scale scale) {
+           size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
     constexpr int RN = Chains == 1 ? kActsPerTile : 2;
     const int64_t nb = n / QK8_0;
     const auto* xb = static_cast<const uint8_t*>(vx);
@@ -353,7 +355,7 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
     float* orow[kDecodeStreams];
     auto du = [&](int r, int64_t b) { return decode_u(xrow[r][b]); };
     if (ny_max == 1) {
-        decode_tiles<Block, Chains>(nb, xb, x_stride, nx, yrow, dyrow, out, out_stride, decode_u, scale);
+        decode_tiles<Block, Chains>(nb, xb, x_stride, nx, yrow, dyrow, out, out_stride, decode_u, decode_scale);
     } else {
         // Prefill: weight scales as floats once per row group, reused for every activation tile.
         sw.resize(size_t(kRowsPerTile * nb));
@@ -387,8 +389,7 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
                 continue;
             }
             // Below that, 256-bit register tiles.
-            int t0 = 0;
-            for (; t0 < ny_max; t0 += RN) {
+            for (int t0 = 0; t0 < ny_max; t0 += RN) {
                 for (int r = 0; r < rm; ++r) orow[r] = out + size_t(t0) * out_stride + size_t(r0 + r);
                 tile_any<Chains>(rm, std::min(RN, ny_max - t0), nb, du, sc, yrow + t0, dyrow + t0, orow, out_stride);
             }
@@ -396,11 +397,17 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
     }
     if (ny > ny_max) {   // callers pass at most 16 rows; stay correct for more
         tiles<Block, Chains>(n, vx, x_stride, nx, yb + size_t(ny_max) * y_stride, y_stride, ny - ny_max,
-                             out + size_t(ny_max) * out_stride, out_stride, decode_u, scale);
+                             out + size_t(ny_max) * out_stride, out_stride, decode_u, scale, decode_scale);
     }
     // Leave the upper halves clean: the legacy-SSE code of callers otherwise pays a transition
     // penalty on every instruction (measured: glibc expf and the KDA loop 5-10x slower).
     _mm256_zeroupper();
+}
+
+template <class Block, int Chains, class DecodeU, class Scale>
+void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
+           size_t out_stride, DecodeU decode_u, Scale scale) {
+    tiles<Block, Chains>(n, vx, x_stride, nx, vy, y_stride, ny, out, out_stride, decode_u, scale, scale);
 }
 
 __m256i table_plus_128(const int8_t* values) {
@@ -443,6 +450,7 @@ void vec_dot_tile_mxfp4_q8_0(int64_t n, const void* x, size_t xs, int nx, const 
                              size_t os) {
     tiles<block_mxfp4, 2>(n, x, xs, nx, y, ys, ny, out, os,
                           [](const block_mxfp4& b) { return _mm256_shuffle_epi8(table_plus_128(kvalues_mxfp4), nibbles_32(b.qs)); },
+                          [](const block_mxfp4& b) { return e8m0_to_fp32_half(b.e); },
                           [](const block_mxfp4& b) { return e8m0_half(b.e); });
 }
 
