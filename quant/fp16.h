@@ -75,9 +75,9 @@ KINFER_HD inline bf16_t fp32_to_bf16(float f) {
 
 // 2^(e-127); e = 0 is the subnormal 2^-127 (ggml ignores the NaN code 0xFF).
 KINFER_HD inline float e8m0_to_fp32(uint8_t e) { return f32_from_bits(e == 0 ? 0x00400000u : uint32_t(e) << 23); }
-// 2^(e-128): the MXFP4 block scale applied to the doubled kvalues_mxfp4.
-KINFER_HD inline float e8m0_to_fp32_half(uint8_t e) {
-    return f32_from_bits(e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23);
-}
+// 2^(e-128): the MXFP4 block scale applied to the doubled kvalues_mxfp4. Its bits alone are a
+// constant expression (the SIMD kernels build a table of them at compile time).
+KINFER_HD constexpr uint32_t e8m0_half_bits(uint8_t e) { return e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23; }
+KINFER_HD inline float e8m0_to_fp32_half(uint8_t e) { return f32_from_bits(e8m0_half_bits(e)); }
 
 }  // namespace kinfer::quant

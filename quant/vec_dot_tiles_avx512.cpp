@@ -46,13 +46,14 @@ namespace {
 #include "quant/vec_dot_simd_prims.inc"
 
 constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
-constexpr int kActsPerTile = 3;     // activation rows of a 256-bit tile (below kPackedFrom; 2 for two-chain formats)
+// Activation rows of a 256-bit tile, which only sees fewer than kPackedFrom rows: 3, or 2 for
+// the two-chain formats (two accumulators per pair).
+template <int Chains>
+constexpr int kTileActs = Chains == 1 ? 3 : 2;
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
 constexpr int kPackedFrom = 4;      // activation rows from which prefill packs them (tile512_packed*)
 constexpr int kPackedUnits = 4;     // row pairs (one-chain) or rows (two-chain) of a packed tile
 
-// [lo | hi] as one 512-bit register.
-__m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 // The activations' share of the weight offset, -128 x (each lane's four bytes): vpdpbusd from
 // it gives sum (w + 128) y - 128 sum y = sum w y.
@@ -62,9 +63,10 @@ __m256i offset_share(__m256i yq) {
 __m512i offset_share(__m512i yq) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), yq));
 }
-// Dwords of [a | b] (as join gives them) interleaved: a0 b0 a1 b1 ... (the packed tiles' order).
-__m512i interleave_halves(__m512i v) {
-    return _mm512_permutexvar_epi32(_mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0), v);
+// The dwords of a and b interleaved: a0 b0 a1 b1 ... (the packed tiles' order).
+__m512i interleave_dwords(__m256i a, __m256i b) {
+    return _mm512_permutex2var_epi32(_mm512_castsi256_si512(a), _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0),
+                                     _mm512_castsi256_si512(b));
 }
 // And back: the even dwords to the low half, the odd ones to the high half.
 __m512 split_even_odd(__m512 v) {
@@ -141,7 +143,7 @@ struct PairPack {
         d.resize(n);
     }
     void set(size_t at, const int8_t* q0, const int8_t* q1, float d0, float d1) {
-        q[at].v = interleave_halves(join(load32(q0), load32(q1)));
+        q[at].v = interleave_dwords(load32(q0), load32(q1));
         base[at].v = offset_share(q[at].v);
         const float pair[2] = {d0, d1};
         std::memcpy(&d[at], pair, 8);
@@ -228,14 +230,13 @@ void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw,
     __m512 acc[RM][RN];
     for (int r = 0; r < RM; ++r)
         for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_setzero_ps();
-    const __m512i inter = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const int64_t nbp = nb / 2;
     for (int64_t bp = 0; bp < nbp; ++bp) {
         const int64_t b = 2 * bp;
         __m512i u[RM];
         __m512 sw[RM];
         for (int r = 0; r < RM; ++r) {
-            u[r] = _mm512_permutex2var_epi32(_mm512_castsi256_si512(decode_u(r, b)), inter, _mm512_castsi256_si512(decode_u(r, b + 1)));
+            u[r] = interleave_dwords(decode_u(r, b), decode_u(r, b + 1));
             double pair;
             std::memcpy(&pair, dw[r] + b, 8);
             sw[r] = _mm512_castpd_ps(_mm512_set1_pd(pair));
@@ -294,7 +295,7 @@ void tile_rm(int rm, A... a) {
 template <int Chains, class... A>
 void tile_any(int rm, int rn, A... a) {
     switch (rn) {
-        case 3: if constexpr (kActsPerTile / Chains >= 3) { tile_rm<Chains, 3>(rm, a...); break; } [[fallthrough]];
+        case 3: if constexpr (kTileActs<Chains> >= 3) { tile_rm<Chains, 3>(rm, a...); break; } [[fallthrough]];
         case 2: tile_rm<Chains, 2>(rm, a...); break;
         default: tile_rm<Chains, 1>(rm, a...); break;
     }
@@ -331,12 +332,14 @@ template <class Block, int Chains, class DecodeU, class Scale>
 
 // Every tile of an nx x ny product. Block is the weight block type, decode_u(block) its 32
 // offset bytes, scale(block) its float scale.
-// decode_scale: the scale as decode's loop reads it (MXFP4: from a table, which is faster there
-// and slower in the prefill tiles' per-call conversion, Zen 4 kernel lab 1.2x each way).
-template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale = Scale>
+// decode_scale: the scale as decode's loop reads it. MXFP4's comes from a table there (1.35x
+// faster decode on Zen 4); given to the prefill tiles as well, the same table made GCC's 2- and
+// 3-row MXFP4 tiles 1.25x / 1.14x slower (kernel lab, 3072 x 7168, four alternating runs), for a
+// reason in the generated code that was not pinned down, so prefill computes the scale.
+template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale>
 void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
            size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
-    constexpr int RN = Chains == 1 ? kActsPerTile : 2;
+    constexpr int RN = kTileActs<Chains>;
     const int64_t nb = n / QK8_0;
     const auto* xb = static_cast<const uint8_t*>(vx);
     const auto* yb = static_cast<const uint8_t*>(vy);

@@ -221,12 +221,16 @@ TEST_CASE("first hour: llama.cpp habits are accepted where they mean something, 
     const auto plain = run_command(quiet(run_cmd("k3-tiny-a-Q4_K_M", "-p 'The cat' -n 4 --temp 0 --json")));
     REQUIRE(plain.rc == 0);
     const std::string ids = nlohmann::json::parse(plain.out).at("generated_ids").dump();
-    for (const char* flags : {"-fa", "-fa on", "--no-mmap", "--no-display-prompt", "-ngl 99", "-s 3", "-v", "--log-disable"}) {
+    for (const char* flags : {"-fa", "-fa on", "--no-mmap", "--no-display-prompt", "-ngl 99", "-v", "--log-disable"}) {
         CAPTURE(flags);
         const auto r = run_command(quiet(run_cmd("k3-tiny-a-Q4_K_M", std::string("-p 'The cat' -n 4 --temp 0 --json ") + flags)));
         REQUIRE(r.rc == 0);
         CHECK(nlohmann::json::parse(r.out).at("generated_ids").dump() == ids);
     }
+    // Renamed: llama.cpp's -s is --seed (a greedy run would not show it, the JSON's seed does).
+    const auto seeded = run_command(quiet(run_cmd("k3-tiny-a-Q4_K_M", "-p 'The cat' -n 4 --json -s 3")));
+    REQUIRE(seeded.rc == 0);
+    CHECK(nlohmann::json::parse(seeded.out).at("seed") == 3);
     // -cnv turns run into chat, which reads its messages from the pipe.
     const auto cnv = run_command(quiet("printf 'hi\\n' | " + run_cmd("k3-tiny-a-Q4_K_M", "-cnv -n 3 --temp 0")));
     CHECK(cnv.rc == 0);

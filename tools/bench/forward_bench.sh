@@ -46,16 +46,12 @@ echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $thre
 # It drifts with the neighbours on a shared machine (19.6 to 41.6 GB/s in one day), so it is
 # measured again right before each model's rounds and that model is judged against its own.
 best_read=""
-have_membw=""
+c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null || echo "membw did not build: no read bandwidth, no \"of read\"" >&2
 measure_read() {
-  [ -n "$have_membw" ] || return 0
-  "$out/membw" "$threads" > "$out/membw.txt"
+  [ -x "$out/membw" ] || return 0
+  "$out/membw" "$threads" | tee "$out/membw.txt"
   best_read="$(grep -o '[0-9.]* GB/s from' "$out/membw.txt" | awk '{ if ($1 > b) b = $1 } END { print b }')"
 }
-if c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null; then
-  have_membw=1
-  "$out/membw" "$threads"
-fi
 
 # Mean t/s per test over the rounds.
 summ() { awk -F'|' '/^\| [a-z]/ && $7 ~ /[pt][pg][0-9]/ { gsub(/ /,"",$7); split($8,a," "); s[$7]+=a[1]; c[$7]++ }
