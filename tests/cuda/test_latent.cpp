@@ -48,23 +48,30 @@ TEST_CASE("cuda mla_attend_paged (cpu mode): absorbed attention through the page
     struct Shape {
         int64_t n, pos0, H, r, dr, split, page_rows;
     };
-    for (const Shape s : {Shape{1, 700, 2, 64, 32, 256, 256}, Shape{3, 90, 3, 64, 32, 16, 7}, Shape{5, 0, 2, 32, 32, 4, 3}}) {
+    // Both pass-1 kernels (mla.cu); the last shape is the grouped kernel's: K3's r 512 + 64, 18
+    // heads (two groups), pages of 7 rows that cut its 16-row tiles, the automatic split.
+    for (const Shape s : {Shape{1, 700, 2, 64, 32, 256, 256}, Shape{3, 90, 3, 64, 32, 16, 7}, Shape{5, 0, 2, 32, 32, 4, 3},
+                          Shape{2, 50, 18, 512, 64, 0, 7}}) {
         const int64_t R = s.r + s.dr, n_kv = s.pos0 + s.n;
         const std::vector<float> rows = randn(size_t(n_kv * R), 31), Q = randn(size_t(s.n * s.H * R), 32);
         const float scale = 1.0f / std::sqrt(float(R));
         for (const auto t : kTypes) {
-            INFO("n ", s.n, " pos0 ", s.pos0, " split ", s.split, " page_rows ", s.page_rows, " type ", backend::cache_type_name(t));
             Pages p(t, R, s.page_rows, n_kv);
             cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
-            cuda::emu::MlaArgs a;
-            a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = scale, a.split = s.split;
-            std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(size_t(s.n * s.H * s.r), -1.0f);
-            cuda::emu::mla_attend_paged(p.args(), Q.data(), lat.data(), a, scratch.data(), nullptr);
             backend::MlaShape ms;
             ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.scale = scale;
-            std::vector<float> want(lat.size(), -2.0f);
+            std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
             cpu().mla_attend_tiled(p.c, Q.data(), want.data(), ms);
-            check_close(lat, want, 1e-5, 1e-6, "paged mla latent output");
+            for (const auto kernel : {cuda::emu::MlaKernel::per_head, cuda::emu::MlaKernel::grouped}) {
+                INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " split ", s.split, " page_rows ", s.page_rows, " type ",
+                     backend::cache_type_name(t), " grouped ", kernel == cuda::emu::MlaKernel::grouped);
+                cuda::emu::MlaArgs a;
+                a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = scale, a.split = s.split;
+                a.kernel = kernel;
+                std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
+                cuda::emu::mla_attend_paged(p.args(), Q.data(), lat.data(), a, scratch.data(), nullptr);
+                check_close(lat, want, 1e-5, 1e-6, "paged mla latent output");
+            }
         }
     }
     Pages p(backend::CacheType::f16, 64, 8, 8);

@@ -2,8 +2,9 @@
 //  - KDA recurrent: same operations in the same order per state row; only the dot products'
 //    summation order differs (lanes and a butterfly vs the CPU's), so state and outputs agree
 //    to 2e-5 of max(1, |value|) after several tokens.
-//  - MLA absorbed: the kernel sums exp * c unnormalised per piece of positions and rescales
-//    when it combines the pieces; the CPU normalises first. 1e-5 relative + 1e-6 absolute.
+//  - MLA absorbed: the kernels sum exp * c unnormalised per piece of positions (the grouped one
+//    also rescales between its tiles of 16 rows) and rescale when they combine the pieces; the
+//    CPU normalises first. 1e-5 relative + 1e-6 absolute.
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 
@@ -64,26 +65,17 @@ TEST_CASE("cuda kda_recurrent (cpu mode): outputs and state after several tokens
                     std::invalid_argument);
 }
 
-TEST_CASE("cuda mla_attend_absorbed (cpu mode): split over positions and combined, against the CPU op") {
+TEST_CASE("cuda mla_attend_absorbed (cpu mode): both pass-1 kernels, split over positions and combined, against the CPU op") {
     struct Shape {
         int64_t n, pos0, H, r, dr, split;
     };
-    for (const Shape s : {Shape{2, 40, 3, 64, 16, 16}, Shape{1, 100, 2, 32, 8, 256}, Shape{3, 0, 2, 32, 8, 2}}) {
-        INFO("n ", s.n, " pos0 ", s.pos0, " split ", s.split);
+    // The grouped kernel's edges: 17 heads (a second group of one, a warp with one live head),
+    // K3's r 512 + 64 (two latent dims a thread), pieces that end mid-tile, the automatic split.
+    for (const Shape s : {Shape{2, 40, 3, 64, 16, 16}, Shape{1, 100, 2, 32, 8, 256}, Shape{3, 0, 2, 32, 8, 2},
+                          Shape{2, 70, 17, 512, 64, 0}, Shape{1, 45, 16, 96, 32, 20}}) {
         const int64_t R = s.r + s.dr;
         const std::vector<float> cache = randn(size_t((s.pos0 + s.n) * R), 20), Q = randn(size_t(s.n * s.H * R), 21);
         const float scale = 1.0f / std::sqrt(float(R));
-        cuda::emu::MlaArgs a;
-        a.n = s.n;
-        a.pos0 = s.pos0;
-        a.H = s.H;
-        a.r = s.r;
-        a.dr = s.dr;
-        a.scale = scale;
-        a.split = s.split;
-        std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(size_t(s.n * s.H * s.r), -1.0f);
-        cuda::emu::mla_attend_absorbed(cache.data(), Q.data(), lat.data(), a, scratch.data(), nullptr);
-        std::vector<float> want(lat.size(), -2.0f);
         backend::MlaShape ms;
         ms.n = s.n;
         ms.pos0 = s.pos0;
@@ -91,9 +83,44 @@ TEST_CASE("cuda mla_attend_absorbed (cpu mode): split over positions and combine
         ms.r = s.r;
         ms.dr = s.dr;
         ms.scale = scale;
+        std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
         cpu().mla_attend_absorbed(cache.data(), Q.data(), want.data(), ms);
-        check_close(lat, want, 1e-5, 1e-6, "mla latent output");
+        for (const auto kernel : {cuda::emu::MlaKernel::per_head, cuda::emu::MlaKernel::grouped}) {
+            cuda::emu::MlaArgs a;
+            a.n = s.n;
+            a.pos0 = s.pos0;
+            a.H = s.H;
+            a.r = s.r;
+            a.dr = s.dr;
+            a.scale = scale;
+            a.split = s.split;
+            a.kernel = kernel;
+            INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " r ", s.r, " split ", cuda::emu::mla_split(a), " grouped ",
+                 kernel == cuda::emu::MlaKernel::grouped);
+            CHECK(cuda::emu::mla_grouped(a) == (kernel == cuda::emu::MlaKernel::grouped));
+            std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
+            cuda::emu::mla_attend_absorbed(cache.data(), Q.data(), lat.data(), a, scratch.data(), nullptr);
+            check_close(lat, want, 1e-5, 1e-6, "mla latent output");
+        }
     }
+    // Automatic: grouped where it fits and there is more than one head; the split it picks for
+    // K3 at 1M positions keeps the pieces (and the scratch) bounded.
+    cuda::emu::MlaArgs k3;
+    k3.n = 1, k3.pos0 = (int64_t(1) << 20) - 1, k3.H = 64, k3.r = 512, k3.dr = 64;
+    CHECK(cuda::emu::mla_grouped(k3));
+    CHECK(cuda::emu::mla_split(k3) % 16 == 0);
+    CHECK(cuda::emu::mla_scratch_floats(k3) <= size_t(64 * 600 * 514));
+    k3.H = 1;
+    CHECK_FALSE(cuda::emu::mla_grouped(k3));
+    CHECK(cuda::emu::mla_split(k3) == 256);
+    k3.H = 64, k3.r = 1024;
+    CHECK_FALSE(cuda::emu::mla_grouped(k3));
+    k3.kernel = cuda::emu::MlaKernel::grouped;                 // asked for, but r is too wide: refused
+    std::vector<float> none(1);
+    k3.pos0 = 0;
+    std::vector<float> scr(cuda::emu::mla_scratch_floats(k3));
+    CHECK_THROWS_AS(cuda::emu::mla_attend_absorbed(none.data(), none.data(), none.data(), k3, scr.data(), nullptr),
+                    std::invalid_argument);
 }
 
 TEST_CASE("cuda kda_decay (cpu mode): the K3 and the Kimi Linear gate, within 1e-6 relative") {

@@ -173,13 +173,21 @@ void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* ta
 // ---- MLA ----------------------------------------------------------------------------------------
 // Absorbed MLA over the latent cache (flash-decoding): Q [n][H][r + dr] at positions pos0 + t,
 // cache rows [pos0 + n][r + dr], lat [n][H][r]. The positions are split into pieces of `split`
-// (a block each, per head and token), combined in a second pass; scratch holds
-// mla_scratch_floats() floats.
+// (a block each, per head or group of 16 heads, and token), combined in a second pass; scratch
+// holds mla_scratch_floats() floats.
+//   kernel: per_head reads the cache once per head; grouped once per 16 heads (r <= 512,
+//   r + dr <= 640); automatic takes grouped where it fits and H > 1 (mla.cu says why).
+//   split 0: 256 for the per-head kernel (its scores sit in shared memory), for the grouped one
+//   enough pieces for ~528 blocks, at least 64 positions each (mla_split).
+enum class MlaKernel { automatic, per_head, grouped };
 struct MlaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0;
     float scale = 1;
-    int64_t split = 256;
+    int64_t split = 0;
+    MlaKernel kernel = MlaKernel::automatic;
 };
+bool mla_grouped(const MlaArgs& a);   // the kernel a call with these arguments takes
+int64_t mla_split(const MlaArgs& a);  // the positions per piece it uses
 size_t mla_scratch_floats(const MlaArgs& a);
 void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
                          void* stream);

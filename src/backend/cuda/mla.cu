@@ -1,15 +1,26 @@
 // Absorbed MLA decode attention over the latent cache, flash-decoding style (DESIGN.md 3.3).
-// A token t at position pos0 + t attends to cache rows [0, pos0 + t]. Pass 1: one block per
-// (head, piece of `split` positions, token) scores its positions (one warp per cache row, lanes
-// across the row: coalesced), and writes its running max m, its sum of exp l and its
-// unnormalised sum of exp * c (r floats). Pass 2: per (head, token), the pieces are combined
+// A token t at position pos0 + t attends to cache rows [0, pos0 + t]. The positions are split
+// into pieces; pass 1 gives each piece of each (head, token) its running max m, its sum of exp l
+// and its unnormalised sum of exp * c (r floats); pass 2 combines the pieces per (head, token)
 // with exp(m_s - M) rescaling. Long contexts thus spread over many blocks instead of one block
 // walking 1M positions. The rows come from contiguous f32 (the untiled path) or through the
 // pages of the paged cache (mla_attend_paged), converted as they are read.
+//
+// Two pass-1 kernels (MlaKernel):
+//  - per_head: one block per (head, piece, token). Simple (scores of the whole piece in shared
+//    memory, then one softmax), but every head reads the piece's cache rows again: 64 reads of
+//    each row for K3, 77 GB a layer and a token at 1M positions in an f16 cache, served from L2
+//    at best.
+//  - grouped: one block per (16 heads, piece, token). A tile of 16 cache rows is read into shared
+//    memory once and used by all 16 heads (each warp scores two heads with their q held in
+//    registers, lanes across the row), an online softmax per head rescales the accumulators
+//    between tiles, and each thread accumulates two latent dims for all 16 heads. The cache is
+//    read H / 16 times instead of H times. FlashMLA's idea without its tensor-core tiles.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/reduce.cuh"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -18,8 +29,6 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 namespace {
 
 constexpr int kMlaThreads = 256;
-
-int64_t n_pieces(const MlaArgs& a) { return (a.pos0 + a.n + a.split - 1) / a.split; }
 
 template <class Rows>
 __global__ void __launch_bounds__(kMlaThreads)
@@ -71,6 +80,100 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
 }
 
+// The grouped kernel's shape: 16 heads a block (two a warp), cache rows 16 a tile, q and the
+// rows up to kGroupLanes * 32 = 640 floats (K3 and Kimi Linear: 576), r up to 2 * kMlaThreads
+// = 512 latent dims (two a thread). Static shared memory: 16 x 640 + 16 x 16 + 16 floats, 41 KiB.
+constexpr int kGroupHeads = 2 * (kMlaThreads / 32), kGroupRows = 16, kGroupLanes = 20, kGroupDims = 2;
+
+template <class Rows>
+__global__ void __launch_bounds__(kMlaThreads)
+    mla_partial_grouped_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r,
+                               int64_t R, float scale, int64_t split, int64_t pieces, float* __restrict__ part) {
+    __shared__ float rows[kGroupRows][kGroupLanes * 32];   // the tile's cache rows, zero past R and past the piece
+    __shared__ float prob[kGroupHeads][kGroupRows];        // exp(score - running max) per head and row
+    __shared__ float rescale[kGroupHeads];                 // exp(old max - new max) per head
+    const int64_t h0 = int64_t(blockIdx.x) * kGroupHeads, s = blockIdx.y, t = blockIdx.z;
+    const int64_t n_kv = pos0 + t + 1;                     // causal
+    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
+    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
+    if (j0 >= j1) {                                        // this token's context ends before the piece
+        for (int64_t g = 0; g < kGroupHeads && h0 + g < H; ++g)
+            for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out_of(g)[d] = d == 0 ? -INFINITY : 0.0f;
+        return;
+    }
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    const int64_t Rp = (R + 31) / 32 * 32;
+    // This warp's two heads (warp-uniform liveness): q element lane + 32 i in q[a][i].
+    float q[2][kGroupLanes];
+    bool live[2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};   // the same in every lane of the warp
+    for (int a = 0; a < 2; ++a) {
+        const int64_t h = h0 + 2 * warp + a;
+        live[a] = h < H;
+        for (int i = 0; i < kGroupLanes; ++i) {
+            const int64_t e = lane + 32 * i;
+            q[a][i] = live[a] && e < R ? Q[(t * H + h) * R + e] : 0.0f;
+        }
+    }
+    float acc[kGroupHeads][kGroupDims];
+    for (int g = 0; g < kGroupHeads; ++g)
+        for (int k = 0; k < kGroupDims; ++k) acc[g][k] = 0.0f;
+    for (int64_t jt = j0; jt < j1; jt += kGroupRows) {
+        const int tl = int(j1 - jt < kGroupRows ? j1 - jt : kGroupRows);
+        __syncthreads();                                   // the previous tile's readers are done
+        for (int64_t e = threadIdx.x; e < kGroupRows * Rp; e += blockDim.x) {
+            const int64_t j = e / Rp, i = e % Rp;
+            rows[j][i] = j < tl && i < R ? cache.at(jt + j, i) : 0.0f;
+        }
+        __syncthreads();
+        for (int a = 0; a < 2; ++a) {
+            const int g = 2 * warp + a;
+            if (!live[a]) {                                // a head past H: nothing to add
+                if (lane < kGroupRows) prob[g][lane] = 0.0f;
+                if (lane == 0) rescale[g] = 0.0f;
+                continue;
+            }
+            float mine = -INFINITY;                        // lane j keeps row j's score
+            for (int j = 0; j < tl; ++j) {
+                float d = 0;
+                for (int i = 0; i < kGroupLanes; ++i) d += q[a][i] * rows[j][lane + 32 * i];
+                d = warp_sum(d) * scale;
+                if (lane == j) mine = d;
+            }
+            const float mn = fmaxf(m[a], warp_max(mine));
+            const float p = lane < tl ? expf(mine - mn) : 0.0f;
+            const float alpha = expf(m[a] - mn);           // 0 on the first tile (m = -inf)
+            l[a] = l[a] * alpha + warp_sum(p);
+            m[a] = mn;
+            if (lane < kGroupRows) prob[g][lane] = p;
+            if (lane == 0) rescale[g] = alpha;
+        }
+        __syncthreads();
+        // Latent dims threadIdx.x + kMlaThreads k of every head: rescale, then add the tile's rows.
+        for (int g = 0; g < kGroupHeads; ++g)
+            for (int k = 0; k < kGroupDims; ++k) acc[g][k] *= rescale[g];
+        for (int j = 0; j < tl; ++j) {
+            float v[kGroupDims];
+            for (int k = 0; k < kGroupDims; ++k) v[k] = rows[j][threadIdx.x + kMlaThreads * k];
+            for (int g = 0; g < kGroupHeads; ++g) {
+                const float p = prob[g][j];
+                for (int k = 0; k < kGroupDims; ++k) acc[g][k] += p * v[k];
+            }
+        }
+    }
+    for (int g = 0; g < kGroupHeads && h0 + g < H; ++g)
+        for (int k = 0; k < kGroupDims; ++k) {
+            const int64_t d = threadIdx.x + kMlaThreads * k;
+            if (d < r) out_of(g)[2 + d] = acc[g][k];
+        }
+    if (lane == 0)
+        for (int a = 0; a < 2; ++a)
+            if (live[a]) {
+                out_of(2 * warp + a)[0] = m[a];
+                out_of(2 * warp + a)[1] = l[a];
+            }
+}
+
 __global__ void __launch_bounds__(kMlaThreads)
     mla_combine_kernel(const float* __restrict__ part, int64_t pos0, int64_t H, int64_t r, int64_t split,
                        int64_t pieces, float* __restrict__ lat) {
@@ -91,8 +194,36 @@ __global__ void __launch_bounds__(kMlaThreads)
 
 }  // namespace
 
+bool mla_grouped(const MlaArgs& a) {
+    const bool fits = a.r <= int64_t(kGroupDims) * kMlaThreads && a.r + a.dr <= int64_t(kGroupLanes) * 32;
+    switch (a.kernel) {
+        case MlaKernel::per_head: return false;
+        case MlaKernel::grouped: return fits;
+        default: return fits && a.H > 1;
+    }
+}
+
+int64_t mla_split(const MlaArgs& a) {
+    if (a.split > 0) return a.split;
+    if (!mla_grouped(a)) return 256;                       // the per-head kernel keeps a piece's scores in shared memory
+    // Enough blocks to fill an H200 (132 SMs) a few times over, and no more pieces than that:
+    // each piece costs (r + 2) floats per head in scratch and in the combine pass (at 1M
+    // positions and a split of 256, 0.5 GB for K3).
+    constexpr int64_t kTargetBlocks = 528;
+    const int64_t groups = (a.H + kGroupHeads - 1) / kGroupHeads, n_kv = a.pos0 + a.n;
+    const int64_t want = std::max<int64_t>(1, kTargetBlocks / std::max<int64_t>(1, groups * a.n));
+    const int64_t split = (n_kv + want - 1) / want;
+    return std::max<int64_t>(64, (split + kGroupRows - 1) / kGroupRows * kGroupRows);
+}
+
+namespace {
+
+int64_t n_pieces(const MlaArgs& a) { return (a.pos0 + a.n + mla_split(a) - 1) / mla_split(a); }
+
+}  // namespace
+
 size_t mla_scratch_floats(const MlaArgs& a) {
-    return a.split > 0 ? size_t(a.n * a.H * n_pieces(a) * (a.r + 2)) : 0;
+    return a.n > 0 ? size_t(a.n * a.H * n_pieces(a) * (a.r + 2)) : 0;
 }
 
 namespace {
@@ -100,18 +231,31 @@ namespace {
 template <class Rows>
 void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream, const char* what) {
     if (a.n <= 0) return;
-    const int64_t R = a.r + a.dr;
-    const size_t smem = size_t(R + a.split) * sizeof(float);
-    if (a.split < 1 || a.n > 65535 || smem > 48 * 1024)
+    const int64_t R = a.r + a.dr, split = mla_split(a);
+    const bool grouped = mla_grouped(a);
+    if (a.kernel == MlaKernel::grouped && !grouped)
+        throw std::invalid_argument(std::string("cuda ") + what + ": the grouped kernel takes r <= " +
+                                    std::to_string(kGroupDims * kMlaThreads) + " and r + dr <= " +
+                                    std::to_string(kGroupLanes * 32));
+    const size_t smem = grouped ? 0 : size_t(R + split) * sizeof(float);
+    if (a.n > 65535 || smem > 48 * 1024)
         throw std::invalid_argument(std::string("cuda ") + what +
                                     ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);
-    auto* k1 = &mla_partial_kernel<Rows>;
-    KINFER_LAUNCH(k1, dim3(unsigned(a.H), unsigned(pieces), unsigned(a.n)), dim3(kMlaThreads), smem, as_stream(stream),
-                  rows, Q, a.pos0, a.H, a.r, R, a.scale, a.split, pieces, scratch);
+    if (pieces > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": more than 65535 pieces of positions");
+    if (grouped) {
+        auto* k1 = &mla_partial_grouped_kernel<Rows>;
+        KINFER_LAUNCH(k1, dim3(unsigned((a.H + kGroupHeads - 1) / kGroupHeads), unsigned(pieces), unsigned(a.n)),
+                      dim3(kMlaThreads), 0, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,
+                      scratch);
+    } else {
+        auto* k1 = &mla_partial_kernel<Rows>;
+        KINFER_LAUNCH(k1, dim3(unsigned(a.H), unsigned(pieces), unsigned(a.n)), dim3(kMlaThreads), smem,
+                      as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces, scratch);
+    }
     auto* k2 = &mla_combine_kernel;
     KINFER_LAUNCH(k2, dim3(unsigned(a.H), unsigned(a.n)), dim3(kMlaThreads), 0, as_stream(stream), scratch, a.pos0, a.H,
-                  a.r, a.split, pieces, lat);
+                  a.r, split, pieces, lat);
 }
 
 }  // namespace
