@@ -50,6 +50,14 @@ void Backend::matmul_many(std::span<const std::pair<Mat, float*>> outs, const fl
     matmul_tasks({&in, 1}, tasks);
 }
 
+void Backend::route_resident(float*, const float*, int64_t, const RouteParams&, int32_t*, float*) {
+    fail("backend {}: op route_resident is not implemented", name());
+}
+void Backend::matmul_id(const Mat&, int64_t, const int32_t*, int64_t, const float*, int64_t, float*) {
+    fail("backend {}: op matmul_id is not implemented", name());
+}
+void Backend::scale_rows(float*, const float*, int64_t, int64_t) { fail("backend {}: op scale_rows is not implemented", name()); }
+
 void Backend::mla_cache_store(const LatentPages&, int64_t, int64_t, const float*, int64_t) {
     fail("backend {}: op mla_cache_store is not implemented", name());
 }

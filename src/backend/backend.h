@@ -228,6 +228,21 @@ public:
                                   float* dst) = 0;
     // out[t] = sum over k < K of ys[t][k] (in slot order), rows of cols.
     virtual void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) = 0;
+    // The routed experts by slot, with the choices left in this backend's memory, so that a
+    // device's decode step never waits for the host (model/moe.cpp routed_slots):
+    //   route_resident: route() without a hook, sel [n][K] and w [n][K] in this backend's memory;
+    //   matmul_id: y[s] = experts.slice(sel[s]) . x[s / x_div] for s < slots (rows of
+    //     experts.slice_rows; sel in this backend's memory, ids below n_slices);
+    //   scale_rows: y[r] *= w[r] over rows of cols (w in this backend's memory).
+    // The same per-row arithmetic as matmul_tasks and scatter_weighted, so either form gives the
+    // same bits. resident_moe(): whether this form avoids a host round trip here and is the one
+    // to take for a few tokens (a GPU); the CPU groups tokens by expert instead (ByExpert).
+    virtual void route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
+                                float* w);
+    virtual void matmul_id(const Mat& experts, int64_t n_slices, const int32_t* sel, int64_t slots, const float* x,
+                           int64_t x_div, float* y);
+    virtual void scale_rows(float* y, const float* w, int64_t rows, int64_t cols);
+    virtual bool resident_moe() const { return false; }
     // AttnRes (DESIGN.md 3.1): out = softmax-weighted mix of the banked blocks and p, scored on
     // their RMS-normalised rows against w. stack: a host array of m backend pointers [n x d].
     virtual void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,

@@ -396,6 +396,37 @@ void CpuBackend::sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, 
     }
 }
 
+void CpuBackend::route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
+                                float* w) {
+    route(probs, bias, n, p, sel, w, RouteHook());
+}
+
+void CpuBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t* sel, int64_t slots, const float* x,
+                           int64_t x_div, float* y) {
+    if (slots <= 0) return;
+    if (x_div < 1) fail("matmul_id: x_div {} (each input row serves x_div slots, at least 1)", x_div);
+    if (experts.slice_rows <= 0) fail("matmul_id: {} is not a 3-D expert tensor", experts.name);
+    const int64_t rows = experts.slice_rows;
+    const MatInput in{x, (slots - 1) / x_div + 1, experts.cols, 0};
+    std::vector<MatTask> tasks;
+    tasks.reserve(size_t(slots));
+    for (int64_t s = 0; s < slots; ++s) {
+        if (sel[s] < 0 || sel[s] >= n_slices)
+            fail("matmul_id: slot {} chose expert {} of {} ({})", s, sel[s], n_slices, experts.name);
+        tasks.push_back(MatTask{experts.slice(sel[s]), 0, s / x_div, 1, y + s * rows, 0});
+    }
+    matmul_tasks({&in, 1}, tasks);
+}
+
+void CpuBackend::scale_rows(float* y, const float* w, int64_t rows, int64_t cols) {
+    need_f32(y, rows * cols, "scale_rows", "y");
+    for (int64_t r = 0; r < rows; ++r) {
+        float* d = y + r * cols;
+        const float wr = w[r];
+        for (int64_t i = 0; i < cols; ++i) d[i] = d[i] * wr;   // scatter_weighted's product
+    }
+}
+
 void CpuBackend::attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,
                               int64_t n, int64_t d, float eps) {
     for (const float* b : stack) need_f32(b, n * d, "attn_res_mix", "banked block");

@@ -67,6 +67,11 @@ public:
     void scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
                           float* dst) override;
     void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) override;
+    void route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
+                        float* w) override;
+    void matmul_id(const Mat& experts, int64_t n_slices, const int32_t* sel, int64_t slots, const float* x,
+                   int64_t x_div, float* y) override;
+    void scale_rows(float* y, const float* w, int64_t rows, int64_t cols) override;
     void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out, int64_t n,
                       int64_t d, float eps) override;
     void gelu(float* x, int64_t n, bool erf) override;

@@ -8,6 +8,7 @@
 #include "backend/registry.h"
 #include "cli/command.h"
 #include "cli/lib/cache_flags.h"
+#include "cli/lib/moe_flag.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
 #include "cli/lib/split_session.h"
@@ -37,6 +38,7 @@ struct BenchArgs {
     int reps = 3;
     int64_t batch = 512;
     std::string cache_type = "f16";   // llama-bench's default -ctk
+    std::string moe = "auto";         // --moe
     runtime::ExpertFlags experts;
     std::string layer_times;          // --layer-times FILE: the per-layer timing pass
 };
@@ -141,6 +143,7 @@ int run_bench(const BenchArgs& a) {
     model::SessionOptions so;
     so.n_batch = a.batch;
     so.cache_type = cache_type_of(a.cache_type);
+    so.moe_slots = moe_slots_of(a.moe);
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
@@ -199,6 +202,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-t,--threads", a->threads, "thread counts")->delimiter(',')->check(int_in(1, kMaxThreads));
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     add_cache_type_flag(app, a->cache_type);
+    add_moe_flag(app, a->moe);
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     app.add_option("--layer-times", a->layer_times, "time every layer instead (the first -p prompt in -b chunks: use "

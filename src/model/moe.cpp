@@ -259,6 +259,45 @@ void routed_sharded(FwdCtx& c, const LayerWeights& L, const std::vector<ExpertSh
     }
 }
 
+// The routed experts slot by slot, with the routing left on be (Backend::route_resident): slot
+// s = t K + k runs expert sel[s] on z[t]. Nothing comes back to the host, so a GPU's decode
+// step does not stop at every MoE layer to read the choices, as the grouping by expert must
+// (ByExpert is built on the host). Each slot is one row through the same per-row arithmetic as
+// routed_batched's grouped products, weighted as scatter_weighted weights: the same bits
+// (test_props). An expert chosen by two tokens is read twice, so this form is for a few tokens.
+constexpr int64_t kMaxResidentSlots = 64;
+
+void routed_slots(FwdCtx& c, const LayerWeights& L, const int32_t* sel, const float* w, const float* z, float* ys) {
+    const int64_t K = c.hp.n_expert_used, lat = c.hp.latent_dim(), E = c.hp.n_expert, slots = c.n * K;
+    const int64_t ff = L.ffn_gate_exps->ne[1];
+    ScratchScope s(c.ws);
+    float* g = s.get(size_t(slots * ff));
+    float* u = s.get(size_t(slots * ff));
+    c.be.matmul_id(mat_of(L.ffn_gate_exps), E, sel, slots, z, K, g);
+    c.be.matmul_id(mat_of(L.ffn_up_exps), E, sel, slots, z, K, u);
+    c.be.glu(g, u, slots, ff, c.glu());
+    c.be.matmul_id(mat_of(L.ffn_down_exps), E, sel, slots, g, 1, ys);
+    c.be.scale_rows(ys, w, slots, lat);
+}
+
+// The weighted slots ys [n][K][lat] summed in selection order (as ggml's chain of adds), back
+// up from the latent space (K3), plus the shared experts' output sh_out (full width, unscaled;
+// nullptr: none) into out [n][d].
+void finish_moe(FwdCtx& c, const LayerWeights& L, const float* ys, const float* sh_out, float* out) {
+    const HParams& hp = c.hp;
+    const int64_t n = c.n, d = hp.n_embd, K = hp.n_expert_used, lat = hp.latent_dim();
+    ScratchScope s(c.ws);
+    float* yl = s.get(size_t(n * lat));
+    c.be.sum_slots(ys, n, K, lat, yl);
+    if (L.ffn_routed_up) {
+        if (L.ffn_routed_norm) c.be.rms_norm(yl, L.ffn_routed_norm, yl, n, lat, hp.rms_eps);
+        c.be.matmul(mat_of(L.ffn_routed_up), yl, n, out);
+    } else {
+        c.be.copy(out, yl, size_t(n * d) * sizeof(float));
+    }
+    if (sh_out) c.be.add(out, sh_out, n * d);
+}
+
 }  // namespace
 
 void dense_ffn(FwdCtx& c, int il, const float* xn, float* out) {
@@ -286,6 +325,33 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
         be.matmul_many(outs, xn, n);
     }
 
+    // Routed experts read the latent input (K3) or x itself.
+    const float* z = zl ? zl : xn;
+    float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
+    const backend::RouteParams route_params{E, K, hp.expert_weights_norm, hp.expert_weights_scale};
+    runtime::ExpertStore* store = c.opt.experts;
+    const std::vector<ExpertShard>& shards = c.env.pl.expert_shards(il);
+    const bool hooked = c.opt.routing_replay || c.opt.routing_record;
+    const bool with_layer = !store && shards.empty() && !c.opt.split && c.env.pl.experts_with_layer(il);
+
+    // Slot by slot with the choices left on be (a GPU's decode step), when nothing on the host
+    // needs them: no store, trace or split.
+    const bool by_slot = with_layer && !hooked &&
+                         (c.opt.moe_slots == 1 || (c.opt.moe_slots < 0 && be.resident_moe() && n * K <= kMaxResidentSlots));
+    if (by_slot) {
+        auto* sel = reinterpret_cast<int32_t*>(s.get(size_t(n * K)));   // 4-byte slots of the workspace
+        float* w = s.get(size_t(n * K));
+        be.route_resident(probs, L.exp_probs_b, n, route_params, sel, w);
+        routed_slots(c, L, sel, w, z, ys);
+        float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;
+        if (ffs) {
+            be.glu(shg, shu, n, ffs, c.glu());
+            be.matmul(mat_of(L.ffn_down_shexp), shg, n, sh_out);
+        }
+        finish_moe(c, L, ys, sh_out, out);
+        return;
+    }
+
     // Router: sigmoid scores in fp32; the bias only picks, the weights use the raw scores.
     std::vector<int32_t> sel(static_cast<size_t>(n * K));
     std::vector<float> wsel(static_cast<size_t>(n * K));
@@ -295,29 +361,22 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
             c.opt.routing_replay->replay(c.pos0 + t, moe_layer, int(E), int(K), idx);
         if (c.opt.routing_record) c.opt.routing_record->record(c.pos0 + t, moe_layer, idx);
     };
-    const bool hooked = c.opt.routing_replay || c.opt.routing_record;
-    be.route(probs, L.exp_probs_b, n, backend::RouteParams{E, K, hp.expert_weights_norm, hp.expert_weights_scale},
-             sel.data(), wsel.data(), hooked ? backend::RouteHook(hook) : backend::RouteHook());
+    be.route(probs, L.exp_probs_b, n, route_params, sel.data(), wsel.data(),
+             hooked ? backend::RouteHook(hook) : backend::RouteHook());
 
     // Tell the expert store this chunk's choices at once: its misses load while hits compute.
-    runtime::ExpertStore* store = c.opt.experts;
     if (store) {
         store->route(il, sel, n);
         if (c.opt.prefetch_next) prefetch_next_layer(c, il, xn);
     }
 
-    // Routed experts read the latent input (K3) or x itself.
-    const float* z = zl ? zl : xn;
-
     // Group tokens by expert so each expert's weights are read once per chunk.
-    float* ys = s.get(size_t(n * K * lat));          // [t][slot][lat], already weighted
     model::Split* split = c.opt.split && c.opt.split->shards_experts() ? c.opt.split : nullptr;
     std::vector<char> mine;
     if (split)
         for (int64_t e = 0; e < E; ++e) mine.push_back(split->owns_expert(il, int(e)));
     const ByExpert by_expert(sel, E, split ? &mine : nullptr);
     float* sh_out = ffs ? s.get(size_t(n * d)) : nullptr;   // shared experts' output [n x d]
-    const std::vector<ExpertShard>& shards = c.env.pl.expert_shards(il);
     const bool shared_done = !store && shards.empty() && c.env.pl.experts_with_layer(il);
     if (store) routed_through_store(c, il, L, by_expert, z, wsel.data(), ys);
     else if (!shards.empty()) routed_sharded(c, L, shards, by_expert, z, wsel.data(), ys);
@@ -329,18 +388,7 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     }
     // The other ranks' experts' rows, so every rank sums the whole set.
     if (split) split->gather_slots(il, sel, be, ys, n, K, lat);
-    // Sum the slots in selection order, as ggml's chain of adds does.
-    float* yl = s.get(size_t(n * lat));
-    be.sum_slots(ys, n, K, lat, yl);
-
-    if (L.ffn_routed_up) {
-        if (L.ffn_routed_norm) be.rms_norm(yl, L.ffn_routed_norm, yl, n, lat, hp.rms_eps);
-        be.matmul(mat_of(L.ffn_routed_up), yl, n, out);
-    } else {
-        be.copy(out, yl, size_t(n * d) * sizeof(float));
-    }
-
-    if (ffs) be.add(out, sh_out, n * d);   // shared experts: full width, unscaled
+    finish_moe(c, L, ys, sh_out, out);
 }
 
 }  // namespace kinfer::model

@@ -55,6 +55,12 @@ struct SessionOptions {
     // kernels of the golden parity tests (llama.cpp's operation order). 0: always tiled.
     int64_t tiled_min_keys = 1024;
     int mla_tiled_form = -1;      // tiled prefill form: -1 by cost, 0 absorbed, 1 decompressed (MHA)
+    // Routed experts of a layer whose experts sit on its backend (no store, no split, no routing
+    // trace): slot by slot with the choices left in the backend's memory (model/moe.cpp
+    // routed_slots: no host round trip, what a GPU decode step needs), or grouped by expert on
+    // the host. -1: by slot where the backend says it pays (Backend::resident_moe, a GPU) for up
+    // to kMaxResidentSlots slots; 0: never; 1: always (tests: the same logits either way).
+    int moe_slots = -1;
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
     runtime::RoutingTrace* routing_record = nullptr;        // every routing decision is added here

@@ -159,3 +159,53 @@ TEST_CASE("cuda matvec_group (cpu mode): every task bit-equal to its own matvec,
     too_many.n_tasks = cuda::emu::kMatvecGroupMax + 1;
     CHECK_THROWS_AS(cuda::emu::matvec_group(quant::Type::F32, 16, 4, too_many, nullptr), std::invalid_argument);
 }
+
+// matvec_id (MoE by slot, the ids read on the device) must give each slot exactly what matvec
+// gives its expert alone on its input row, every type: 5 experts of 37 rows (partial blocks),
+// 3 tokens x 4 slots reading token s / 4 (gate / up) and 12 slots reading their own row (down),
+// repeated and unused experts; an id out of range gives a NaN row and leaves the others alone.
+TEST_CASE("cuda matvec_id (cpu mode): every slot bit-equal to its expert's own matvec, every type") {
+    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,   quant::Type::Q8_0,
+                                 quant::Type::Q4_0, quant::Type::Q5_0, quant::Type::IQ4_NL, quant::Type::MXFP4,
+                                 quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
+    const int64_t E = 5, rows = 37, K = 4, n = 3, slots = n * K;
+    const std::vector<int32_t> sel = {4, 0, 2, 1, 2, 4, 0, 3, 1, 1, 0, 4};   // expert 1 twice for token 2
+    for (const quant::Type type : types) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t cols = tr.block_size > 1 ? 512 : 260;
+        const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
+        INFO("type ", tr.name);
+        const std::vector<float> wf = randn(size_t(E * rows * cols), 4000 + uint32_t(type));
+        std::vector<uint8_t> W(slice * size_t(E));
+        for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        for (const int64_t x_div : {K, int64_t(1)}) {
+            const std::vector<float> x = randn(size_t((slots / x_div) * cols), 5000 + uint32_t(x_div));
+            std::vector<float> y(size_t(slots * rows), -1.0f);
+            cuda::emu::matvec_id(type, W.data(), rb, slice, E, rows, cols, sel.data(), slots, x.data(), x_div, y.data(),
+                                 nullptr);
+            int differ = 0;
+            for (int64_t s = 0; s < slots; ++s) {
+                std::vector<float> alone(size_t(rows), -2.0f);
+                cuda::emu::matvec(type, W.data() + size_t(sel[size_t(s)]) * slice, rb, rows, cols,
+                                  x.data() + (s / x_div) * cols, 0, 1, alone.data(), 0, nullptr);
+                differ += std::memcmp(alone.data(), y.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
+            }
+            CHECK_MESSAGE(differ == 0, "x_div ", x_div);
+        }
+    }
+    // A bad id: its slot's rows are NaN, the slot beside it is computed.
+    const quant::Traits& tr = quant::traits(quant::Type::Q8_0);
+    const int64_t cols = 64;
+    const size_t rb = quant::row_size(tr, cols);
+    std::vector<uint8_t> W(rb * 2 * 20);
+    const std::vector<float> wf = randn(size_t(2 * 20 * cols), 6000), x = randn(size_t(2 * cols), 6001);
+    for (int64_t r = 0; r < 40; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+    const int32_t bad[2] = {7, 1};
+    std::vector<float> y(40, 0.0f);
+    cuda::emu::matvec_id(quant::Type::Q8_0, W.data(), rb, rb * 20, 2, 20, cols, bad, 2, x.data(), 1, y.data(), nullptr);
+    CHECK(std::all_of(y.begin(), y.begin() + 20, [](float v) { return std::isnan(v); }));
+    CHECK(std::none_of(y.begin() + 20, y.end(), [](float v) { return std::isnan(v); }));
+    CHECK_THROWS_AS(cuda::emu::matvec_id(quant::Type::Q8_0, W.data(), rb, rb * 20, 2, 20, cols, bad, 2, x.data(), 0,
+                                         y.data(), nullptr),
+                    std::invalid_argument);
+}

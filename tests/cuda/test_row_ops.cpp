@@ -77,7 +77,7 @@ TEST_CASE("cuda route (cpu mode): the same experts as the CPU op, weights and sc
     }
 }
 
-TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots (cpu mode): against the CPU ops") {
+TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots, scale_rows (cpu mode): against the CPU ops") {
     const int64_t rows = 3, d = 300;
     std::vector<float> x = randn(size_t(rows * d), 30), want = x;
     cuda::emu::l2_norm(x.data(), rows, d, 1e-6f, nullptr);
@@ -107,4 +107,12 @@ TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots (cpu mode): agains
     cuda::emu::sum_slots(ys.data(), t, K, cols, out.data(), nullptr);
     cpu().sum_slots(ys.data(), t, K, cols, wout.data());
     check_close(out, wout, 0, 0, "sum_slots (exact: same order)");
+
+    // scale_rows: each row times its weight, the CPU's product (exact).
+    std::vector<float> sr = ys, wsr = ys;
+    const std::vector<float> wr = randn(size_t(t * K), 35);
+    cuda::emu::scale_rows(sr.data(), wr.data(), t * K, cols, nullptr);
+    cpu().scale_rows(wsr.data(), wr.data(), t * K, cols);
+    check_close(sr, wsr, 0, 0, "scale_rows (exact)");
+    CHECK(sr != ys);
 }

@@ -5,6 +5,8 @@
 #           against llama.cpp's exact-mode logits;
 #   tier    the same with the routed experts paged through a device cache of 25 % of them,
 #           against llama.cpp's;
+#   slots   --moe slots: the routed experts by slot with the choices left on the device (what
+#           "all" runs for decode; here the prefill too), against llama.cpp's;
 #   tiled   --mla-tiled-from 0: the tiled MLA kernels over the cache pages (prefill chunks in the
 #           decompressed (MHA) form where it costs fewer operations, decode absorbed), against
 #           the CPU running the same form;
@@ -56,6 +58,7 @@ for m in "${models[@]}"; do
     run cpu-mha --mla decompressed
     run all --device "$dev" -ngl 99
     run tier --device "$dev" -ngl 99 --expert-cache 25%
+    run slots --device "$dev" -ngl 99 --moe slots
     run tiled --device "$dev" -ngl 99 --mla-tiled-from 0
     run mha --device "$dev" -ngl 99 --mla decompressed
     python3 - "$out" "$name" "$want" "$floor" <<'PY' || bad=1
@@ -75,6 +78,7 @@ if floor:
 bad = 0
 # form: (its reference logits, the CPU run whose greedy ids it must repeat)
 for form, ref, twin in (("cpu", "llama.cpp", "cpu"), ("all", "llama.cpp", "cpu"), ("tier", "llama.cpp", "cpu"),
+                        ("slots", "llama.cpp", "cpu"),
                         ("tiled", "cpu-tiled", "cpu-tiled"), ("mha", "cpu-mha", "cpu-mha")):
     ref_logits = want if ref == "llama.cpp" else load(f"{out}/{name}.{ref}.f32", len(want))
     got = load(f"{out}/{name}.{form}.f32", len(want))

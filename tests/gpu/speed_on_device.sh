@@ -4,7 +4,8 @@
 # its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
 # width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
 # MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
-# of them (the store pages the misses from pinned host memory). The recipes are read from
+# of them (the store pages the misses from pinned host memory), and decode with the routed
+# experts grouped on the host (--moe grouped) against the default by slot. The recipes are read from
 # ${KINFER_GOLDEN:-../shared/golden}; without it the step says so and is skipped (the GPU machine
 # may not have ../shared: copy shared/golden/llama.cpp/{bench,models} there, or point
 # KINFER_GOLDEN at a copy).
@@ -40,6 +41,9 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): CPU ($threads threads), then every layer on $dev"
     "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2
     "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99
+    echo "-- $(basename "$m"): decode on $dev with the routed experts grouped on the host (the router's choices"
+    echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2
     echo "-- $(basename "$m"): decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %"
     for c in 10 25 50 100; do
         echo "expert cache $c %:"

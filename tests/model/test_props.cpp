@@ -1,10 +1,14 @@
-// Property tests of the forward pass: the two KDA forms agree, the two MLA forms agree, and
-// chunking a prefill differently does not change the logits.
+// Property tests of the forward pass: the two KDA forms agree, the two MLA forms agree,
+// chunking a prefill differently does not change the logits, and the routed experts give the
+// same bits by slot as grouped by expert.
 #include "test_util.h"
 #include "parity_util.h"
 
 #include "backend/cpu/kda_kernels.h"
+#include "backend/registry.h"
 #include "model/session.h"
+
+#include <cstring>
 
 #include <doctest/doctest.h>
 #include <random>
@@ -118,4 +122,28 @@ TEST_CASE("session: reset, context limit, logits of the last position") {
     s2.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 10));
     CHECK(s.logits() == s2.logits());
     CHECK_THROWS_AS(s.decode(int32_t(V)), Error);   // token id out of range
+}
+
+// model/moe.cpp routed_slots (the choices left on the backend: a GPU's decode step) against the
+// grouping by expert (ByExpert, the CPU's default): one row per chosen expert through the same
+// per-row arithmetic, weighted by the same product, so the logits are equal bit for bit, in a
+// 64-token prefill (experts with several rows take the CPU's tile kernels there) and token by
+// token, on the CPU and with every layer on a simulated device.
+TEST_CASE("MoE: routed by slot == grouped by expert, bit for bit") {
+    const auto ids = read_ids(data("prompt64.ids.txt"));
+    for (const char* name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
+        auto m = model::Model::load(data(std::string("models/") + name + ".gguf"));
+        for (const bool batch : {true, false}) {
+            INFO(name, batch ? " prefill" : " decode");
+            const auto grouped = eval_logits(*m, ids, batch, {.moe_slots = 0});
+            const auto slots = eval_logits(*m, ids, batch, {.moe_slots = 1});
+            REQUIRE(grouped.size() == slots.size());
+            CHECK(std::memcmp(grouped.data(), slots.data(), grouped.size() * sizeof(float)) == 0);
+        }
+        backend::Backends bk(2);
+        bk.add_device("sim:256MiB");
+        const auto on_device = eval_logits(*m, ids, false, {.moe_slots = 1, .backends = &bk, .n_gpu_layers = 99});
+        const auto grouped = eval_logits(*m, ids, false, {.moe_slots = 0});
+        CHECK(std::memcmp(grouped.data(), on_device.data(), grouped.size() * sizeof(float)) == 0);
+    }
 }

@@ -536,6 +536,39 @@ void CudaBackend::sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols,
     check(cudaGetLastError(), "sum_slots");
 }
 
+// The routed experts by slot (model/moe.cpp routed_slots): the choices stay in device memory, so
+// the host queues the whole MoE layer without waiting for the router.
+void CudaBackend::route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
+                                 float* w) {
+    need(sel, size_t(n * p.n_used) * sizeof(int32_t), "route_resident", "sel");
+    need(w, size_t(n * p.n_used) * sizeof(float), "route_resident", "w");
+    select();
+    gpu::route(probs, bias, n, p.n_expert, p.n_used, p.norm, p.scale, sel, w, compute_);
+    check(cudaGetLastError(), "route_resident");
+}
+
+void CudaBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t* sel, int64_t slots, const float* x,
+                            int64_t x_div, float* y) {
+    need(experts, "matmul_id");
+    if (experts.slice_rows <= 0) fail("{}: matmul_id: {} is not a 3-D expert tensor", name_, experts.name);
+    if (!gpu::matvec_supported(experts.type))
+        fail("{}: matmul_id: no kernel for weight {} of type {}", name_, experts.name, quant::type_facts(experts.type).name);
+    select();
+    try {
+        gpu::matvec_id(experts.type, experts.data, experts.row_bytes, size_t(experts.slice_rows) * experts.row_bytes,
+                       n_slices, experts.slice_rows, experts.cols, sel, slots, x, x_div, y, compute_);
+    } catch (const std::exception& e) {
+        fail("{}: matmul_id {} ({} slots): {}", name_, experts.name, slots, e.what());
+    }
+    check(cudaGetLastError(), "matmul_id");
+}
+
+void CudaBackend::scale_rows(float* y, const float* w, int64_t rows, int64_t cols) {
+    select();
+    gpu::scale_rows(y, w, rows, cols, compute_);
+    check(cudaGetLastError(), "scale_rows");
+}
+
 void CudaBackend::conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state) {
     select();
     gpu::conv_silu(x, n, channels, W, taps, state, compute_);

@@ -4,7 +4,9 @@
 // kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on; matmul_tasks groups its
 // tasks into one matvec launch or one grouped cuBLAS GEMM per weight shape), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
-// conv_silu, kda_decay, kda_scan (the recurrence; the chunked form runs as the recurrence),
+// the MoE slot ops (route_resident, matmul_id, scale_rows: resident_moe() is true, so decode's
+// routed experts run without a host round trip), conv_silu, kda_decay, kda_scan (the recurrence
+// for decode, the chunked WY form from kda_chunked_default_chunk tokens),
 // mla_attend_absorbed, the decompressed (MHA) prefill forms mla_attend_decompressed and
 // mla_attend_tiled_mha (has_tiled_mha() is true: long prefill chunks take it), the paged latent
 // cache (mla_cache_store / load, mla_attend_tiled: the absorbed form through the pages),
@@ -104,6 +106,12 @@ public:
     void scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
                           float* dst) override;
     void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) override;
+    void route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
+                        float* w) override;
+    void matmul_id(const Mat& experts, int64_t n_slices, const int32_t* sel, int64_t slots, const float* x,
+                   int64_t x_div, float* y) override;
+    void scale_rows(float* y, const float* w, int64_t rows, int64_t cols) override;
+    bool resident_moe() const override { return true; }
     void attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out, int64_t n,
                       int64_t d, float eps) override;
 

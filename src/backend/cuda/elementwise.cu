@@ -33,6 +33,9 @@ __global__ void mul_sigmoid_kernel(float* y, const float* g, int64_t n) {
 __global__ void sigmoid_kernel(float* x, int64_t n) {
     KINFER_GRID_STRIDE(i, n) x[i] = sigmoidf(x[i]);
 }
+__global__ void scale_rows_kernel(float* y, const float* w, int64_t rows, int64_t cols) {
+    KINFER_GRID_STRIDE(i, rows * cols) y[i] = y[i] * w[i / cols];
+}
 // out[t][c] = ys[t][0][c] + ys[t][1][c] + ... in slot order (ggml's chain of adds).
 __global__ void sum_slots_kernel(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) {
     KINFER_GRID_STRIDE(i, n * cols) {
@@ -98,6 +101,12 @@ void mul_sigmoid(float* y, const float* g, int64_t n, void* stream) {
     if (n <= 0) return;
     auto* k = &mul_sigmoid_kernel;
     KINFER_LAUNCH(k, grid_for(n), dim3(kThreads), 0, as_stream(stream), y, g, n);
+}
+
+void scale_rows(float* y, const float* w, int64_t rows, int64_t cols, void* stream) {
+    if (rows <= 0 || cols <= 0) return;
+    auto* k = &scale_rows_kernel;
+    KINFER_LAUNCH(k, grid_for(rows * cols), dim3(kThreads), 0, as_stream(stream), y, w, rows, cols);
 }
 
 void sigmoid(float* x, int64_t n, void* stream) {

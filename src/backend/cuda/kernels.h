@@ -23,6 +23,13 @@ bool matvec_supported(quant::Type t);
 // decoded to fp32 in registers), so there is no activation quantization error.
 void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
             int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream);
+// The routed experts by slot, the ids read on the device (MoE decode without a host round trip):
+// y[s * rows + r] = W_e.row(r) . x[(s / x_div) * cols ..] for e = sel[s], s < slots, where W_e
+// starts e * slice_bytes into W. Each slot is matvec's one-token block code, so its bits are
+// what matvec gives for that expert alone. An id outside [0, n_slices) makes the slot's rows
+// NaN instead of reading past the tensor.
+void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+               int64_t cols, const int32_t* sel, int64_t slots, const float* x, int64_t x_div, float* y, void* stream);
 
 // The grouped form (MoE: every routed expert's gate / up / down of a layer; dense projections that
 // share an input): many matvecs of one weight type, width and row size in one launch, each task
@@ -123,6 +130,8 @@ void mul_sigmoid(float* y, const float* g, int64_t n, void* stream);      // y *
 void sigmoid(float* x, int64_t n, void* stream);
 // out[t] = sum over k < K of ys[t][k] (slot order), rows of cols.
 void sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out, void* stream);
+// y[r][c] = y[r][c] * w[r] over rows of cols (scatter_weighted's product, in place).
+void scale_rows(float* y, const float* w, int64_t rows, int64_t cols, void* stream);
 
 // ---- MoE routing ------------------------------------------------------------------------------
 // probs [n][E] logits -> sigmoid scores in place; sel [n][K] the top-K of score + bias (ties to

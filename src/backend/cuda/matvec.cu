@@ -96,6 +96,26 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_group_kernel(MatvecG
                         local % row_blocks, local / row_blocks);
 }
 
+// One slot of matvec_id: block (row block, slot); the slot's expert id comes from sel on the
+// device, and the block runs matvec's one-token code on that expert's rows.
+template <class F>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_id_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                     int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const float* __restrict__ x,
+                     int64_t x_div, float* __restrict__ y) {
+    const int64_t s = blockIdx.y;
+    const int32_t e = sel[s];
+    float* ys = y + s * rows;
+    if (e < 0 || e >= n_slices) {               // a bad id: a NaN row, not a read past the tensor
+        for (int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x; r < rows && r < int64_t(blockIdx.x + 1) * kRowsPerBlock;
+             r += blockDim.x)
+            ys[r] = NAN;
+        return;
+    }
+    matvec_block<F, 1>(W + size_t(e) * slice_bytes, row_bytes, rows, cols, x + (s / x_div) * cols, cols, 1, ys, rows,
+                       blockIdx.x, 0);
+}
+
 template <class F>
 void launch(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t ldx, int64_t n,
             float* y, int64_t ldy, void* stream) {
@@ -185,6 +205,24 @@ void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int
     if (ldx == 0) ldx = cols;
     if (ldy == 0) ldy = rows;
     with_dot(type, "matvec", [&](auto dot) { launch<decltype(dot)>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream); });
+}
+
+void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+               int64_t cols, const int32_t* sel, int64_t slots, const float* x, int64_t x_div, float* y, void* stream) {
+    if (rows <= 0 || slots <= 0) return;
+    if (x_div < 1 || slots > 65535)
+        throw std::invalid_argument("cuda matvec_id: " + std::to_string(slots) + " slots (at most 65535), x_div " +
+                                    std::to_string(x_div) + " (at least 1)");
+    with_dot(type, "matvec_id", [&](auto dot) {
+        using F = decltype(dot);
+        if (!F::kUnblocked && cols % F::kElems != 0)
+            throw std::invalid_argument("cuda matvec_id: " + std::to_string(cols) + " columns are not whole blocks of " +
+                                        std::to_string(F::kElems));
+        auto* kernel = &matvec_id_kernel<F>;
+        KINFER_LAUNCH(kernel, dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(slots)),
+                      dim3(kMatvecWarps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes,
+                      slice_bytes, n_slices, rows, cols, sel, x, x_div, y);
+    });
 }
 
 void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream) {

@@ -1,0 +1,17 @@
+#include "cli/lib/moe_flag.h"
+
+namespace kinfer::cli {
+
+void add_moe_flag(CLI::App& app, std::string& value) {
+    app.add_option("--moe", value,
+                   "routed experts: grouped (tokens grouped by expert, the choices read on the host), slots (one row "
+                   "per chosen expert, the choices left on the backend: what a GPU decode step runs without waiting "
+                   "for the router), or auto (slots on a GPU for up to 64 slots, grouped elsewhere); the logits are "
+                   "the same either way")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "grouped", "slots"}));
+}
+
+int moe_slots_of(const std::string& value) { return value == "slots" ? 1 : value == "grouped" ? 0 : -1; }
+
+}  // namespace kinfer::cli
