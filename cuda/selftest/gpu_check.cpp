@@ -613,6 +613,86 @@ void grouped_experts(backend::Backend& gpu) {
     }
 }
 
+// The embedding gather on the device (-ot token_embd=cudaN): a 4096-row table at K3's width in
+// the types the golden and real files give token_embd, bit for bit the CPU's embed, and its time
+// for one token (decode) and a 512-token chunk.
+void embed_check(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    std::printf("\n# embedding gather, 4096 rows x 7168 (bit for bit the CPU's embed)\n");
+    const int64_t vocab = 4096, cols = 7168;
+    std::vector<int32_t> ids(512);
+    for (size_t t = 0; t < ids.size(); ++t) ids[t] = int32_t((t * 2654435761u) % uint32_t(vocab));
+    for (quant::Type t : {quant::Type::Q8_0, quant::Type::Q4_K, quant::Type::F16}) {
+        const quant::Traits& tr = quant::traits(t);
+        const size_t rb = quant::row_size(tr, cols);
+        const std::vector<float> wf = randn(size_t(vocab * cols), 90 + uint32_t(t));
+        std::vector<uint8_t> E(rb * size_t(vocab));
+        for (int64_t r = 0; r < vocab; ++r) tr.quantize(wf.data() + r * cols, E.data() + size_t(r) * rb, cols);
+        Dev dE(gpu, E.data(), E.size(), "token_embd"), dx(gpu, nullptr, ids.size() * size_t(cols) * 4, "x");
+        const backend::Mat Mg{t, cols, vocab, dE.buf.ptr, rb, 0, "token_embd.weight"};
+        const backend::Mat Mc{t, cols, vocab, E.data(), rb, 0, "token_embd.weight"};
+        gpu.embed(Mg, ids.data(), int64_t(ids.size()), dx.f());
+        std::vector<float> want(ids.size() * size_t(cols));
+        cpu.embed(Mc, ids.data(), int64_t(ids.size()), want.data());
+        check((std::string("embed ") + tr.name + " == cpu").c_str(), down(gpu, dx, want.size()), want, 0, 1e-30);
+        const double s1 = time_it(gpu, 50, [&] { gpu.embed(Mg, ids.data(), 1, dx.f()); });
+        const double s512 = time_it(gpu, 20, [&] { gpu.embed(Mg, ids.data(), 512, dx.f()); });
+        std::printf("     embed %s: 1 token %.1f us, 512 tokens %.1f us\n", tr.name, s1 * 1e6, s512 * 1e6);
+    }
+}
+
+// The routed experts of a decode step by slot (model/moe.cpp routed_slots: route_resident +
+// matmul_id, the choices never leave the device) against the grouped path's shape (route, the
+// choices downloaded, one task per chosen expert), K3's latent experts (3072 x 3584 gate, Q4_K),
+// 16 experts top-8, one token: the gate products bit-equal, and the time of each way, which
+// differs by the host round trip.
+void moe_slots_check(backend::Backend& gpu) {
+    std::printf("\n# MoE decode by slot (choices on the device) vs grouped on the host, K3 gate 3072 x 3584 Q4_K, 16 experts top-8\n");
+    const quant::Type t = quant::Type::Q4_K;
+    const quant::Traits& tr = quant::traits(t);
+    const int64_t rows = 3072, cols = 3584, E = 16, K = 8;
+    const size_t rb = quant::row_size(tr, cols);
+    std::vector<uint8_t> W(rb * size_t(rows * E));
+    {
+        // One random matrix, each expert's rows rotated by its id: distinct experts, one quantization.
+        const std::vector<float> wf = randn(size_t(rows * cols), 80);
+        std::vector<uint8_t> one(rb * size_t(rows));
+        for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, one.data() + size_t(r) * rb, cols);
+        for (int64_t e = 0; e < E; ++e)
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(W.data() + size_t(e * rows + r) * rb, one.data() + size_t((r + 97 * e) % rows) * rb, rb);
+    }
+    const std::vector<float> x = randn(size_t(cols), 81), logits = randn(size_t(E), 82), bias(size_t(E), 0.0f);
+    Dev dW(gpu, W.data(), W.size(), "experts"), dx(gpu, x.data(), x.size() * 4, "x"), dp(gpu, logits.data(), logits.size() * 4, "probs"),
+        db(gpu, bias.data(), bias.size() * 4, "bias"), dsel(gpu, nullptr, size_t(K) * 8, "sel and w"),
+        dy(gpu, nullptr, size_t(K * rows) * 4, "y slots"), dy1(gpu, nullptr, size_t(K * rows) * 4, "y grouped");
+    backend::Mat experts{t, cols, rows * E, dW.buf.ptr, rb, rows, "ffn_gate_exps"};
+    const backend::RouteParams rp{E, K, true, 1.0f};
+    auto* sel_dev = reinterpret_cast<int32_t*>(dsel.buf.ptr);
+    float* w_dev = dsel.f() + K;
+    std::vector<int32_t> sel(static_cast<size_t>(K));
+    std::vector<float> w(static_cast<size_t>(K));
+    auto slots = [&] {
+        gpu.upload(dp.buf.ptr, logits.data(), logits.size() * 4);
+        gpu.route_resident(dp.f(), db.f(), 1, rp, sel_dev, w_dev);
+        gpu.matmul_id(experts, E, sel_dev, K, dx.f(), K, dy.f());
+    };
+    auto grouped = [&] {
+        gpu.upload(dp.buf.ptr, logits.data(), logits.size() * 4);
+        gpu.route(dp.f(), db.f(), 1, rp, sel.data(), w.data(), {});
+        std::vector<backend::MatTask> tasks;
+        for (int64_t k = 0; k < K; ++k) tasks.push_back({experts.slice(sel[size_t(k)]), 0, 0, 1, dy1.f() + k * rows, 0});
+        const backend::MatInput in{dx.f(), 1, cols, 0};
+        gpu.matmul_tasks({&in, 1}, tasks);
+    };
+    slots();
+    grouped();
+    check("moe gate by slot == grouped", down(gpu, dy, size_t(K * rows)), down(gpu, dy1, size_t(K * rows)), 0, 1e-30);
+    // Both times include the same logits upload (a synchronous copy, as a step's input would be).
+    const double s_slots = time_it(gpu, 50, slots), s_grouped = time_it(gpu, 50, grouped);
+    std::printf("     one token, 8 experts' gate: by slot %.1f us, grouped (choices read on the host) %.1f us\n", s_slots * 1e6,
+                s_grouped * 1e6);
+}
+
 }  // namespace
 
 int main() {
@@ -633,6 +713,8 @@ int main() {
     paged_cache(*gpu, cpu);
     mla_mha_prefill(*gpu, cpu);
     grouped_experts(*gpu);
+    embed_check(*gpu, cpu);
+    moe_slots_check(*gpu);
     std::printf("\nkinfer_gpu_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }

@@ -52,7 +52,7 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
         // The store's tiers decide, whatever the layer's backend.
         experts_with_layer_[size_t(il)] = !o.expert_store && !(on_dev && experts_on_cpu);
     }
-    if (n_device_layers_ == 0 && output_ == &bk.cpu()) return;
+    if (n_device_layers_ == 0 && output_ == &bk.cpu() && embed_ == &bk.cpu()) return;
 
     // shard_experts: device d of D takes experts [e0 + (e1 - e0) d / D, e0 + (e1 - e0)(d + 1) / D)
     // of every device layer whose experts are with it (e0, e1: this process's share).
@@ -84,7 +84,7 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     };
     for_each_tensor(hp, has, [&](const TensorSpec& s) {
         backend::Backend* where = s.layer >= 0 ? layer_[size_t(s.layer)]
-                                  : s.global_mat == &Weights::token_embd ? &bk.cpu() : output_;
+                                  : s.global_mat == &Weights::token_embd ? embed_ : output_;
         if (where == &bk.cpu()) return;
         dev = where;
         const gguf::TensorInfo* t = f.find_tensor(s.name);
@@ -146,8 +146,7 @@ void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std
                 break;
             }
         if (s.layer < 0 && s.global_mat == &Weights::token_embd) {
-            if (to && to != &bk.cpu())
-                fail("-ot: {} stays on the CPU (the embedding gather reads it from the mapping)", s.name);
+            if (to) embed_ = to;   // the table and the gather go there (a device's embed op)
             return;
         }
         Seen& e = seen[s.layer >= 0 ? size_t(s.layer) : layer_.size()];

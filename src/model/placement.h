@@ -1,7 +1,8 @@
 // Where each part of the model lives and runs, decided at load by one walk of the tensor list
 // (for_each_tensor), llama.cpp's rules:
 //   -ngl N        the last N layers' weights (and output / output_norm when N >= n_layer) are
-//                 copied to the device and their ops run there; token_embd stays on the CPU;
+//                 copied to the device and their ops run there; token_embd stays on the CPU
+//                 (as in llama.cpp: a decode step reads one row of it);
 //                 with several devices (--device cuda0,cuda1) the N layers are shared among
 //                 them in contiguous runs, the residual moving between them;
 //   --cpu-moe     routed experts of every device layer stay in the mapping and run on the CPU;
@@ -9,8 +10,9 @@
 //   -ot RE=DEV    a layer whose non-expert tensors match RE runs on DEV (CPU or a device name),
 //                 whatever -ngl says; output / output_norm likewise. A layer runs on one backend,
 //                 so RE must match all of a layer's dense tensors or none (else: an error that
-//                 says so). Routed-expert tensors matched by -ot are the expert store's business;
-//                 token_embd always stays on the CPU (the embedding gather reads the mapping).
+//                 says so). Routed-expert tensors matched by -ot are the expert store's business.
+//                 token_embd=DEV copies the table there and the gather runs there (the prompt's
+//                 rows then never cross from the host).
 //   share         a rank of a --split runs part of the model (model::Share): the layers, the
 //                 head and the routed experts outside its part are never copied to a device
 //                 (their layers run nowhere in this process; they are left on the CPU's views);

@@ -210,7 +210,7 @@ TEST_CASE("an error mid-forward leaves a session that refuses until reset, then 
     CHECK(std::memcmp(s.logits().data(), fresh.logits().data(), s.logits().size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("-ot moves whole layers between the CPU and the device; a split layer or an unknown backend is refused") {
+TEST_CASE("-ot moves whole layers (and the embedding table) between the CPU and the device; a split layer or an unknown backend is refused") {
     auto m = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
     const int L = m->hparams().n_layer;
     REQUIRE(L >= 2);
@@ -240,8 +240,18 @@ TEST_CASE("-ot moves whole layers between the CPU and the device; a split layer 
     CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("runs a layer on one backend"), Error);
     so.overrides = {"blk\\.0\\.=cuda7"};
     CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("no backend called 'cuda7'"), Error);
+    // The embedding table to the device: the gather runs there, the same bits.
     so.overrides = {"token_embd=sim0"};
-    CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("stays on the CPU"), Error);
+    CHECK(same(run(*m, so), base));
+    {
+        model::Session s(*m, so);
+        CHECK(&s.placement().embed() == bk.device(0));
+        CHECK(s.placement().n_device_layers() == 0);
+        CHECK(s.placement().device_bytes() == m->file().find_tensor("token_embd.weight")->nbytes);
+    }
+    so.n_gpu_layers = L, so.overrides = {"token_embd=sim0"};
+    CHECK(same(run(*m, so), base));
+    so.n_gpu_layers = 0;
     so.overrides = {"blk\\.0\\.("};
     CHECK_THROWS_WITH_AS(model::Session(*m, so), doctest::Contains("expected REGEX=DEVICE"), Error);
 }

@@ -1,11 +1,14 @@
-// The row-wise, element-wise and routing kernels (rows.cu, route.cu) in CPU mode against the CPU
+// The row-wise, element-wise, routing and embedding kernels (rows.cu, elementwise.cu, route.cu,
+// embed.cu) in CPU mode against the CPU
 // backend's ops. Tolerances: the CPU sums in double where the kernels sum in fp32 (a relative
 // 1e-5 covers fp32 sums of a few thousand terms), and libm's expf / tanhf against the CPU's
 // vectorised ones differ by an ulp or two.
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
+#include "quant/types.h"
 
 #include <algorithm>
+#include <cstring>
 
 using namespace kinfer;
 using kinfer::cuda::testing::check_close;
@@ -115,4 +118,34 @@ TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots, scale_rows (cpu m
     cpu().scale_rows(wsr.data(), wr.data(), t * K, cols);
     check_close(sr, wsr, 0, 0, "scale_rows (exact)");
     CHECK(sr != ys);
+}
+
+// The embedding gather (embed.cu): every table type the matvec takes, rows the CPU's embed op
+// dequantizes bit for bit; 300 tokens (two launches of at most 256 ids), repeated ids; an id
+// out of range refused by name before anything runs.
+TEST_CASE("cuda embed_rows (cpu mode): every table type, the CPU's embed bit for bit") {
+    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,   quant::Type::Q8_0,
+                                 quant::Type::Q4_0, quant::Type::Q5_0, quant::Type::IQ4_NL, quant::Type::MXFP4,
+                                 quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
+    const int64_t vocab = 11, n = 300;
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) ids[size_t(t)] = int32_t((t * 7 + t / 5) % vocab);
+    for (const quant::Type type : types) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t cols = tr.block_size > 1 ? 512 : 260;
+        const size_t rb = quant::row_size(tr, cols);
+        INFO("type ", tr.name);
+        const std::vector<float> wf = randn(size_t(vocab * cols), 7000 + uint32_t(type));
+        std::vector<uint8_t> E(rb * size_t(vocab));
+        for (int64_t r = 0; r < vocab; ++r) tr.quantize(wf.data() + r * cols, E.data() + size_t(r) * rb, cols);
+        std::vector<float> x(size_t(n * cols), -1.0f), want(x.size(), -2.0f);
+        cuda::emu::embed_rows(type, E.data(), rb, vocab, cols, ids.data(), n, x.data(), nullptr);
+        const backend::Mat M{type, cols, vocab, E.data(), rb, 0, "token_embd.weight"};
+        cpu().embed(M, ids.data(), n, want.data());
+        CHECK(std::memcmp(x.data(), want.data(), x.size() * sizeof(float)) == 0);
+    }
+    std::vector<float> table(size_t(4 * 32)), out(32);
+    const int32_t bad = 4;
+    CHECK_THROWS_WITH_AS(cuda::emu::embed_rows(quant::Type::F32, table.data(), 128, 4, 32, &bad, 1, out.data(), nullptr),
+                         doctest::Contains("token id 4"), std::invalid_argument);
 }

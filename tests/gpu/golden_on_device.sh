@@ -6,7 +6,8 @@
 #   tier    the same with the routed experts paged through a device cache of 25 % of them,
 #           against llama.cpp's;
 #   slots   --moe slots: the routed experts by slot with the choices left on the device (what
-#           "all" runs for decode; here the prefill too), against llama.cpp's;
+#           "all" runs for decode; here the prefill too), and the embedding table on the device
+#           too (-ot token_embd=DEVICE): nothing of a step on the host; against llama.cpp's;
 #   tiled   --mla-tiled-from 0: the tiled MLA kernels over the cache pages (prefill chunks in the
 #           decompressed (MHA) form where it costs fewer operations, decode absorbed), against
 #           the CPU running the same form;
@@ -27,6 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: golden_on_device.sh BIN DEVICE}
 dev=${2:?usage: golden_on_device.sh BIN DEVICE}
+case "$dev" in sim:*) dev_name=sim0 ;; *) dev_name=$dev ;; esac   # the name -ot knows it by
 gold=${KINFER_GOLDEN:-../shared/golden}/llama.cpp
 ids=tests/data/prompt64.ids.txt
 out=$(mktemp -d)
@@ -58,7 +60,7 @@ for m in "${models[@]}"; do
     run cpu-mha --mla decompressed
     run all --device "$dev" -ngl 99
     run tier --device "$dev" -ngl 99 --expert-cache 25%
-    run slots --device "$dev" -ngl 99 --moe slots
+    run slots --device "$dev" -ngl 99 --moe slots -ot "token_embd=$dev_name"
     run tiled --device "$dev" -ngl 99 --mla-tiled-from 0
     run mha --device "$dev" -ngl 99 --mla decompressed
     python3 - "$out" "$name" "$want" "$floor" <<'PY' || bad=1

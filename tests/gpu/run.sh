@@ -12,11 +12,13 @@
 #     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
 #     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent and chunked (C 16 / 32 / 64,
 #     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
-#     MLA absorbed decode time at 4K / 64K / 1M cached positions; the paged latent cache (store
+#     MLA absorbed decode time at 4K / 64K / 1M cached positions (the per-head and the grouped
+#     pass-1 kernels side by side); the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #     the decompressed (MHA) MLA prefill form against the CPU at 4K, timed against the absorbed
 #     form on a 512-token chunk at 4K / 32K; the grouped expert matvec (16 K3 experts' gate + up)
-#     equal to one launch per task, and both timed;
+#     equal to one launch per task, and both timed; the embedding gather bit for bit the CPU's;
+#     MoE decode by slot (choices on the device) against grouped on the host, equal and timed;
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
 #     against the CPU's;
 #  6. --split pipeline / experts over 2 ranks with every layer on the GPU, against one process
@@ -25,10 +27,12 @@
 #     and experts, against one GPU;
 #  8. `kinfer --list-devices` (each GPU with its free memory);
 #  9. golden logits of every tiny model with every layer on the GPU, with the experts through a
-#     25 % device cache, and in the tiled and the decompressed (MHA) MLA forms
+#     25 % device cache, by slot with the embedding table on the GPU too, and in the tiled and
+#     the decompressed (MHA) MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
-#     here, and decode with the device expert cache at 10 / 25 / 50 / 100 % of the experts
+#     here, decode with the routed experts grouped on the host against by slot, and decode with
+#     the device expert cache at 10 / 25 / 50 / 100 % of the experts
 #     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden, skipped without).
 # Steps 9 and 10 were checked on this project's CPU machines with the simulated device only.
 # Exits non-zero on any mismatch.

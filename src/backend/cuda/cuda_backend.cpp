@@ -100,10 +100,6 @@ void CudaBackend::check(int e, const char* what) const {
     if (e != cudaSuccess) fail("{}: {}: CUDA error {} ({})", name_, what, e, cudaGetErrorString(cudaError_t(e)));
 }
 
-void CudaBackend::not_implemented(const char* op) const {
-    fail("{}: op {} is not implemented on cuda yet (issue 16); run that part on the CPU (fewer -ngl layers)", name_, op);
-}
-
 size_t CudaBackend::total_bytes() const {
     select();
     size_t f = 0, t = 0;
@@ -616,7 +612,19 @@ void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float*
 
 // ---- ops without kernels yet ----
 
-void CudaBackend::embed(const Mat&, const int32_t*, int64_t, float*) { not_implemented("embed"); }
+void CudaBackend::embed(const Mat& E, const int32_t* tokens, int64_t n, float* x) {
+    need(E, "embed");
+    need(x, size_t(n * E.cols) * sizeof(float), "embed", "x");
+    for (int64_t t = 0; t < n; ++t)
+        if (tokens[t] < 0 || tokens[t] >= E.rows) fail("token id {} out of range [0, {})", tokens[t], E.rows);
+    select();
+    try {
+        gpu::embed_rows(E.type, E.data, E.row_bytes, E.rows, E.cols, tokens, n, x, compute_);
+    } catch (const std::exception& e) {
+        fail("{}: embed from {}: {}", name_, E.name, e.what());
+    }
+    check(cudaGetLastError(), "embed");
+}
 // ---- the paged latent cache ----
 
 namespace {

@@ -10,8 +10,8 @@
 // mla_attend_absorbed, the decompressed (MHA) prefill forms mla_attend_decompressed and
 // mla_attend_tiled_mha (has_tiled_mha() is true: long prefill chunks take it), the paged latent
 // cache (mla_cache_store / load, mla_attend_tiled: the absorbed form through the pages),
-// copy_rows and gather_rows (device copies). embed (the embedding table stays on the CPU by
-// placement) throws "op embed is not implemented on cuda" naming the device.
+// copy_rows and gather_rows (device copies), embed (the table stays on the CPU unless -ot puts
+// token_embd on the device).
 //
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
 // the CUDA runtime API (nvcc cannot compile fmt's compile-time format strings, which kinfer's
@@ -116,7 +116,6 @@ public:
                       int64_t d, float eps) override;
 
 private:
-    [[noreturn]] void not_implemented(const char* op) const;
     uint64_t record_copy(const char* op);                 // an event at the copy stream's end, as a ticket
     void reap();                                          // releases the events that have fired, oldest first
     void check(int cuda_error, const char* what) const;   // throws naming the op and the CUDA error

@@ -31,6 +31,13 @@ void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int
 void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                int64_t cols, const int32_t* sel, int64_t slots, const float* x, int64_t x_div, float* y, void* stream);
 
+// The embedding gather: x[t] = row ids[t] of E (n_rows rows of cols elements, row_bytes apart,
+// any type of matvec_supported()) as fp32, the CPU's dequantized values bit for bit. ids is a
+// host array, checked against n_rows (std::invalid_argument naming the id); it travels in the
+// kernels' parameters (256 a launch), so nothing is uploaded.
+void embed_rows(quant::Type type, const void* E, size_t row_bytes, int64_t n_rows, int64_t cols, const int32_t* ids,
+                int64_t n, float* x, void* stream);
+
 // The grouped form (MoE: every routed expert's gate / up / down of a layer; dense projections that
 // share an input): many matvecs of one weight type, width and row size in one launch, each task
 // computed exactly as matvec computes it (the same bits). The group travels in the kernel's

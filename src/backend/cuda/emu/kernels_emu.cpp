@@ -3,6 +3,7 @@
 // every machine, GPU or not. kda_chunked.cu has a file of its own (kda_chunked_emu.cpp).
 #include "backend/cuda/blas.cu"
 #include "backend/cuda/elementwise.cu"
+#include "backend/cuda/embed.cu"
 #include "backend/cuda/gemm.cu"
 #include "backend/cuda/kda.cu"
 #include "backend/cuda/latent.cu"
