@@ -77,23 +77,12 @@ TEST_CASE("cuda mla_attend_absorbed (cpu mode): both pass-1 kernels, split over 
         const std::vector<float> cache = randn(size_t((s.pos0 + s.n) * R), 20), Q = randn(size_t(s.n * s.H * R), 21);
         const float scale = 1.0f / std::sqrt(float(R));
         backend::MlaShape ms;
-        ms.n = s.n;
-        ms.pos0 = s.pos0;
-        ms.H = s.H;
-        ms.r = s.r;
-        ms.dr = s.dr;
-        ms.scale = scale;
+        ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.scale = scale;
         std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
         cpu().mla_attend_absorbed(cache.data(), Q.data(), want.data(), ms);
         for (const auto kernel : {cuda::emu::MlaKernel::per_head, cuda::emu::MlaKernel::grouped}) {
             cuda::emu::MlaArgs a;
-            a.n = s.n;
-            a.pos0 = s.pos0;
-            a.H = s.H;
-            a.r = s.r;
-            a.dr = s.dr;
-            a.scale = scale;
-            a.split = s.split;
+            a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = scale, a.split = s.split;
             a.kernel = kernel;
             INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " r ", s.r, " split ", cuda::emu::mla_split(a), " grouped ",
                  kernel == cuda::emu::MlaKernel::grouped);

@@ -9,6 +9,11 @@
 //   the block) of piece c of block b, v its value.
 #pragma once
 #include "backend/cuda/block_dot.cuh"
+#include "quant/type_facts.h"
+#include "quant/types.h"
+
+#include <stdexcept>
+#include <string>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -114,5 +119,30 @@ struct DecIQ4_XS : DotIQ4_XS {
         }
     }
 };
+
+// Calls f(Dec{}) with the decoder of weight type t (the plain types' Dot structs give element
+// access), or throws naming `what` and the type when there is none: the one type switch of the
+// dequantizing launchers (gemm.cu's tiles, embed.cu's gather).
+template <class F>
+void with_dec(quant::Type t, const char* what, F&& f) {
+    using quant::Type;
+    switch (t) {
+        case Type::F32: return f(DotF32{});
+        case Type::F16: return f(DotF16{});
+        case Type::BF16: return f(DotBF16{});
+        case Type::Q8_0: return f(DecQ8_0{});
+        case Type::Q4_0: return f(DecQ4_0{});
+        case Type::Q5_0: return f(DecQ5_0{});
+        case Type::IQ4_NL: return f(DecIQ4_NL{});
+        case Type::MXFP4: return f(DecMXFP4{});
+        case Type::Q4_K: return f(DecQ4_K{});
+        case Type::Q5_K: return f(DecQ5_K{});
+        case Type::Q6_K: return f(DecQ6_K{});
+        case Type::IQ4_XS: return f(DecIQ4_XS{});
+        default: break;
+    }
+    const char* name = quant::type_facts(t).name;
+    throw std::invalid_argument(std::string("cuda ") + what + ": no decoder for weight type " + (name ? name : "?"));
+}
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

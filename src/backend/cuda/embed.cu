@@ -80,24 +80,7 @@ void embed_rows(quant::Type type, const void* E, size_t row_bytes, int64_t n_row
             throw std::invalid_argument("cuda embed: token id " + std::to_string(ids[t]) + " out of range [0, " +
                                         std::to_string(n_rows) + ")");
     const auto* e = static_cast<const uint8_t*>(E);
-    using quant::Type;
-    switch (type) {
-        case Type::F32: return gather<DotF32>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::F16: return gather<DotF16>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::BF16: return gather<DotBF16>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q8_0: return gather<DecQ8_0>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q4_0: return gather<DecQ4_0>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q5_0: return gather<DecQ5_0>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::IQ4_NL: return gather<DecIQ4_NL>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::MXFP4: return gather<DecMXFP4>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q4_K: return gather<DecQ4_K>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q5_K: return gather<DecQ5_K>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::Q6_K: return gather<DecQ6_K>(e, row_bytes, cols, ids, n, x, stream);
-        case Type::IQ4_XS: return gather<DecIQ4_XS>(e, row_bytes, cols, ids, n, x, stream);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda embed: no decoder for table type ") + (name ? name : "?"));
+    with_dec(type, "embed", [&](auto dec) { gather<decltype(dec)>(e, row_bytes, cols, ids, n, x, stream); });
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

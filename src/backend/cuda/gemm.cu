@@ -141,24 +141,7 @@ void dequant_rows(quant::Type type, const void* W, size_t row_bytes, int64_t row
                   int64_t ldy, void* stream) {
     if (rows <= 0 || cols <= 0) return;
     if (ldy == 0) ldy = cols;
-    using quant::Type;
-    switch (type) {
-        case Type::F32: return deq_type<DotF32>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::F16: return deq_type<DotF16>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::BF16: return deq_type<DotBF16>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q8_0: return deq_type<DecQ8_0>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q4_0: return deq_type<DecQ4_0>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q5_0: return deq_type<DecQ5_0>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::IQ4_NL: return deq_type<DecIQ4_NL>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::MXFP4: return deq_type<DecMXFP4>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q4_K: return deq_type<DecQ4_K>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q5_K: return deq_type<DecQ5_K>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::Q6_K: return deq_type<DecQ6_K>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        case Type::IQ4_XS: return deq_type<DecIQ4_XS>(W, row_bytes, rows, cols, out, y, ldy, stream);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda dequant_rows: no kernel for weight type ") + (name ? name : "?"));
+    with_dec(type, "dequant_rows", [&](auto dec) { deq_type<decltype(dec)>(W, row_bytes, rows, cols, out, y, ldy, stream); });
 }
 
 void convert_rows(const float* x, int64_t ldx, int64_t rows, int64_t cols, Elem out, void* y, int64_t ldy,
