@@ -29,13 +29,22 @@ __device__ inline float latent_at(const LatentArgs& c, const uint8_t* row, int64
 }
 
 // The rows attention reads: the contiguous f32 rows of the untiled path, or the pages.
+//   at(j, i)          element i of row j;
+//   row(j), at(r, i)  the same with row j's address found once (a page lookup divides by the
+//                     page size), for loops that read many elements of one row.
 struct F32Rows {
     const float* p;
     int64_t R;
+    using Row = const float*;
+    __device__ Row row(int64_t j) const { return p + j * R; }
+    __device__ float at(Row r, int64_t i) const { return r[i]; }
     __device__ float at(int64_t j, int64_t i) const { return p[j * R + i]; }
 };
 struct PagedRows {
     LatentArgs c;
+    using Row = const uint8_t*;
+    __device__ Row row(int64_t j) const { return latent_row(c, j); }
+    __device__ float at(Row r, int64_t i) const { return latent_at(c, r, i); }
     __device__ float at(int64_t j, int64_t i) const { return latent_at(c, latent_row(c, j), i); }
 };
 

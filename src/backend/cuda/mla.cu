@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), n_warps = int(blockDim.x / 32);
     for (int64_t j = j0 + warp; j < j1; j += n_warps) {
         float acc = 0;
-        for (int64_t i = lane; i < R; i += 32) acc += qs[i] * cache.at(j, i);
+        const typename Rows::Row row = cache.row(j);
+        for (int64_t i = lane; i < R; i += 32) acc += qs[i] * cache.at(row, i);
         acc = warp_sum(acc);
         if (lane == 0) sc[j - j0] = acc * scale;
     }
@@ -121,9 +122,11 @@ __global__ void __launch_bounds__(kMlaThreads)
     for (int64_t jt = j0; jt < j1; jt += kGroupRows) {
         const int tl = int(j1 - jt < kGroupRows ? j1 - jt : kGroupRows);
         __syncthreads();                                   // the previous tile's readers are done
-        for (int64_t e = threadIdx.x; e < kGroupRows * Rp; e += blockDim.x) {
-            const int64_t j = e / Rp, i = e % Rp;
-            rows[j][i] = j < tl && i < R ? cache.at(jt + j, i) : 0.0f;
+        // Row by row, the threads across the row: each row's address is found once (a page
+        // lookup divides), and the reads of a row are neighbours (coalesced).
+        for (int j = 0; j < kGroupRows; ++j) {
+            const typename Rows::Row row = cache.row(j < tl ? jt + j : jt);
+            for (int64_t i = threadIdx.x; i < Rp; i += blockDim.x) rows[j][i] = j < tl && i < R ? cache.at(row, i) : 0.0f;
         }
         __syncthreads();
         for (int a = 0; a < 2; ++a) {
