@@ -121,6 +121,16 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         const double gbps = double(W.size()) / s / 1e9;
         std::printf("%-8s %8lld %8lld %10.1f %10.1f %10.1f %7.1f%%\n", tr.name, (long long)rows, (long long)cols,
                     double(W.size()) / double(1 << 20), s * 1e6, gbps, 100.0 * gbps / kPeakGBps);
+        if (cuda::gpu::matvec_q8_supported(t, dW.buf.ptr, rb, cols)) {
+            // matmul took the int8-activation form (matvec_q8.cu, the activation quantized in the
+            // call); the fp32-activation kernel beside it, on the same weights.
+            const double s32 = time_it(gpu, 20, [&] {
+                cuda::gpu::matvec(t, dW.buf.ptr, rb, rows, cols, dx.f(), 0, 1, dy.f(), 0, nullptr);
+            });
+            const double g32 = double(W.size()) / s32 / 1e9;
+            std::printf("%-8s %8s %8s %10s %10.1f %10.1f %7.1f%%   (fp32-activation matvec; the line above: int8 activations)\n",
+                        tr.name, "", "", "", s32 * 1e6, g32, 100.0 * g32 / kPeakGBps);
+        }
     }
 }
 

@@ -8,7 +8,8 @@
 #  3. the first kernel's self-test (Q8_0 dequant, bit-exact against the CPU);
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
-#     per quant type against the 4.8 TB/s HBM peak; the prefill GEMM (dequantized fp16 / bf16
+#     per quant type against the 4.8 TB/s HBM peak (Q4_K: the int8-activation form and the fp32
+#     one side by side); the prefill GEMM (dequantized fp16 / bf16
 #     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
 #     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent and chunked (C 16 / 32 / 64,
 #     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
@@ -51,9 +52,10 @@ echo "== CUDA ops against the CPU backend, and the speed table"
 echo "== the GPU expert tier: k3-tiny-a Q4_K_M with its routed experts paged through a GPU cache of 25 %"
 # Every layer on the CPU but the experts' matmuls on cuda0 through the store's slots (copies on
 # the copy stream, the compute stream waiting for them), then every layer on the GPU; both
-# against the CPU alone. The GPU keeps fp32 activations in the decode matvec and rounds them to
-# fp16 in the prefill GEMM (the 64-token prompt takes it), where the CPU quantizes them (Q8_K),
-# so the logits agree to the activation rounding, not bit for bit.
+# against the CPU alone. The GPU keeps fp32 activations in the decode matvec of most types
+# (Q4_K rows quantize them to Q8_K as the CPU does) and rounds them to fp16 in the prefill GEMM
+# (the 64-token prompt takes it), where the CPU quantizes them (Q8_K), so the logits agree to
+# the activation rounding, not bit for bit.
 m=tests/data/models/k3-tiny-a-Q4_K_M.gguf
 ids=tests/data/prompt64.ids.txt
 out=$(mktemp -d)

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -40,6 +41,25 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
+// Loads of bytes the caller knows to be aligned (4 and 16 bytes): one instruction each on the GPU.
+__device__ __forceinline__ uint32_t load_u32_aligned(const uint8_t* p) {
+#if defined(__CUDACC__)
+    return *reinterpret_cast<const uint32_t*>(p);
+#else
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+#endif
+}
+__device__ __forceinline__ uint4 load_u128_aligned(const uint8_t* p) {
+#if defined(__CUDACC__)
+    return *reinterpret_cast<const uint4*>(p);
+#else
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+#endif
+}
 
 // Blocked formats have no element access: a row is whole blocks.
 struct Blocked {

@@ -18,6 +18,7 @@
 //   dynamic shared memory                       KINFER_DYNAMIC_SHARED (compat.h) over a buffer
 //                                               of the launch's size.
 //   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
+//   __dp4a, uint4, __float_as_int                                plain C++.
 //   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h); the stream
 //                                               is ignored, a launch completes before it returns.
 // A thread that returns from the kernel leaves the block's and its warp's barriers, as an exited
@@ -189,5 +190,14 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline unsigned __float_as_uint(float f) { return kinfer::cuda::cpu_mode::from_bits<unsigned>(kinfer::cuda::cpu_mode::to_bits(f)); }
 inline float __uint_as_float(unsigned u) { return kinfer::cuda::cpu_mode::from_bits<float>(kinfer::cuda::cpu_mode::to_bits(u)); }
+inline int __float_as_int(float f) { return kinfer::cuda::cpu_mode::from_bits<int>(kinfer::cuda::cpu_mode::to_bits(f)); }
+// Four signed byte products summed into c (the int8 dot-product instruction).
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += int(int8_t(uint32_t(a) >> (8 * i))) * int(int8_t(uint32_t(b) >> (8 * i)));
+    return c;
+}
+struct alignas(16) uint4 {
+    unsigned x = 0, y = 0, z = 0, w = 0;
+};
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }

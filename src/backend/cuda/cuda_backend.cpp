@@ -325,6 +325,15 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     need(W, "matmul");
     if (!gpu::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
+    if (n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
+        // Decode of Q4_K rows on int8 activations (matvec_q8.cu says why): the activation row
+        // quantized once into the scratch buffer, then dp4a.
+        void* xq = scratch(gpu::q8_row_bytes(W.cols));
+        gpu::quantize_q8_K(x, ldx, 1, W.cols, xq, compute_);
+        gpu::matvec_q8(W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
+        check(cudaGetLastError(), "matmul");
+        return;
+    }
     if (n < gpu::kGemmMinTokens) {
         gpu::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
         check(cudaGetLastError(), "matmul");
@@ -393,6 +402,29 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         }
     });
     runs(small, size_t(gpu::kMatvecGroupMax), [&](std::span<const size_t> run, const Mat& W0) {
+        const bool q8 = std::all_of(run.begin(), run.end(), [&](size_t i) {
+            const Mat& W = tasks[i].W;
+            return tasks[i].n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols);
+        });
+        if (q8) {
+            // Decode of Q4_K rows on int8 activations, as matmul takes it (the same bits as
+            // matmul and matmul_id): each distinct input row quantized once, a launch per task.
+            std::vector<const float*> rows_in;
+            std::vector<size_t> row_of;
+            for (size_t i : run) {
+                const auto at = std::find(rows_in.begin(), rows_in.end(), src[i].x);
+                row_of.push_back(size_t(at - rows_in.begin()));
+                if (at == rows_in.end()) rows_in.push_back(src[i].x);
+            }
+            const size_t rb = gpu::q8_row_bytes(W0.cols);
+            auto* xq = static_cast<uint8_t*>(scratch(rb * rows_in.size()));
+            for (size_t k = 0; k < rows_in.size(); ++k) gpu::quantize_q8_K(rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
+            for (size_t j = 0; j < run.size(); ++j) {
+                const MatTask& t = tasks[run[j]];
+                gpu::matvec_q8(t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
+            }
+            return;
+        }
         gpu::MatvecGroup g;
         for (size_t i : run)
             g.task[g.n_tasks++] = {tasks[i].W.data, src[i].x, tasks[i].y, tasks[i].W.rows, tasks[i].n, src[i].ld, tasks[i].ldy};
@@ -551,8 +583,18 @@ void CudaBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t*
         fail("{}: matmul_id: no kernel for weight {} of type {}", name_, experts.name, quant::type_facts(experts.type).name);
     select();
     try {
-        gpu::matvec_id(experts.type, experts.data, experts.row_bytes, size_t(experts.slice_rows) * experts.row_bytes,
-                       n_slices, experts.slice_rows, experts.cols, sel, slots, x, x_div, y, compute_);
+        const size_t slice_bytes = size_t(experts.slice_rows) * experts.row_bytes;
+        if (gpu::matvec_q8_supported(experts.type, experts.data, experts.row_bytes, experts.cols)) {
+            // Q4_K experts on int8 activations: each input row quantized once for all its slots.
+            const int64_t x_rows = (slots - 1) / x_div + 1;
+            void* xq = scratch(gpu::q8_row_bytes(experts.cols) * size_t(x_rows));
+            gpu::quantize_q8_K(x, experts.cols, x_rows, experts.cols, xq, compute_);
+            gpu::matvec_q8_id(experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows, experts.cols,
+                              sel, slots, xq, x_div, y, compute_);
+        } else {
+            gpu::matvec_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows,
+                           experts.cols, sel, slots, x, x_div, y, compute_);
+        }
     } catch (const std::exception& e) {
         fail("{}: matmul_id {} ({} slots): {}", name_, experts.name, slots, e.what());
     }

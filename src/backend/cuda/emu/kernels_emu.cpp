@@ -8,6 +8,7 @@
 #include "backend/cuda/kda.cu"
 #include "backend/cuda/latent.cu"
 #include "backend/cuda/matvec.cu"
+#include "backend/cuda/matvec_q8.cu"
 #include "backend/cuda/mix.cu"
 #include "backend/cuda/mla.cu"
 #include "backend/cuda/mla_mha.cu"
