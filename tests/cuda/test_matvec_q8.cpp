@@ -1,15 +1,20 @@
 // The int8-activation decode matvec (src/backend/cuda/matvec_q8.cu) in CPU mode:
-//  - quantize_q8_K writes quant's quantize_row_q8_K bytes (qs, d, the 16-element sums), also for
+//  - quantize_act writes quant's quantize_row_q8_K bytes for Q4_K and quantize_row_q8_0's values
+//    (the fp16 scale widened) for the 32-element formats; for Q8_K, quant's bytes (qs, d, the 16-element sums), also for
 //    a block of zeros, a block whose largest magnitude appears twice with both signs (the first
 //    one sets the sign of the scale) and rows ld floats apart;
 //  - matvec_q8 on Q4_K weights against the CPU backend's matmul, which quantizes the activations
 //    to the same Q8_K and sums the same integer products: only the float steps' order differs,
 //    so |err| <= 1e-5 * sum |w x| + 1e-6 (a wrong scale, min or nibble half moves a row by far more);
 //  - matvec_q8_id gives each slot what matvec_q8 gives its expert alone, bit for bit, and NaN
-//    rows for a bad id.
+//    rows for a bad id;
+//  - the 32-element formats (Q8_0, Q4_0, IQ4_NL, MXFP4) on Q8_0 activations against the CPU
+//    backend with the same bound, and per slot bit for bit.
+#include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 #include "quant/blocks.h"
+#include "quant/fp16.h"
 #include "quant/kernels.h"
 #include "quant/types.h"
 
@@ -25,7 +30,7 @@ namespace {
 // Row r's quantized activations as quant's blocks, read back from the kernel's layout.
 std::vector<quant::block_q8_K> blocks_of(const std::vector<uint8_t>& q, int64_t r, int64_t cols) {
     const int64_t nb = cols / quant::QK_K;
-    const uint8_t* base = q.data() + size_t(r) * cuda::emu::q8_row_bytes(cols);
+    const uint8_t* base = q.data() + size_t(r) * cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols);
     std::vector<quant::block_q8_K> b(static_cast<size_t>(nb));
     for (int64_t i = 0; i < nb; ++i) {
         std::memcpy(b[size_t(i)].qs, base + i * quant::QK_K, quant::QK_K);
@@ -41,14 +46,14 @@ std::vector<quant::block_q8_K> blocks_of(const std::vector<uint8_t>& q, int64_t 
 
 }  // namespace
 
-TEST_CASE("cuda quantize_q8_K (cpu mode): quant's quantize_row_q8_K bytes") {
+TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes") {
     const int64_t rows = 3, cols = 768, ld = 800;
     std::vector<float> x = randn(size_t(rows * ld), 9000);
     for (int64_t i = 0; i < quant::QK_K; ++i) x[size_t(ld + 256 + i)] = 0.0f;   // row 1, block 1: zeros
     x[size_t(2 * ld + 10)] = -7.5f;                                              // row 2, block 0: a tie of
     x[size_t(2 * ld + 200)] = 7.5f;                                              // magnitudes, the first negative
-    std::vector<uint8_t> q(cuda::emu::q8_row_bytes(cols) * size_t(rows), 0xAA);
-    cuda::emu::quantize_q8_K(x.data(), ld, rows, cols, q.data(), nullptr);
+    std::vector<uint8_t> q(cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols) * size_t(rows), 0xAA);
+    cuda::emu::quantize_act(quant::Type::Q4_K, x.data(), ld, rows, cols, q.data(), nullptr);
     for (int64_t r = 0; r < rows; ++r) {
         INFO("row ", r);
         std::vector<quant::block_q8_K> want(size_t(cols / quant::QK_K));
@@ -79,14 +84,14 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K on int8 activations against the CPU b
 
         const int64_t n = 3, K = 2;
         const std::vector<float> x = randn(size_t(n * cols), 9200);
-        std::vector<uint8_t> xq(cuda::emu::q8_row_bytes(cols) * size_t(n) + 16);
+        std::vector<uint8_t> xq(cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols) * size_t(n) + 16);
         uint8_t* q = xq.data() + (16 - reinterpret_cast<uintptr_t>(xq.data()) % 16) % 16;
-        cuda::emu::quantize_q8_K(x.data(), 0, n, cols, q, nullptr);
+        cuda::emu::quantize_act(quant::Type::Q4_K, x.data(), 0, n, cols, q, nullptr);
 
         // Expert 2 on token 1 against the CPU backend.
         std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
         const uint8_t* w2 = w + 2 * slice;
-        cuda::emu::matvec_q8(w2, rb, rows, cols, q + cuda::emu::q8_row_bytes(cols), y.data(), nullptr);
+        cuda::emu::matvec_q8(quant::Type::Q4_K, w2, rb, rows, cols, q + cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols), y.data(), nullptr);
         const backend::Mat M{quant::Type::Q4_K, cols, rows, w2, rb, 0, "expert_2"};
         cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
         std::vector<float> deq(static_cast<size_t>(cols));
@@ -106,20 +111,97 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K on int8 activations against the CPU b
         // Slots: token s / K, expert sel[s]; each bit-equal to matvec_q8 alone.
         const std::vector<int32_t> sel = {3, 0, 2, 2, 1, 3};
         std::vector<float> ys(size_t(n * K * rows), -1.0f);
-        cuda::emu::matvec_q8_id(w, rb, slice, E, rows, cols, sel.data(), n * K, q, K, ys.data(), nullptr);
+        cuda::emu::matvec_q8_id(quant::Type::Q4_K, w, rb, slice, E, rows, cols, sel.data(), n * K, q, K, ys.data(), nullptr);
         int differ = 0;
         for (int64_t s = 0; s < n * K; ++s) {
             std::vector<float> alone(static_cast<size_t>(rows));
-            cuda::emu::matvec_q8(w + size_t(sel[size_t(s)]) * slice, rb, rows, cols, q + size_t(s / K) * cuda::emu::q8_row_bytes(cols),
+            cuda::emu::matvec_q8(quant::Type::Q4_K, w + size_t(sel[size_t(s)]) * slice, rb, rows, cols, q + size_t(s / K) * cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols),
                                  alone.data(), nullptr);
             differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
         }
         CHECK(differ == 0);
         const int32_t wrong[2] = {E, 1};
         std::vector<float> yb(size_t(2 * rows), 0.0f);
-        cuda::emu::matvec_q8_id(w, rb, slice, E, rows, cols, wrong, 2, q, 1, yb.data(), nullptr);
+        cuda::emu::matvec_q8_id(quant::Type::Q4_K, w, rb, slice, E, rows, cols, wrong, 2, q, 1, yb.data(), nullptr);
         CHECK(std::all_of(yb.begin(), yb.begin() + rows, [](float v) { return std::isnan(v); }));
         CHECK(std::none_of(yb.begin() + rows, yb.end(), [](float v) { return std::isnan(v); }));
     }
-    CHECK_THROWS_AS(cuda::emu::quantize_q8_K(nullptr, 0, 1, 100, nullptr, nullptr), std::invalid_argument);
+    CHECK_THROWS_AS(cuda::emu::quantize_act(quant::Type::Q4_K, nullptr, 0, 1, 100, nullptr, nullptr), std::invalid_argument);
+}
+
+TEST_CASE("cuda quantize_act, Q8_0 (cpu mode): quant's quantize_row_q8_0 values, the scale widened from fp16") {
+    const int64_t rows = 2, cols = 320, ld = 333;
+    std::vector<float> x = randn(size_t(rows * ld), 9300);
+    for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 64 + i)] = 0.0f;   // row 1, block 2: zeros
+    const size_t rb = cuda::emu::q8_act_row_bytes(quant::Type::Q8_0, cols);
+    std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
+    cuda::emu::quantize_act(quant::Type::Q8_0, x.data(), ld, rows, cols, q.data(), nullptr);
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<quant::block_q8_0> want(size_t(cols / 32));
+        quant::quantize_row_q8_0(x.data() + r * ld, want.data(), cols);
+        for (size_t b = 0; b < want.size(); ++b) {
+            INFO("row ", r, " block ", b);
+            CHECK(std::memcmp(q.data() + size_t(r) * rb + 32 * b, want[b].qs, 32) == 0);
+            float d;
+            std::memcpy(&d, q.data() + size_t(r) * rb + size_t(cols) + 4 * b, 4);
+            CHECK(d == quant::fp16_to_fp32(want[b].d));
+        }
+    }
+}
+
+TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activations against the CPU backend; per slot") {
+    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t rows = 37, cols = 544, E = 3;   // 17 blocks: the last step of the 8-block stride is partial
+        const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
+        INFO("type ", tr.name);
+        const std::vector<float> wf = randn(size_t(E * rows * cols), 9400 + uint32_t(type));
+        std::vector<uint8_t> W(slice * size_t(E));
+        for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        REQUIRE(cuda::emu::matvec_q8_supported(type, W.data(), rb, cols));
+        const int64_t n = 2;
+        const std::vector<float> x = randn(size_t(n * cols), 9500);
+        const size_t xb = cuda::emu::q8_act_row_bytes(type, cols);
+        std::vector<uint8_t> xq(xb * size_t(n));
+        cuda::emu::quantize_act(type, x.data(), 0, n, cols, xq.data(), nullptr);
+
+        std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
+        const uint8_t* w1 = W.data() + slice;
+        cuda::emu::matvec_q8(type, w1, rb, rows, cols, xq.data() + xb, y.data(), nullptr);
+        const backend::Mat M{type, cols, rows, w1, rb, 0, "expert_1"};
+        cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
+        std::vector<float> deq(static_cast<size_t>(cols));
+        int bad = 0;
+        double worst = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            tr.to_float(w1 + size_t(r) * rb, deq.data(), cols);
+            double mag = 0;
+            for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[size_t(cols + i)]));
+            const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
+            bad += !(err <= bound);
+            worst = std::max(worst, err / bound);
+        }
+        INFO("worst error / bound ", worst);
+        CHECK(bad == 0);
+
+        const std::vector<int32_t> sel = {2, 0, 1, 1};
+        std::vector<float> ys(size_t(4 * rows), -1.0f);
+        cuda::emu::matvec_q8_id(type, W.data(), rb, slice, E, rows, cols, sel.data(), 4, xq.data(), 2, ys.data(), nullptr);
+        int differ = 0;
+        for (int64_t s = 0; s < 4; ++s) {
+            std::vector<float> alone(static_cast<size_t>(rows));
+            cuda::emu::matvec_q8(type, W.data() + size_t(sel[size_t(s)]) * slice, rb, rows, cols, xq.data() + size_t(s / 2) * xb,
+                                 alone.data(), nullptr);
+            differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
+        }
+        CHECK(differ == 0);
+    }
+    CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q6_K, nullptr, 210, 256));
+}
+
+// prmt as PTX defines its generic mode (the nibble lookups rely on the sign-replicate bit).
+TEST_CASE("cuda prmt (cpu mode): byte selection and the sign-replicate selector bit") {
+    CHECK(cuda::emu::prmt(0x03020100u, 0x07060504u, 0x7531u) == 0x07050301u);
+    CHECK(cuda::emu::prmt(0x80808080u, 0x80808080u, 0x8080u) == 0xff80ff80u);
+    CHECK(cuda::emu::prmt(0x7f00ff01u, 0u, 0xba98u) == 0x0000ff00u);   // top bits of bytes 0, 1, 2, 3: 0, 1, 0, 0
 }

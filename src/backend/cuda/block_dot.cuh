@@ -41,7 +41,37 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
-// Loads of bytes the caller knows to be aligned (4 and 16 bytes): one instruction each on the GPU.
+// PTX prmt in its generic mode: byte k of the result is byte (c >> 4k) & 7 of the 8 bytes
+// {b : a} (a the low four), or, when bit 3 of that selector nibble is set, that byte's top bit
+// copied into all eight. Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDACC__)
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    const uint64_t both = uint64_t(a) | uint64_t(b) << 32;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) {
+        const uint32_t sel = (c >> (4 * k)) & 0xf;
+        uint32_t byte = uint32_t(both >> (8 * (sel & 7))) & 0xff;
+        if (sel & 8) byte = byte & 0x80 ? 0xff : 0x00;
+        r |= byte << (8 * k);
+    }
+    return r;
+#endif
+}
+
+// Loads of bytes the caller knows to be aligned (2, 4 and 16 bytes): one instruction each on the GPU.
+__device__ __forceinline__ uint16_t load_u16_aligned(const uint8_t* p) {
+#if defined(__CUDACC__)
+    return *reinterpret_cast<const uint16_t*>(p);
+#else
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+#endif
+}
 __device__ __forceinline__ uint32_t load_u32_aligned(const uint8_t* p) {
 #if defined(__CUDACC__)
     return *reinterpret_cast<const uint32_t*>(p);

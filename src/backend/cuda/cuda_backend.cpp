@@ -326,11 +326,11 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     if (!gpu::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
     if (n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
-        // Decode of Q4_K rows on int8 activations (matvec_q8.cu says why): the activation row
-        // quantized once into the scratch buffer, then dp4a.
-        void* xq = scratch(gpu::q8_row_bytes(W.cols));
-        gpu::quantize_q8_K(x, ldx, 1, W.cols, xq, compute_);
-        gpu::matvec_q8(W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
+        // Decode on int8 activations (matvec_q8.cu says why): the activation row quantized once
+        // into the scratch buffer, then dp4a.
+        void* xq = scratch(gpu::q8_act_row_bytes(W.type, W.cols));
+        gpu::quantize_act(W.type, x, ldx, 1, W.cols, xq, compute_);
+        gpu::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
         check(cudaGetLastError(), "matmul");
         return;
     }
@@ -407,8 +407,8 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
             return tasks[i].n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols);
         });
         if (q8) {
-            // Decode of Q4_K rows on int8 activations, as matmul takes it (the same bits as
-            // matmul and matmul_id): each distinct input row quantized once, a launch per task.
+            // Decode on int8 activations, as matmul takes it (the same bits as matmul and
+            // matmul_id): each distinct input row quantized once, a launch per task.
             std::vector<const float*> rows_in;
             std::vector<size_t> row_of;
             for (size_t i : run) {
@@ -416,12 +416,12 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
                 row_of.push_back(size_t(at - rows_in.begin()));
                 if (at == rows_in.end()) rows_in.push_back(src[i].x);
             }
-            const size_t rb = gpu::q8_row_bytes(W0.cols);
+            const size_t rb = gpu::q8_act_row_bytes(W0.type, W0.cols);
             auto* xq = static_cast<uint8_t*>(scratch(rb * rows_in.size()));
-            for (size_t k = 0; k < rows_in.size(); ++k) gpu::quantize_q8_K(rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
+            for (size_t k = 0; k < rows_in.size(); ++k) gpu::quantize_act(W0.type, rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
             for (size_t j = 0; j < run.size(); ++j) {
                 const MatTask& t = tasks[run[j]];
-                gpu::matvec_q8(t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
+                gpu::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
             }
             return;
         }
@@ -585,11 +585,11 @@ void CudaBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t*
     try {
         const size_t slice_bytes = size_t(experts.slice_rows) * experts.row_bytes;
         if (gpu::matvec_q8_supported(experts.type, experts.data, experts.row_bytes, experts.cols)) {
-            // Q4_K experts on int8 activations: each input row quantized once for all its slots.
+            // Experts on int8 activations: each input row quantized once for all its slots.
             const int64_t x_rows = (slots - 1) / x_div + 1;
-            void* xq = scratch(gpu::q8_row_bytes(experts.cols) * size_t(x_rows));
-            gpu::quantize_q8_K(x, experts.cols, x_rows, experts.cols, xq, compute_);
-            gpu::matvec_q8_id(experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows, experts.cols,
+            void* xq = scratch(gpu::q8_act_row_bytes(experts.type, experts.cols) * size_t(x_rows));
+            gpu::quantize_act(experts.type, x, experts.cols, x_rows, experts.cols, xq, compute_);
+            gpu::matvec_q8_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows, experts.cols,
                               sel, slots, xq, x_div, y, compute_);
         } else {
             gpu::matvec_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows,

@@ -1,4 +1,6 @@
-// Decode matvec on int8 activations for Q4_K weights (the bulk of a Q4_K_M model), with __dp4a.
+// Decode matvec on int8 activations, with __dp4a: Q4_K weights (the bulk of a Q4_K_M model) on
+// Q8_K activations, and the 32-element formats (Q8_0, Q4_0, IQ4_NL, MXFP4: K3's experts and the
+// rest of an MXFP4_MOE file) on Q8_0 activations, as the CPU pairs them.
 //
 // Why a second form. matvec.cu keeps the activations fp32 and turns every weight into a float:
 // per weight a nibble extract, an int-to-float conversion (a quarter-rate instruction on sm_90)
@@ -15,9 +17,17 @@
 // warp sum) differ from the CPU's order, so results agree to fp32 rounding (test_matvec_q8),
 // closer to the CPU than matvec.cu's fp32 activations.
 //
-// Layout of the quantized activations, per row (q8_row_bytes): qs int8[cols] (16-byte aligned),
-// d float[cols / 256], bsum int32[cols / 16]. Weight rows must be 16-byte aligned (Q4_K blocks are
-// 144 bytes, so a 16-aligned row start is enough: matvec_q8_supported checks it).
+// Layout of the quantized activations, per row (q8_act_row_bytes): qs int8[cols] (16-byte
+// aligned), then for Q8_K d float[cols / 256] and bsum int32[cols / 16], for Q8_0 d float[cols / 32]
+// (the fp16 scale the CPU stores, widened); for the nibble formats each block's 32 qs are stored
+// interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K weight rows must be 16-byte aligned (its blocks
+// are 144 bytes, so a 16-aligned row start is enough), Q8_0 rows 2-byte aligned; the others are
+// read by bytes (matvec_q8_supported checks it).
+//
+// The 32-element formats: four lanes a block, a lane 8 weights (Q8_0: bytes 8c .. 8c + 7 of the
+// quants, 2-byte loads; the nibble formats: quant bytes 4c .. 4c + 3, their 8 levels looked up
+// with byte permutes whose selectors are the nibbles themselves, against activations stored in
+// the nibbles' order), 2 dp4a against the activation words, d_w d_y times the piece's integer sum.
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
@@ -170,47 +180,215 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     }
 }
 
-void launch_q8(const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
-            const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
-    if (rows <= 0 || slots <= 0) return;
-    if (cols % kQK != 0 || slots > 65535 || x_div < 1)
-        throw std::invalid_argument("cuda matvec_q8: " + std::to_string(cols) + " columns (whole super-blocks of 256), " +
-                                    std::to_string(slots) + " slots (at most 65535), x_div " + std::to_string(x_div));
-    auto* kernel = &matvec_q4_K_q8_kernel;
+// The CPU's x86 quantize_row_q8_0, one lane an element, a warp a block of 32: d = amax / 127
+// stored as fp16 (kept here as the float it widens to), q = nearest_int(x * (127 / amax)).
+// interleave: element j of a block stored at byte 2j (j < 16) or 2(j - 16) + 1, the order in
+// which a nibble format's quant bytes hold their elements (byte k: k low, k + 16 high), so that a
+// lookup of a weight word's 8 nibbles lines up with 8 consecutive activation bytes.
+__global__ void __launch_bounds__(256)
+    quantize_q8_0_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, uint8_t* __restrict__ out,
+                         size_t out_stride, bool interleave) {
+    const int64_t b = int64_t(blockIdx.x) * 8 + threadIdx.x / 32, row = blockIdx.y;
+    if (b >= cols / 32) return;                  // whole warps
+    const int lane = int(threadIdx.x % 32);
+    const float v = x[row * ldx + 32 * b + lane];
+    const float amax = warp_max(fabsf(v));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    uint8_t* base = out + size_t(row) * out_stride;
+    const int at = interleave ? (lane < 16 ? 2 * lane : 2 * (lane - 16) + 1) : lane;
+    reinterpret_cast<int8_t*>(base)[32 * b + at] = int8_t(nearest_int_of_product(v, id));
+    if (lane == 0) reinterpret_cast<float*>(base + cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(amax / 127.f));
+}
+
+// The levels of the 8 nibbles of a quant word q from a 16-entry int8 table (four words t0..t3),
+// in nibble order (byte 0's low, byte 0's high, byte 1's low, ...): two words. A byte permute
+// (prmt) takes its four selectors straight from four nibbles; their low three bits pick the
+// entry within a half of the table, and bit 3 (prmt's sign-replicate bit, over a word of 0x80
+// bytes: 0x80 below 8, 0xff from 8) picks the half.
+__device__ __forceinline__ void nibble_levels(uint32_t q, const uint32_t* t, uint32_t& a, uint32_t& b) {
+    const uint32_t q_hi = q >> 16;
+    const uint32_t sa = q & 0x7777u, sb = q_hi & 0x7777u;
+    uint32_t ma = prmt(0x80808080u, 0x80808080u, q & 0xffffu) ^ 0x80808080u;   // 0x7f where 8..15
+    uint32_t mb = prmt(0x80808080u, 0x80808080u, q_hi) ^ 0x80808080u;
+    ma |= ma << 1;                                                                    // 0xff where 8..15
+    mb |= mb << 1;
+    a = (prmt(t[0], t[1], sa) & ~ma) | (prmt(t[2], t[3], sa) & ma);
+    b = (prmt(t[0], t[1], sb) & ~mb) | (prmt(t[2], t[3], sb) & mb);
+}
+
+// The 32-element formats: piece c (0..3) of a block gives two words of int8 levels, which pair
+// with the two activation words at byte 8c of the block's activations (Q8_0: its quant bytes
+// 8c .. 8c + 7 in order; the nibble formats: quant bytes 4c .. 4c + 3, whose nibbles are elements
+// 4c + i and 16 + 4c + i, against activations stored interleaved: quantize_act does so for them).
+struct PieceQ8_0 {
+    static constexpr int kBytes = sizeof(bq::block_q8_0);
+    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_u16_aligned(b)); }
+    __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
+        const uint8_t* q = b + 2 + 8 * c;
+        lo = uint32_t(load_u16_aligned(q)) | uint32_t(load_u16_aligned(q + 2)) << 16;
+        hi = uint32_t(load_u16_aligned(q + 4)) | uint32_t(load_u16_aligned(q + 6)) << 16;
+    }
+};
+template <class Level, int kQs>
+struct PieceNibble {
+    static constexpr int kBytes = kQs + 16;
+    __device__ static float scale(const uint8_t* b) { return Level::scale(b); }
+    __device__ static void levels(const uint8_t* b, int c, const uint32_t* t, uint32_t& lo, uint32_t& hi) {
+        nibble_levels(load_u32(b + kQs + 4 * c), t, lo, hi);
+    }
+};
+struct ScaleF16 {
+    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_u16(b)); }
+};
+struct ScaleE8M0 {
+    __device__ static float scale(const uint8_t* b) { return bq::e8m0_to_fp32_half(b[0]); }
+};
+
+// Block (row block, slot), as the Q4_K kernel: a warp owns kQ8RowsPerWarp rows; lane 4 j + c
+// takes blocks j, j + 8, ... and in each piece c. levels: the format's 16 levels (nibble formats).
+template <class P>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                         int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                         size_t xq_stride, int64_t x_div, float* __restrict__ y, uint64_t levels_lo, uint64_t levels_hi) {
+    const int64_t slot = blockIdx.y;
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    const int64_t r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
+    float* ys = y + slot * rows;
+    if (r0 >= rows) return;
+    const int nr = rows - r0 < kQ8RowsPerWarp ? int(rows - r0) : kQ8RowsPerWarp;
+    if (sel) {
+        const int32_t e = sel[slot];
+        if (e < 0 || e >= n_slices) {
+            if (lane < nr) ys[r0 + lane] = NAN;
+            return;
+        }
+        W += size_t(e) * slice_bytes;
+    }
+    const uint8_t* xrow = xq + size_t(sel ? slot / x_div : 0) * xq_stride;
+    const auto* aq = reinterpret_cast<const int8_t*>(xrow);
+    const auto* ad = reinterpret_cast<const float*>(xrow + cols);
+    const uint32_t t[4] = {uint32_t(levels_lo), uint32_t(levels_lo >> 32), uint32_t(levels_hi), uint32_t(levels_hi >> 32)};
+    const int j = lane / 4, c = lane % 4;
+    const int64_t nb = cols / 32;
+    float acc[kQ8RowsPerWarp] = {};
+    for (int64_t b = j; b < nb; b += 8) {
+        const float dy = ad[b];
+#pragma unroll
+        for (int r = 0; r < kQ8RowsPerWarp; ++r) {
+            if (r >= nr) break;
+            const uint8_t* blk = W + size_t(r0 + r) * row_bytes + size_t(b) * P::kBytes;
+            uint32_t lo, hi;
+            P::levels(blk, c, t, lo, hi);
+            const auto* ya = reinterpret_cast<const uint8_t*>(aq + 32 * b + 8 * c);
+            const int sum = __dp4a(int(hi), int(load_u32_aligned(ya + 4)), __dp4a(int(lo), int(load_u32_aligned(ya)), 0));
+            acc[r] += P::scale(blk) * dy * float(sum);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kQ8RowsPerWarp; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && r < nr) ys[r0 + r] = v;
+    }
+}
+
+struct LevelsQ4_0 {
+    static constexpr int8_t v[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+};
+struct LevelsIQ4_NL {
+    static constexpr int8_t v[16] = {KINFER_IQ4NL_LEVELS};
+};
+struct LevelsMXFP4 {
+    static constexpr int8_t v[16] = {KINFER_MXFP4_LEVELS};
+};
+
+template <class P, class L>
+void launch_b32(const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
+                const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
+    auto* kernel = &matvec_b32_q8_kernel<P>;
     KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
                   dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
-                  n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_row_bytes(cols), x_div, y);
+                  n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(quant::Type::Q8_0, cols),
+                  x_div, y, bq::pack_levels8(L::v), bq::pack_levels8(L::v + 8));
+}
+
+void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+               int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
+    if (rows <= 0 || slots <= 0) return;
+    if (slots > 65535 || x_div < 1)
+        throw std::invalid_argument("cuda matvec_q8: " + std::to_string(slots) + " slots (at most 65535), x_div " +
+                                    std::to_string(x_div));
+    using quant::Type;
+    using LevelsNone = LevelsQ4_0;   // Q8_0 reads no table
+    switch (type) {
+        case Type::Q4_K: {
+            auto* kernel = &matvec_q4_K_q8_kernel;
+            KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
+                          dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
+                          n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(type, cols), x_div, y);
+            return;
+        }
+        case Type::Q8_0: return launch_b32<PieceQ8_0, LevelsNone>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+        case Type::Q4_0:
+            return launch_b32<PieceNibble<ScaleF16, 2>, LevelsQ4_0>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+        case Type::IQ4_NL:
+            return launch_b32<PieceNibble<ScaleF16, 2>, LevelsIQ4_NL>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+        case Type::MXFP4:
+            return launch_b32<PieceNibble<ScaleE8M0, 1>, LevelsMXFP4>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+        default: break;
+    }
+    const char* name = quant::type_facts(type).name;
+    throw std::invalid_argument(std::string("cuda matvec_q8: no int8-activation kernel for weight type ") + (name ? name : "?"));
 }
 
 }  // namespace
 
-size_t q8_row_bytes(int64_t cols) {
-    const int64_t nb = cols / kQK;
-    return size_t(cols + 4 * nb + 64 * nb + 15) / 16 * 16;
+// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K, Q8_0 for
+// the 32-element formats.
+bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K; }
+
+size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
+    const size_t extra = q8_k_acts(type) ? size_t(4 * (cols / kQK) + 64 * (cols / kQK)) : size_t(4 * (cols / 32));
+    return (size_t(cols) + extra + 15) / 16 * 16;
 }
 
-void quantize_q8_K(const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream) {
+void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream) {
     if (rows <= 0 || cols <= 0) return;
-    if (cols % kQK != 0 || rows > 65535)
-        throw std::invalid_argument("cuda quantize_q8_K: " + std::to_string(cols) + " columns (whole super-blocks of 256), " +
-                                    std::to_string(rows) + " rows (at most 65535)");
-    auto* kernel = &quantize_q8_K_kernel;
-    KINFER_LAUNCH(kernel, dim3(unsigned(cols / kQK), unsigned(rows)), dim3(32), 0, as_stream(stream), x, ldx ? ldx : cols,
-                  cols, static_cast<uint8_t*>(out), q8_row_bytes(cols));
+    const int64_t block = q8_k_acts(type) ? kQK : 32;
+    if (cols % block != 0 || rows > 65535)
+        throw std::invalid_argument("cuda quantize_act: " + std::to_string(cols) + " columns (whole blocks of " +
+                                    std::to_string(block) + "), " + std::to_string(rows) + " rows (at most 65535)");
+    if (q8_k_acts(type)) {
+        auto* kernel = &quantize_q8_K_kernel;
+        KINFER_LAUNCH(kernel, dim3(unsigned(cols / kQK), unsigned(rows)), dim3(32), 0, as_stream(stream), x,
+                      ldx ? ldx : cols, cols, static_cast<uint8_t*>(out), q8_act_row_bytes(type, cols));
+    } else {
+        auto* kernel = &quantize_q8_0_kernel;
+        KINFER_LAUNCH(kernel, dim3(unsigned((cols / 32 + 7) / 8), unsigned(rows)), dim3(256), 0, as_stream(stream), x,
+                      ldx ? ldx : cols, cols, static_cast<uint8_t*>(out), q8_act_row_bytes(type, cols),
+                      type != quant::Type::Q8_0);
+    }
 }
 
 bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int64_t cols) {
-    return type == quant::Type::Q4_K && cols % kQK == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && row_bytes % 16 == 0;
+    const auto at = reinterpret_cast<uintptr_t>(W);
+    switch (type) {
+        case quant::Type::Q4_K: return cols % kQK == 0 && at % 16 == 0 && row_bytes % 16 == 0;
+        case quant::Type::Q8_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
+        case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
+        default: return false;
+    }
 }
 
-void matvec_q8(const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, float* y, void* stream) {
-    launch_q8(W, row_bytes, 0, 1, rows, cols, nullptr, 1, xq, 1, y, stream);
+void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, float* y,
+               void* stream) {
+    launch_q8(type, W, row_bytes, 0, 1, rows, cols, nullptr, 1, xq, 1, y, stream);
 }
 
-void matvec_q8_id(const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
-                  const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
+void matvec_q8_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+                  int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
     if (!sel) throw std::invalid_argument("cuda matvec_q8_id: no expert ids");
-    launch_q8(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+    launch_q8(type, W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
