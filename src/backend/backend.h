@@ -234,8 +234,9 @@ public:
     //   matmul_id: y[s] = experts.slice(sel[s]) . x[s / x_div] for s < slots (rows of
     //     experts.slice_rows; sel in this backend's memory, ids below n_slices);
     //   scale_rows: y[r] *= w[r] over rows of cols (w in this backend's memory).
-    // The same per-row arithmetic as matmul_tasks and scatter_weighted, so either form gives the
-    // same bits. resident_moe(): whether this form avoids a host round trip here and is the one
+    // The same per-row arithmetic as matmul_tasks' one-token tasks and scatter_weighted, so
+    // either form gives the same bits (CUDA: an expert task of several tokens in matmul_tasks
+    // keeps fp32 activations, so there only for one token at a time). resident_moe(): whether this form avoids a host round trip here and is the one
     // to take for a few tokens (a GPU); the CPU groups tokens by expert instead (ByExpert).
     virtual void route_resident(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel,
                                 float* w);

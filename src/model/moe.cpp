@@ -332,10 +332,11 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     runtime::ExpertStore* store = c.opt.experts;
     const std::vector<ExpertShard>& shards = c.env.pl.expert_shards(il);
     const bool hooked = c.opt.routing_replay || c.opt.routing_record;
-    const bool with_layer = !store && shards.empty() && !c.opt.split && c.env.pl.experts_with_layer(il);
+    const bool shards_experts = c.opt.split && c.opt.split->shards_experts();
+    const bool with_layer = !store && shards.empty() && !shards_experts && c.env.pl.experts_with_layer(il);
 
     // Slot by slot with the choices left on be (a GPU's decode step), when nothing on the host
-    // needs them: no store, trace or split.
+    // needs them: no store, trace or expert-sharing split.
     const bool by_slot = with_layer && !hooked &&
                          (c.opt.moe_slots == 1 || (c.opt.moe_slots < 0 && be.resident_moe() && n * K <= kMaxResidentSlots));
     if (by_slot) {
@@ -371,7 +372,7 @@ void moe_ffn(FwdCtx& c, int il, const float* xn, float* out) {
     }
 
     // Group tokens by expert so each expert's weights are read once per chunk.
-    model::Split* split = c.opt.split && c.opt.split->shards_experts() ? c.opt.split : nullptr;
+    model::Split* split = shards_experts ? c.opt.split : nullptr;
     std::vector<char> mine;
     if (split)
         for (int64_t e = 0; e < E; ++e) mine.push_back(split->owns_expert(il, int(e)));

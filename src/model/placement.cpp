@@ -42,6 +42,7 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     for (int il = 0; il < L; ++il)
         if (il < sh.first_layer || il >= sh.last_layer) layer_[size_t(il)] = &bk.cpu();
     if (!sh.head) output_ = &bk.cpu();
+    if (sh.first_layer > 0) embed_ = &bk.cpu();   // a later pipeline stage never embeds: no table copy
     const int64_t E = hp.n_expert;
     const int64_t e0 = std::clamp<int64_t>(sh.first_expert, 0, E), e1 = std::clamp<int64_t>(sh.last_expert, e0, E);
     n_device_layers_ = 0;

@@ -59,7 +59,8 @@ struct SessionOptions {
     // trace): slot by slot with the choices left in the backend's memory (model/moe.cpp
     // routed_slots: no host round trip, what a GPU decode step needs), or grouped by expert on
     // the host. -1: by slot where the backend says it pays (Backend::resident_moe, a GPU) for up
-    // to kMaxResidentSlots slots; 0: never; 1: always (tests: the same logits either way).
+    // to kMaxResidentSlots slots; 0: never; 1: always (tests: the same logits either way on the
+    // CPU; on a GPU for one token at a time, see CudaBackend::matmul_tasks).
     int moe_slots = -1;
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)

@@ -80,6 +80,13 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K on int8 activations against the CPU b
         for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
         REQUIRE(cuda::emu::matvec_q8_supported(quant::Type::Q4_K, w, rb, cols));
         CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q4_K, w + 4, rb, cols));
+        {   // where a GPU would fault on the 16-byte load, the CPU mode throws
+            std::vector<uint8_t> xq0(cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols) + 16, 0);
+            uint8_t* q0 = xq0.data() + (16 - reinterpret_cast<uintptr_t>(xq0.data()) % 16) % 16;
+            std::vector<float> y0(static_cast<size_t>(rows - 1));
+            CHECK_THROWS_AS(cuda::emu::matvec_q8(quant::Type::Q4_K, w + 4, rb, rows - 1, cols, q0, y0.data(), nullptr),
+                            std::logic_error);
+        }
         CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q6_K, w, rb, cols));
 
         const int64_t n = 3, K = 2;

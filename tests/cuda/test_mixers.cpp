@@ -105,10 +105,10 @@ TEST_CASE("cuda mla_attend_absorbed (cpu mode): both pass-1 kernels, split over 
     k3.H = 64, k3.r = 1024;
     CHECK_FALSE(cuda::emu::mla_grouped(k3));
     k3.kernel = cuda::emu::MlaKernel::grouped;                 // asked for, but r is too wide: refused
-    std::vector<float> none(1);
     k3.pos0 = 0;
-    std::vector<float> scr(cuda::emu::mla_scratch_floats(k3));
-    CHECK_THROWS_AS(cuda::emu::mla_attend_absorbed(none.data(), none.data(), none.data(), k3, scr.data(), nullptr),
+    const std::vector<float> c1(size_t(k3.r + k3.dr)), q1(size_t(k3.H * (k3.r + k3.dr)));
+    std::vector<float> lat1(size_t(k3.H * k3.r)), scr(cuda::emu::mla_scratch_floats(k3));
+    CHECK_THROWS_AS(cuda::emu::mla_attend_absorbed(c1.data(), q1.data(), lat1.data(), k3, scr.data(), nullptr),
                     std::invalid_argument);
 }
 

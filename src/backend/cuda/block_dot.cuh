@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -62,11 +64,19 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
-// Loads of bytes the caller knows to be aligned (2, 4 and 16 bytes): one instruction each on the GPU.
+// Loads of bytes the caller knows to be aligned (2, 4 and 16 bytes): one instruction each on the
+// GPU, where a misaligned one faults; the CPU mode checks the alignment so that the tests do too.
+#if !defined(__CUDACC__)
+inline void check_aligned(const uint8_t* p, size_t n) {
+    if (reinterpret_cast<uintptr_t>(p) % n != 0)
+        throw std::logic_error("cuda cpu mode: a " + std::to_string(n) + "-byte aligned load from a misaligned address");
+}
+#endif
 __device__ __forceinline__ uint16_t load_u16_aligned(const uint8_t* p) {
 #if defined(__CUDACC__)
     return *reinterpret_cast<const uint16_t*>(p);
 #else
+    check_aligned(p, 2);
     uint16_t v;
     std::memcpy(&v, p, 2);
     return v;
@@ -76,6 +86,7 @@ __device__ __forceinline__ uint32_t load_u32_aligned(const uint8_t* p) {
 #if defined(__CUDACC__)
     return *reinterpret_cast<const uint32_t*>(p);
 #else
+    check_aligned(p, 4);
     uint32_t v;
     std::memcpy(&v, p, 4);
     return v;
@@ -85,6 +96,7 @@ __device__ __forceinline__ uint4 load_u128_aligned(const uint8_t* p) {
 #if defined(__CUDACC__)
     return *reinterpret_cast<const uint4*>(p);
 #else
+    check_aligned(p, 16);
     uint4 v;
     std::memcpy(&v, p, 16);
     return v;

@@ -247,6 +247,10 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     gridDim = grid;
     for (uint64_t b = 0; b < nb && !L.error; ++b) {
         blockIdx = uint3{unsigned(b % grid.x), unsigned((b / grid.x) % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
+        // A GPU's shared memory holds whatever the SM's last block left there: each block here
+        // starts on 0xff bytes (a NaN as a float, -1 as an integer), so a kernel that reads dynamic
+        // shared memory it never wrote goes wrong in the tests too.
+        std::fill(L.shared.begin(), L.shared.end(), uint8_t(0xff));
         run_block(L);
     }
     if (L.error) std::rethrow_exception(L.error);

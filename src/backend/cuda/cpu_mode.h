@@ -16,7 +16,8 @@
 //                                               function-local static is exactly the block's
 //                                               shared array; launches are serialised.
 //   dynamic shared memory                       KINFER_DYNAMIC_SHARED (compat.h) over a buffer
-//                                               of the launch's size.
+//                                               of the launch's size, which each block finds
+//                                               filled with 0xff bytes (cpu_mode.cpp says why).
 //   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
 //   __dp4a, uint4, __float_as_int                                plain C++.
 //   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h); the stream

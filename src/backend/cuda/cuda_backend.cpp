@@ -401,17 +401,19 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
             fail("{}: matmul_tasks ({} GEMMs of {} columns, first {}): {}", name_, group.size(), W0.cols, W0.name, ex.what());
         }
     });
-    runs(small, size_t(gpu::kMatvecGroupMax), [&](std::span<const size_t> run, const Mat& W0) {
-        const bool q8 = std::all_of(run.begin(), run.end(), [&](size_t i) {
+    runs(small, size_t(gpu::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
+        // One-token tasks of a type with an int8-activation kernel take it, as matmul does (the
+        // same bits as matmul and matmul_id): each distinct input row quantized once, a launch a
+        // task. The others (several tokens) go in one grouped fp32-activation launch.
+        std::vector<size_t> q8, run;
+        for (size_t i : all) {
             const Mat& W = tasks[i].W;
-            return tasks[i].n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols);
-        });
-        if (q8) {
-            // Decode on int8 activations, as matmul takes it (the same bits as matmul and
-            // matmul_id): each distinct input row quantized once, a launch per task.
+            (tasks[i].n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
+        }
+        if (!q8.empty()) {
             std::vector<const float*> rows_in;
             std::vector<size_t> row_of;
-            for (size_t i : run) {
+            for (size_t i : q8) {
                 const auto at = std::find(rows_in.begin(), rows_in.end(), src[i].x);
                 row_of.push_back(size_t(at - rows_in.begin()));
                 if (at == rows_in.end()) rows_in.push_back(src[i].x);
@@ -419,12 +421,12 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
             const size_t rb = gpu::q8_act_row_bytes(W0.type, W0.cols);
             auto* xq = static_cast<uint8_t*>(scratch(rb * rows_in.size()));
             for (size_t k = 0; k < rows_in.size(); ++k) gpu::quantize_act(W0.type, rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
-            for (size_t j = 0; j < run.size(); ++j) {
-                const MatTask& t = tasks[run[j]];
+            for (size_t j = 0; j < q8.size(); ++j) {
+                const MatTask& t = tasks[q8[j]];
                 gpu::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
             }
-            return;
         }
+        if (run.empty()) return;
         gpu::MatvecGroup g;
         for (size_t i : run)
             g.task[g.n_tasks++] = {tasks[i].W.data, src[i].x, tasks[i].y, tasks[i].W.rows, tasks[i].n, src[i].ld, tasks[i].ldy};

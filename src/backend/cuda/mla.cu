@@ -83,16 +83,22 @@ __global__ void __launch_bounds__(kMlaThreads)
 
 // The grouped kernel's shape: 16 heads a block (two a warp), cache rows 16 a tile, q and the
 // rows up to kGroupLanes * 32 = 640 floats (K3 and Kimi Linear: 576), r up to 2 * kMlaThreads
-// = 512 latent dims (two a thread). Static shared memory: 16 x 640 + 16 x 16 + 16 floats, 41 KiB.
+// = 512 latent dims (two a thread). Shared memory: 16 x 640 + 16 x 16 + 16 floats, 41 KiB.
 constexpr int kGroupHeads = 2 * (kMlaThreads / 32), kGroupRows = 16, kGroupLanes = 20, kGroupDims = 2;
+constexpr size_t kGroupSmemBytes = sizeof(float) * (kGroupRows * kGroupLanes * 32 + kGroupHeads * kGroupRows + kGroupHeads);
 
 template <class Rows>
 __global__ void __launch_bounds__(kMlaThreads)
     mla_partial_grouped_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r,
                                int64_t R, float scale, int64_t split, int64_t pieces, float* __restrict__ part) {
-    __shared__ float rows[kGroupRows][kGroupLanes * 32];   // the tile's cache rows, zero past R and past the piece
-    __shared__ float prob[kGroupHeads][kGroupRows];        // exp(score - running max) per head and row
-    __shared__ float rescale[kGroupHeads];                 // exp(old max - new max) per head
+    // Dynamic shared memory (kGroupSmemBytes), so that the CPU mode's poisoned fill reaches it:
+    // rows: the tile's cache rows, all kGroupLanes * 32 columns written (zero past R and past the
+    //       piece: the score loop reads every column, and stale shared memory may hold a NaN);
+    // prob: exp(score - running max) per head and row; rescale: exp(old max - new max) per head.
+    KINFER_DYNAMIC_SHARED(float, smem);
+    auto rows = reinterpret_cast<float (*)[kGroupLanes * 32]>(smem);
+    auto prob = reinterpret_cast<float (*)[kGroupRows]>(smem + kGroupRows * kGroupLanes * 32);
+    float* rescale = smem + kGroupRows * kGroupLanes * 32 + kGroupHeads * kGroupRows;
     const int64_t h0 = int64_t(blockIdx.x) * kGroupHeads, s = blockIdx.y, t = blockIdx.z;
     const int64_t n_kv = pos0 + t + 1;                     // causal
     const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
@@ -103,7 +109,6 @@ __global__ void __launch_bounds__(kMlaThreads)
         return;
     }
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-    const int64_t Rp = (R + 31) / 32 * 32;
     // This warp's two heads (warp-uniform liveness): q element lane + 32 i in q[a][i].
     float q[2][kGroupLanes];
     bool live[2];
@@ -126,7 +131,8 @@ __global__ void __launch_bounds__(kMlaThreads)
         // lookup divides), and the reads of a row are neighbours (coalesced).
         for (int j = 0; j < kGroupRows; ++j) {
             const typename Rows::Row row = cache.row(j < tl ? jt + j : jt);
-            for (int64_t i = threadIdx.x; i < Rp; i += blockDim.x) rows[j][i] = j < tl && i < R ? cache.at(row, i) : 0.0f;
+            for (int64_t i = threadIdx.x; i < kGroupLanes * 32; i += blockDim.x)
+                rows[j][i] = j < tl && i < R ? cache.at(row, i) : 0.0f;
         }
         __syncthreads();
         for (int a = 0; a < 2; ++a) {
@@ -249,7 +255,7 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
     if (grouped) {
         auto* k1 = &mla_partial_grouped_kernel<Rows>;
         KINFER_LAUNCH(k1, dim3(unsigned((a.H + kGroupHeads - 1) / kGroupHeads), unsigned(pieces), unsigned(a.n)),
-                      dim3(kMlaThreads), 0, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,
+                      dim3(kMlaThreads), kGroupSmemBytes, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,
                       scratch);
     } else {
         auto* k1 = &mla_partial_kernel<Rows>;
