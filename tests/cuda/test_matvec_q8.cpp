@@ -3,7 +3,7 @@
 //    (the fp16 scale widened) for the 32-element formats; for Q8_K, quant's bytes (qs, d, the 16-element sums), also for
 //    a block of zeros, a block whose largest magnitude appears twice with both signs (the first
 //    one sets the sign of the scale) and rows ld floats apart;
-//  - matvec_q8 on Q4_K weights against the CPU backend's matmul, which quantizes the activations
+//  - matvec_q8 on Q4_K and Q6_K weights against the CPU backend's matmul, which quantizes the activations
 //    to the same Q8_K and sums the same integer products: only the float steps' order differs,
 //    so |err| <= 1e-5 * sum |w x| + 1e-6 (a wrong scale, min or nibble half moves a row by far more);
 //  - matvec_q8_id gives each slot what matvec_q8 gives its expert alone, bit for bit, and NaN
@@ -68,70 +68,73 @@ TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes")
     CHECK(blocks_of(q, 2, cols)[0].d > 0);   // -7.5 came first: iscale = -127 / -7.5 > 0
 }
 
-TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K on int8 activations against the CPU backend; matvec_q8_id per slot") {
-    const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
-    for (const int64_t cols : {int64_t(256), int64_t(1024)}) {
-        const int64_t rows = 37, E = 4;   // 37 rows: the last warp's second row and the last block are partial
-        const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
-        INFO("cols ", cols);
-        const std::vector<float> wf = randn(size_t(E * rows * cols), 9100 + uint32_t(cols));
-        std::vector<uint8_t> W(slice * size_t(E) + 16);
-        uint8_t* w = W.data() + (16 - reinterpret_cast<uintptr_t>(W.data()) % 16) % 16;   // 16-byte aligned rows
-        for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
-        REQUIRE(cuda::emu::matvec_q8_supported(quant::Type::Q4_K, w, rb, cols));
-        CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q4_K, w + 4, rb, cols));
-        {   // where a GPU would fault on the 16-byte load, the CPU mode throws
-            std::vector<uint8_t> xq0(cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols) + 16, 0);
-            uint8_t* q0 = xq0.data() + (16 - reinterpret_cast<uintptr_t>(xq0.data()) % 16) % 16;
-            std::vector<float> y0(static_cast<size_t>(rows - 1));
-            CHECK_THROWS_AS(cuda::emu::matvec_q8(quant::Type::Q4_K, w + 4, rb, rows - 1, cols, q0, y0.data(), nullptr),
-                            std::logic_error);
-        }
-        CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q6_K, w, rb, cols));
+TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K and Q6_K on int8 activations against the CPU backend; matvec_q8_id per slot") {
+    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q6_K}) {
+        const quant::Traits& tr = quant::traits(type);
+        for (const int64_t cols : {int64_t(256), int64_t(1024)}) {
+            const int64_t rows = 37, E = 4;   // 37 rows: the last warp's second row and the last block are partial
+            const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
+            INFO("cols ", cols);
+            const std::vector<float> wf = randn(size_t(E * rows * cols), 9100 + uint32_t(cols));
+            std::vector<uint8_t> W(slice * size_t(E) + 16);
+            uint8_t* w = W.data() + (16 - reinterpret_cast<uintptr_t>(W.data()) % 16) % 16;   // 16-byte aligned rows
+            for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
+            INFO("type ", tr.name);
+            REQUIRE(cuda::emu::matvec_q8_supported(type, w, rb, cols));
+            CHECK_FALSE(cuda::emu::matvec_q8_supported(type, w + 1, rb, cols));
+            CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q5_K, w, rb, cols));
+            if (type == quant::Type::Q4_K) {   // where a GPU would fault on the 16-byte load, the CPU mode throws
+                std::vector<uint8_t> xq0(cuda::emu::q8_act_row_bytes(type, cols) + 16, 0);
+                uint8_t* q0 = xq0.data() + (16 - reinterpret_cast<uintptr_t>(xq0.data()) % 16) % 16;
+                std::vector<float> y0(static_cast<size_t>(rows - 1));
+                CHECK_THROWS_AS(cuda::emu::matvec_q8(type, w + 4, rb, rows - 1, cols, q0, y0.data(), nullptr),
+                                std::logic_error);
+            }
 
-        const int64_t n = 3, K = 2;
-        const std::vector<float> x = randn(size_t(n * cols), 9200);
-        std::vector<uint8_t> xq(cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols) * size_t(n) + 16);
-        uint8_t* q = xq.data() + (16 - reinterpret_cast<uintptr_t>(xq.data()) % 16) % 16;
-        cuda::emu::quantize_act(quant::Type::Q4_K, x.data(), 0, n, cols, q, nullptr);
+            const int64_t n = 3, K = 2;
+            const std::vector<float> x = randn(size_t(n * cols), 9200);
+            std::vector<uint8_t> xq(cuda::emu::q8_act_row_bytes(type, cols) * size_t(n) + 16);
+            uint8_t* q = xq.data() + (16 - reinterpret_cast<uintptr_t>(xq.data()) % 16) % 16;
+            cuda::emu::quantize_act(type, x.data(), 0, n, cols, q, nullptr);
 
-        // Expert 2 on token 1 against the CPU backend.
-        std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
-        const uint8_t* w2 = w + 2 * slice;
-        cuda::emu::matvec_q8(quant::Type::Q4_K, w2, rb, rows, cols, q + cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols), y.data(), nullptr);
-        const backend::Mat M{quant::Type::Q4_K, cols, rows, w2, rb, 0, "expert_2"};
-        cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
-        std::vector<float> deq(static_cast<size_t>(cols));
-        int bad = 0;
-        double worst = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-            tr.to_float(w2 + size_t(r) * rb, deq.data(), cols);
-            double mag = 0;
-            for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[size_t(cols + i)]));
-            const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
-            bad += !(err <= bound);
-            worst = std::max(worst, err / bound);
-        }
-        INFO("worst error / bound ", worst);
-        CHECK(bad == 0);
+            // Expert 2 on token 1 against the CPU backend.
+            std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
+            const uint8_t* w2 = w + 2 * slice;
+            cuda::emu::matvec_q8(type, w2, rb, rows, cols, q + cuda::emu::q8_act_row_bytes(type, cols), y.data(), nullptr);
+            const backend::Mat M{type, cols, rows, w2, rb, 0, "expert_2"};
+            cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
+            std::vector<float> deq(static_cast<size_t>(cols));
+            int bad = 0;
+            double worst = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                tr.to_float(w2 + size_t(r) * rb, deq.data(), cols);
+                double mag = 0;
+                for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[size_t(cols + i)]));
+                const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
+                bad += !(err <= bound);
+                worst = std::max(worst, err / bound);
+            }
+            INFO("worst error / bound ", worst);
+            CHECK(bad == 0);
 
-        // Slots: token s / K, expert sel[s]; each bit-equal to matvec_q8 alone.
-        const std::vector<int32_t> sel = {3, 0, 2, 2, 1, 3};
-        std::vector<float> ys(size_t(n * K * rows), -1.0f);
-        cuda::emu::matvec_q8_id(quant::Type::Q4_K, w, rb, slice, E, rows, cols, sel.data(), n * K, q, K, ys.data(), nullptr);
-        int differ = 0;
-        for (int64_t s = 0; s < n * K; ++s) {
-            std::vector<float> alone(static_cast<size_t>(rows));
-            cuda::emu::matvec_q8(quant::Type::Q4_K, w + size_t(sel[size_t(s)]) * slice, rb, rows, cols, q + size_t(s / K) * cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols),
-                                 alone.data(), nullptr);
-            differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
+            // Slots: token s / K, expert sel[s]; each bit-equal to matvec_q8 alone.
+            const std::vector<int32_t> sel = {3, 0, 2, 2, 1, 3};
+            std::vector<float> ys(size_t(n * K * rows), -1.0f);
+            cuda::emu::matvec_q8_id(type, w, rb, slice, E, rows, cols, sel.data(), n * K, q, K, ys.data(), nullptr);
+            int differ = 0;
+            for (int64_t s = 0; s < n * K; ++s) {
+                std::vector<float> alone(static_cast<size_t>(rows));
+                cuda::emu::matvec_q8(type, w + size_t(sel[size_t(s)]) * slice, rb, rows, cols, q + size_t(s / K) * cuda::emu::q8_act_row_bytes(type, cols),
+                                     alone.data(), nullptr);
+                differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
+            }
+            CHECK(differ == 0);
+            const int32_t wrong[2] = {E, 1};
+            std::vector<float> yb(size_t(2 * rows), 0.0f);
+            cuda::emu::matvec_q8_id(type, w, rb, slice, E, rows, cols, wrong, 2, q, 1, yb.data(), nullptr);
+            CHECK(std::all_of(yb.begin(), yb.begin() + rows, [](float v) { return std::isnan(v); }));
+            CHECK(std::none_of(yb.begin() + rows, yb.end(), [](float v) { return std::isnan(v); }));
         }
-        CHECK(differ == 0);
-        const int32_t wrong[2] = {E, 1};
-        std::vector<float> yb(size_t(2 * rows), 0.0f);
-        cuda::emu::matvec_q8_id(quant::Type::Q4_K, w, rb, slice, E, rows, cols, wrong, 2, q, 1, yb.data(), nullptr);
-        CHECK(std::all_of(yb.begin(), yb.begin() + rows, [](float v) { return std::isnan(v); }));
-        CHECK(std::none_of(yb.begin() + rows, yb.end(), [](float v) { return std::isnan(v); }));
     }
     CHECK_THROWS_AS(cuda::emu::quantize_act(quant::Type::Q4_K, nullptr, 0, 1, 100, nullptr, nullptr), std::invalid_argument);
 }
@@ -203,7 +206,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activati
         }
         CHECK(differ == 0);
     }
-    CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q6_K, nullptr, 210, 256));
+    CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q5_K, nullptr, 176, 256));
 }
 
 // prmt as PTX defines its generic mode (the nibble lookups rely on the sign-replicate bit).

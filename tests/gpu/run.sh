@@ -8,7 +8,7 @@
 #  3. the first kernel's self-test (Q8_0 dequant, bit-exact against the CPU);
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
-#     per quant type against the 4.8 TB/s HBM peak (Q4_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
+#     per quant type against the 4.8 TB/s HBM peak (Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
 #     one side by side); the prefill GEMM (dequantized fp16 / bf16
 #     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
 #     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent and chunked (C 16 / 32 / 64,

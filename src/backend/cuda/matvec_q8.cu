@@ -1,4 +1,4 @@
-// Decode matvec on int8 activations, with __dp4a: Q4_K weights (the bulk of a Q4_K_M model) on
+// Decode matvec on int8 activations, with __dp4a: Q4_K and Q6_K weights (a Q4_K_M model) on
 // Q8_K activations, and the 32-element formats (Q8_0, Q4_0, IQ4_NL, MXFP4: K3's experts and the
 // rest of an MXFP4_MOE file) on Q8_0 activations, as the CPU pairs them.
 //
@@ -126,6 +126,48 @@ __device__ __forceinline__ uint4 nibbles(uint4 q, int shift) {
             (q.w >> shift) & 0x0f0f0f0fu};
 }
 
+// What every int8 kernel's warp starts from: its rows [r0, r0 + nr) of the slot's weights, the
+// slot's activation row and output rows. Block (row block, slot); sel nullptr: one slot, W and
+// the activation row as given; otherwise slot s runs expert sel[s] (W + e slice_bytes) on
+// activation row s / x_div into y + s rows. False when the warp has nothing to do: past the last
+// row, or a bad expert id (its rows are then NaN rather than a read past the tensor).
+struct Q8Slot {
+    const uint8_t* W;
+    const uint8_t* x;
+    float* y;
+    int64_t r0;
+    int nr;   // warp-uniform
+};
+__device__ __forceinline__ bool q8_slot(const uint8_t* W, size_t slice_bytes, int64_t n_slices, int64_t rows,
+                                        const int32_t* sel, const uint8_t* xq, size_t xq_stride, int64_t x_div, float* y,
+                                        Q8Slot& s) {
+    const int64_t slot = blockIdx.y;
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    s.r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
+    s.y = y + slot * rows;
+    if (s.r0 >= rows) return false;              // the whole warp leaves together
+    s.nr = rows - s.r0 < kQ8RowsPerWarp ? int(rows - s.r0) : kQ8RowsPerWarp;
+    if (sel) {
+        const int32_t e = sel[slot];
+        if (e < 0 || e >= n_slices) {
+            if (lane < s.nr) s.y[s.r0 + lane] = NAN;
+            return false;
+        }
+        W += size_t(e) * slice_bytes;
+    }
+    s.W = W;
+    s.x = xq + size_t(sel ? slot / x_div : 0) * xq_stride;
+    return true;
+}
+// The warp's sums into its rows (every lane takes part in the shuffles, also past nr).
+__device__ __forceinline__ void q8_store(const float (&acc)[kQ8RowsPerWarp], const Q8Slot& s) {
+#pragma unroll
+    for (int r = 0; r < kQ8RowsPerWarp; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (threadIdx.x % 32 == 0 && r < s.nr) s.y[s.r0 + r] = v;
+    }
+}
+
 // Block (row block, slot). A warp owns kQ8RowsPerWarp rows; lane 8 s + k takes super-blocks
 // s, s + 4, ... and in each the 16 nibble bytes k (64-weight group k / 2, half k % 2): weights
 // 64 g + l0 .. + 16 (low nibbles, sub-block 2 g) and 64 g + 32 + l0 .. + 16 (high, 2 g + 1). The
@@ -136,21 +178,10 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_q4_K_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
                           int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
                           size_t xq_stride, int64_t x_div, float* __restrict__ y) {
-    const int64_t slot = blockIdx.y;
-    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-    const int64_t r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
-    float* ys = y + slot * rows;
-    if (r0 >= rows) return;                      // the whole warp leaves together
-    const int nr = rows - r0 < kQ8RowsPerWarp ? int(rows - r0) : kQ8RowsPerWarp;   // warp-uniform
-    if (sel) {
-        const int32_t e = sel[slot];
-        if (e < 0 || e >= n_slices) {            // a bad id: NaN rows, not a read past the tensor
-            if (lane < nr) ys[r0 + lane] = NAN;
-            return;
-        }
-        W += size_t(e) * slice_bytes;
-    }
-    const Q8Row a = q8_row(xq + size_t(sel ? slot / x_div : 0) * xq_stride, cols);
+    Q8Slot sl;
+    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+    const int lane = int(threadIdx.x % 32);
+    const Q8Row a = q8_row(sl.x, cols);
     const int s = lane / 8, k = lane % 8, g = k / 2, l0 = 16 * (k % 2);
     const int64_t nb = cols / kQK;
     float acc[kQ8RowsPerWarp] = {};
@@ -161,8 +192,8 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
         const int blo = a.bsum[sb * 16 + (64 * g + l0) / 16], bhi = a.bsum[sb * 16 + (64 * g + 32 + l0) / 16];
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-            if (r >= nr) break;
-            const uint8_t* b = W + size_t(r0 + r) * row_bytes + size_t(sb) * sizeof(bq::block_q4_K);
+            if (r >= sl.nr) break;
+            const uint8_t* b = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * sizeof(bq::block_q4_K);
             const uint4 q = load_u128_aligned(b + 16 + 32 * g + l0);
             const uint32_t dd = load_u32_aligned(b);
             const uint32_t w0 = load_u32_aligned(b + 4), w1 = load_u32_aligned(b + 8), w2 = load_u32_aligned(b + 12);
@@ -173,11 +204,50 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
             acc[r] += dy * (dw * float(sc_a * s_a + sc_b * s_b) - dmin * float(m_a * blo + m_b * bhi));
         }
     }
+    q8_store(acc, sl);
+}
+
+// Q6_K on Q8_K activations. Lane 16 s + c takes super-blocks s, s + 2, ... and in each piece c:
+// half h = c / 8 (128 weights), bytes l0 .. l0 + 3 (l0 = 4 (c % 8)) of its ql, ql + 32 and qh,
+// which hold elements l, l + 32, l + 64, l + 96 of the half (l = l0 .. l0 + 3) as 6-bit levels
+// stored + 32: four words of levels 0..63, each dotted with its 4 activations, less 32 times the
+// activations' sum (a dp4a with ones), times its 16-element group's int8 scale.
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_q6_K_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                          int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                          size_t xq_stride, int64_t x_div, float* __restrict__ y) {
+    Q8Slot sl;
+    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+    const int lane = int(threadIdx.x % 32);
+    const Q8Row a = q8_row(sl.x, cols);
+    const int s = lane / 16, c = lane % 16, h = c / 8, l0 = 4 * (c % 8);
+    const int64_t nb = cols / kQK;
+    float acc[kQ8RowsPerWarp] = {};
+    for (int64_t sb = s; sb < nb; sb += 2) {
+        const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 128 * h + l0);
+        uint32_t yw[4];
 #pragma unroll
-    for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-        const float v = warp_sum(acc[r]);       // every lane takes part, also past nr
-        if (lane == 0 && r < nr) ys[r0 + r] = v;
+        for (int k = 0; k < 4; ++k) yw[k] = load_u32_aligned(yq + 32 * k);
+        const float dy = a.d[sb];
+#pragma unroll
+        for (int r = 0; r < kQ8RowsPerWarp; ++r) {
+            if (r >= sl.nr) break;
+            const uint8_t* b = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * sizeof(bq::block_q6_K);
+            auto word2 = [](const uint8_t* p) { return uint32_t(load_u16_aligned(p)) | uint32_t(load_u16_aligned(p + 2)) << 16; };
+            const uint32_t ql = word2(b + 64 * h + l0), ql32 = word2(b + 64 * h + l0 + 32), qh = word2(b + 128 + 32 * h + l0);
+            const uint32_t lv[4] = {(ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u),
+                                    (ql32 & 0x0f0f0f0fu) | ((qh << 2) & 0x30303030u),
+                                    ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u),
+                                    ((ql32 >> 4) & 0x0f0f0f0fu) | ((qh >> 2) & 0x30303030u)};
+            const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + l0 / 16;
+            int sum = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(yw[k]), 0) - 32 * __dp4a(0x01010101, int(yw[k]), 0));
+            acc[r] += dy * bq::fp16_to_fp32(load_u16_aligned(b + 208)) * float(sum);
+        }
     }
+    q8_store(acc, sl);
 }
 
 // The CPU's x86 quantize_row_q8_0, one lane an element, a warp a block of 32: d = amax / 127
@@ -251,23 +321,11 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
                          int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
                          size_t xq_stride, int64_t x_div, float* __restrict__ y, uint64_t levels_lo, uint64_t levels_hi) {
-    const int64_t slot = blockIdx.y;
-    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-    const int64_t r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
-    float* ys = y + slot * rows;
-    if (r0 >= rows) return;
-    const int nr = rows - r0 < kQ8RowsPerWarp ? int(rows - r0) : kQ8RowsPerWarp;
-    if (sel) {
-        const int32_t e = sel[slot];
-        if (e < 0 || e >= n_slices) {
-            if (lane < nr) ys[r0 + lane] = NAN;
-            return;
-        }
-        W += size_t(e) * slice_bytes;
-    }
-    const uint8_t* xrow = xq + size_t(sel ? slot / x_div : 0) * xq_stride;
-    const auto* aq = reinterpret_cast<const int8_t*>(xrow);
-    const auto* ad = reinterpret_cast<const float*>(xrow + cols);
+    Q8Slot sl;
+    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+    const int lane = int(threadIdx.x % 32);
+    const auto* aq = reinterpret_cast<const int8_t*>(sl.x);
+    const auto* ad = reinterpret_cast<const float*>(sl.x + cols);
     const uint32_t t[4] = {uint32_t(levels_lo), uint32_t(levels_lo >> 32), uint32_t(levels_hi), uint32_t(levels_hi >> 32)};
     const int j = lane / 4, c = lane % 4;
     const int64_t nb = cols / 32;
@@ -276,8 +334,8 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
         const float dy = ad[b];
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-            if (r >= nr) break;
-            const uint8_t* blk = W + size_t(r0 + r) * row_bytes + size_t(b) * P::kBytes;
+            if (r >= sl.nr) break;
+            const uint8_t* blk = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(b) * P::kBytes;
             uint32_t lo, hi;
             P::levels(blk, c, t, lo, hi);
             const auto* ya = reinterpret_cast<const uint8_t*>(aq + 32 * b + 8 * c);
@@ -285,11 +343,7 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
             acc[r] += P::scale(blk) * dy * float(sum);
         }
     }
-#pragma unroll
-    for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0 && r < nr) ys[r0 + r] = v;
-    }
+    q8_store(acc, sl);
 }
 
 struct LevelsQ4_0 {
@@ -321,8 +375,9 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
     using quant::Type;
     using LevelsNone = LevelsQ4_0;   // Q8_0 reads no table
     switch (type) {
-        case Type::Q4_K: {
-            auto* kernel = &matvec_q4_K_q8_kernel;
+        case Type::Q4_K:
+        case Type::Q6_K: {
+            auto* kernel = type == Type::Q4_K ? &matvec_q4_K_q8_kernel : &matvec_q6_K_q8_kernel;
             KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
                           dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
                           n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(type, cols), x_div, y);
@@ -345,7 +400,7 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
 
 // The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K, Q8_0 for
 // the 32-element formats.
-bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K; }
+bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K || type == quant::Type::Q6_K; }
 
 size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
     const size_t extra = q8_k_acts(type) ? size_t(4 * (cols / kQK) + 64 * (cols / kQK)) : size_t(4 * (cols / 32));
@@ -374,6 +429,7 @@ bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int6
     const auto at = reinterpret_cast<uintptr_t>(W);
     switch (type) {
         case quant::Type::Q4_K: return cols % kQK == 0 && at % 16 == 0 && row_bytes % 16 == 0;
+        case quant::Type::Q6_K: return cols % kQK == 0 && at % 2 == 0 && row_bytes % 2 == 0;
         case quant::Type::Q8_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
         case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
         default: return false;
