@@ -20,9 +20,10 @@
 // Layout of the quantized activations, per row (q8_act_row_bytes): qs int8[cols] (16-byte
 // aligned), then for Q8_K d float[cols / 256] and bsum int32[cols / 16], for Q8_0 d float[cols / 32]
 // (the fp16 scale the CPU stores, widened); for the nibble formats each block's 32 qs are stored
-// interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K weight rows must be 16-byte aligned (its blocks
-// are 144 bytes, so a 16-aligned row start is enough), Q8_0 rows 2-byte aligned; the others are
-// read by bytes (matvec_q8_supported checks it).
+// interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K weight
+// rows must be 16-byte aligned (its blocks are 144 bytes, so a 16-aligned row start is enough),
+// Q6_K and Q8_0 rows 2-byte aligned; the nibble formats are read by bytes (matvec_q8_supported
+// checks it).
 //
 // The 32-element formats: four lanes a block, a lane 8 weights (Q8_0: bytes 8c .. 8c + 7 of the
 // quants, 2-byte loads; the nibble formats: quant bytes 4c .. 4c + 3, their 8 levels looked up
@@ -226,8 +227,12 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     for (int64_t sb = s; sb < nb; sb += 2) {
         const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 128 * h + l0);
         uint32_t yw[4];
+        int ysum32[4];   // 32 times each activation word's sum: the +32 of the stored levels
 #pragma unroll
-        for (int k = 0; k < 4; ++k) yw[k] = load_u32_aligned(yq + 32 * k);
+        for (int k = 0; k < 4; ++k) {
+            yw[k] = load_u32_aligned(yq + 32 * k);
+            ysum32[k] = 32 * __dp4a(0x01010101, int(yw[k]), 0);
+        }
         const float dy = a.d[sb];
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
             int sum = 0;
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-                sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(yw[k]), 0) - 32 * __dp4a(0x01010101, int(yw[k]), 0));
+                sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(yw[k]), 0) - ysum32[k]);
             acc[r] += dy * bq::fp16_to_fp32(load_u16_aligned(b + 208)) * float(sum);
         }
     }
@@ -398,8 +403,8 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
 
 }  // namespace
 
-// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K, Q8_0 for
-// the 32-element formats.
+// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
+// Q8_0 for the 32-element formats.
 bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K || type == quant::Type::Q6_K; }
 
 size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
