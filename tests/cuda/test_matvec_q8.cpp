@@ -44,6 +44,30 @@ std::vector<quant::block_q8_K> blocks_of(const std::vector<uint8_t>& q, int64_t 
     return b;
 }
 
+// matvec_q8 of rows x cols weights w (type, rows rb bytes apart) on the quantized activation row
+// xq against the CPU backend's matmul of the same weights on x: within 1e-5 of sum |w x| + 1e-6.
+void check_against_cpu(quant::Type type, const uint8_t* w, size_t rb, int64_t rows, int64_t cols, const uint8_t* xq,
+                       const float* x) {
+    const quant::Traits& tr = quant::traits(type);
+    std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
+    cuda::emu::matvec_q8(type, w, rb, rows, cols, xq, y.data(), nullptr);
+    const backend::Mat M{type, cols, rows, w, rb, 0, "expert"};
+    cuda::testing::cpu().matmul(M, x, 1, want.data(), 0, 0);
+    std::vector<float> deq(static_cast<size_t>(cols));
+    int bad = 0;
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        tr.to_float(w + size_t(r) * rb, deq.data(), cols);
+        double mag = 0;
+        for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[i]));
+        const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
+        bad += !(err <= bound);
+        worst = std::max(worst, err / bound);
+    }
+    INFO("worst error / bound ", worst);
+    CHECK(bad == 0);
+}
+
 }  // namespace
 
 TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes") {
@@ -98,24 +122,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K and Q6_K on int8 activations against 
             cuda::emu::quantize_act(type, x.data(), 0, n, cols, q, nullptr);
 
             // Expert 2 on token 1 against the CPU backend.
-            std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
-            const uint8_t* w2 = w + 2 * slice;
-            cuda::emu::matvec_q8(type, w2, rb, rows, cols, q + cuda::emu::q8_act_row_bytes(type, cols), y.data(), nullptr);
-            const backend::Mat M{type, cols, rows, w2, rb, 0, "expert_2"};
-            cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
-            std::vector<float> deq(static_cast<size_t>(cols));
-            int bad = 0;
-            double worst = 0;
-            for (int64_t r = 0; r < rows; ++r) {
-                tr.to_float(w2 + size_t(r) * rb, deq.data(), cols);
-                double mag = 0;
-                for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[size_t(cols + i)]));
-                const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
-                bad += !(err <= bound);
-                worst = std::max(worst, err / bound);
-            }
-            INFO("worst error / bound ", worst);
-            CHECK(bad == 0);
+            check_against_cpu(type, w + 2 * slice, rb, rows, cols, q + cuda::emu::q8_act_row_bytes(type, cols), x.data() + cols);
 
             // Slots: token s / K, expert sel[s]; each bit-equal to matvec_q8 alone.
             const std::vector<int32_t> sel = {3, 0, 2, 2, 1, 3};
@@ -175,24 +182,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activati
         std::vector<uint8_t> xq(xb * size_t(n));
         cuda::emu::quantize_act(type, x.data(), 0, n, cols, xq.data(), nullptr);
 
-        std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
-        const uint8_t* w1 = W.data() + slice;
-        cuda::emu::matvec_q8(type, w1, rb, rows, cols, xq.data() + xb, y.data(), nullptr);
-        const backend::Mat M{type, cols, rows, w1, rb, 0, "expert_1"};
-        cuda::testing::cpu().matmul(M, x.data() + cols, 1, want.data(), 0, 0);
-        std::vector<float> deq(static_cast<size_t>(cols));
-        int bad = 0;
-        double worst = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-            tr.to_float(w1 + size_t(r) * rb, deq.data(), cols);
-            double mag = 0;
-            for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(deq[size_t(i)]) * double(x[size_t(cols + i)]));
-            const double bound = 1e-5 * mag + 1e-6, err = std::fabs(double(y[size_t(r)]) - double(want[size_t(r)]));
-            bad += !(err <= bound);
-            worst = std::max(worst, err / bound);
-        }
-        INFO("worst error / bound ", worst);
-        CHECK(bad == 0);
+        check_against_cpu(type, W.data() + slice, rb, rows, cols, xq.data() + xb, x.data() + cols);   // expert 1, token 1
 
         const std::vector<int32_t> sel = {2, 0, 1, 1};
         std::vector<float> ys(size_t(4 * rows), -1.0f);

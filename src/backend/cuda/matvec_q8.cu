@@ -169,87 +169,102 @@ __device__ __forceinline__ void q8_store(const float (&acc)[kQ8RowsPerWarp], con
     }
 }
 
-// Block (row block, slot). A warp owns kQ8RowsPerWarp rows; lane 8 s + k takes super-blocks
-// s, s + 4, ... and in each the 16 nibble bytes k (64-weight group k / 2, half k % 2): weights
-// 64 g + l0 .. + 16 (low nibbles, sub-block 2 g) and 64 g + 32 + l0 .. + 16 (high, 2 g + 1). The
-// 8 lanes of a super-block read its 128 nibble bytes side by side.
-// sel nullptr: one slot, W and x as given. Otherwise slot s runs expert sel[s] (W + e slice_bytes)
-// on activation row s / x_div into y + s rows; a bad id gives NaN rows.
-__global__ void __launch_bounds__(kQ8Warps * 32)
-    matvec_q4_K_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
-                          int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                          size_t xq_stride, int64_t x_div, float* __restrict__ y) {
-    Q8Slot sl;
-    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
-    const int lane = int(threadIdx.x % 32);
-    const Q8Row a = q8_row(sl.x, cols);
-    const int s = lane / 8, k = lane % 8, g = k / 2, l0 = 16 * (k % 2);
-    const int64_t nb = cols / kQK;
-    float acc[kQ8RowsPerWarp] = {};
-    for (int64_t sb = s; sb < nb; sb += 4) {
+// The super-block formats on Q8_K activations, one struct each: kLanes lanes share a super-block
+// (lane k of them takes piece k), acts() loads a piece's activations once for the warp's rows, and
+// dot() gives a weight row's contribution d_y (...) for its piece of super-block b.
+//
+// Q4_K: 8 lanes a super-block; piece k is the 16 nibble bytes k (64-weight group g = k / 2, half
+// k % 2): weights 64 g + l0 .. + 16 (low nibbles, sub-block 2 g) and 64 g + 32 + l0 .. + 16 (high,
+// 2 g + 1), so the 8 lanes read the block's 128 nibble bytes side by side.
+struct SbQ4_K {
+    static constexpr int kLanes = 8;
+    static constexpr size_t kBytes = sizeof(bq::block_q4_K);
+    struct Acts {
+        uint4 lo, hi;
+        float d;
+        int b_lo, b_hi;
+    };
+    __device__ static Acts acts(const Q8Row& a, int64_t sb, int k) {
+        const int g = k / 2, l0 = 16 * (k % 2);
         const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 64 * g + l0);
-        const uint4 ylo = load_u128_aligned(yq), yhi = load_u128_aligned(yq + 32);
-        const float dy = a.d[sb];
-        const int blo = a.bsum[sb * 16 + (64 * g + l0) / 16], bhi = a.bsum[sb * 16 + (64 * g + 32 + l0) / 16];
-#pragma unroll
-        for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-            if (r >= sl.nr) break;
-            const uint8_t* b = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * sizeof(bq::block_q4_K);
-            const uint4 q = load_u128_aligned(b + 16 + 32 * g + l0);
-            const uint32_t dd = load_u32_aligned(b);
-            const uint32_t w0 = load_u32_aligned(b + 4), w1 = load_u32_aligned(b + 8), w2 = load_u32_aligned(b + 12);
-            int sc_a, m_a, sc_b, m_b;
-            scale_min_pair(w0, w1, w2, g, sc_a, m_a, sc_b, m_b);
-            const int s_a = dp4a4(nibbles(q, 0), ylo, 0), s_b = dp4a4(nibbles(q, 4), yhi, 0);
-            const float dw = bq::fp16_to_fp32(bq::fp16_t(dd & 0xffff)), dmin = bq::fp16_to_fp32(bq::fp16_t(dd >> 16));
-            acc[r] += dy * (dw * float(sc_a * s_a + sc_b * s_b) - dmin * float(m_a * blo + m_b * bhi));
-        }
+        return {load_u128_aligned(yq), load_u128_aligned(yq + 32), a.d[sb], a.bsum[sb * 16 + (64 * g + l0) / 16],
+                a.bsum[sb * 16 + (64 * g + 32 + l0) / 16]};
     }
-    q8_store(acc, sl);
-}
+    __device__ static float dot(const uint8_t* b, const Acts& y, int k) {
+        const int g = k / 2, l0 = 16 * (k % 2);
+        const uint4 q = load_u128_aligned(b + 16 + 32 * g + l0);
+        const uint32_t dd = load_u32_aligned(b);
+        const uint32_t w0 = load_u32_aligned(b + 4), w1 = load_u32_aligned(b + 8), w2 = load_u32_aligned(b + 12);
+        int sc_a, m_a, sc_b, m_b;
+        scale_min_pair(w0, w1, w2, g, sc_a, m_a, sc_b, m_b);
+        const int s_a = dp4a4(nibbles(q, 0), y.lo, 0), s_b = dp4a4(nibbles(q, 4), y.hi, 0);
+        const float dw = bq::fp16_to_fp32(bq::fp16_t(dd & 0xffff)), dmin = bq::fp16_to_fp32(bq::fp16_t(dd >> 16));
+        return y.d * (dw * float(sc_a * s_a + sc_b * s_b) - dmin * float(m_a * y.b_lo + m_b * y.b_hi));
+    }
+};
 
-// Q6_K on Q8_K activations. Lane 16 s + c takes super-blocks s, s + 2, ... and in each piece c:
-// half h = c / 8 (128 weights), bytes l0 .. l0 + 3 (l0 = 4 (c % 8)) of its ql, ql + 32 and qh,
-// which hold elements l, l + 32, l + 64, l + 96 of the half (l = l0 .. l0 + 3) as 6-bit levels
-// stored + 32: four words of levels 0..63, each dotted with its 4 activations, less 32 times the
-// activations' sum (a dp4a with ones), times its 16-element group's int8 scale.
-__global__ void __launch_bounds__(kQ8Warps * 32)
-    matvec_q6_K_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
-                          int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                          size_t xq_stride, int64_t x_div, float* __restrict__ y) {
-    Q8Slot sl;
-    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
-    const int lane = int(threadIdx.x % 32);
-    const Q8Row a = q8_row(sl.x, cols);
-    const int s = lane / 16, c = lane % 16, h = c / 8, l0 = 4 * (c % 8);
-    const int64_t nb = cols / kQK;
-    float acc[kQ8RowsPerWarp] = {};
-    for (int64_t sb = s; sb < nb; sb += 2) {
+// Q6_K: 16 lanes a super-block; piece c: half h = c / 8 (128 weights), bytes l0 .. l0 + 3
+// (l0 = 4 (c % 8)) of its ql, ql + 32 and qh, which hold elements l, l + 32, l + 64, l + 96 of the
+// half (l = l0 .. l0 + 3) as 6-bit levels stored + 32: four words of levels 0..63, each dotted
+// with its 4 activations, less 32 times the activations' sum (a dp4a with ones, formed once for
+// the warp's rows), times its 16-element group's int8 scale.
+struct SbQ6_K {
+    static constexpr int kLanes = 16;
+    static constexpr size_t kBytes = sizeof(bq::block_q6_K);
+    struct Acts {
+        uint32_t w[4];
+        int sum32[4];
+        float d;
+    };
+    __device__ static Acts acts(const Q8Row& a, int64_t sb, int c) {
+        const int h = c / 8, l0 = 4 * (c % 8);
         const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 128 * h + l0);
-        uint32_t yw[4];
-        int ysum32[4];   // 32 times each activation word's sum: the +32 of the stored levels
+        Acts y;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            yw[k] = load_u32_aligned(yq + 32 * k);
-            ysum32[k] = 32 * __dp4a(0x01010101, int(yw[k]), 0);
+            y.w[k] = load_u32_aligned(yq + 32 * k);
+            y.sum32[k] = 32 * __dp4a(0x01010101, int(y.w[k]), 0);
         }
-        const float dy = a.d[sb];
+        y.d = a.d[sb];
+        return y;
+    }
+    __device__ static uint32_t word2(const uint8_t* p) {
+        return uint32_t(load_u16_aligned(p)) | uint32_t(load_u16_aligned(p + 2)) << 16;
+    }
+    __device__ static float dot(const uint8_t* b, const Acts& y, int c) {
+        const int h = c / 8, l0 = 4 * (c % 8);
+        const uint32_t ql = word2(b + 64 * h + l0), ql32 = word2(b + 64 * h + l0 + 32), qh = word2(b + 128 + 32 * h + l0);
+        const uint32_t lv[4] = {(ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u),
+                                (ql32 & 0x0f0f0f0fu) | ((qh << 2) & 0x30303030u),
+                                ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u),
+                                ((ql32 >> 4) & 0x0f0f0f0fu) | ((qh >> 2) & 0x30303030u)};
+        const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + l0 / 16;
+        int sum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(y.w[k]), 0) - y.sum32[k]);
+        return y.d * bq::fp16_to_fp32(load_u16_aligned(b + 208)) * float(sum);
+    }
+};
+
+// Block (row block, slot), q8_slot's rows and slot. Lane F::kLanes s + k takes super-blocks s,
+// s + 32 / kLanes, ... and in each its piece k, for each of the warp's rows.
+template <class F>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_sb_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                        int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                        size_t xq_stride, int64_t x_div, float* __restrict__ y) {
+    Q8Slot sl;
+    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+    const int lane = int(threadIdx.x % 32), k = lane % F::kLanes;
+    const Q8Row a = q8_row(sl.x, cols);
+    const int64_t nb = cols / kQK;
+    float acc[kQ8RowsPerWarp] = {};
+    for (int64_t sb = lane / F::kLanes; sb < nb; sb += 32 / F::kLanes) {
+        const typename F::Acts act = F::acts(a, sb, k);
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
             if (r >= sl.nr) break;
-            const uint8_t* b = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * sizeof(bq::block_q6_K);
-            auto word2 = [](const uint8_t* p) { return uint32_t(load_u16_aligned(p)) | uint32_t(load_u16_aligned(p + 2)) << 16; };
-            const uint32_t ql = word2(b + 64 * h + l0), ql32 = word2(b + 64 * h + l0 + 32), qh = word2(b + 128 + 32 * h + l0);
-            const uint32_t lv[4] = {(ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u),
-                                    (ql32 & 0x0f0f0f0fu) | ((qh << 2) & 0x30303030u),
-                                    ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u),
-                                    ((ql32 >> 4) & 0x0f0f0f0fu) | ((qh >> 2) & 0x30303030u)};
-            const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + l0 / 16;
-            int sum = 0;
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(yw[k]), 0) - ysum32[k]);
-            acc[r] += dy * bq::fp16_to_fp32(load_u16_aligned(b + 208)) * float(sum);
+            acc[r] += F::dot(sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * F::kBytes, act, k);
         }
     }
     q8_store(acc, sl);
@@ -382,7 +397,7 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
     switch (type) {
         case Type::Q4_K:
         case Type::Q6_K: {
-            auto* kernel = type == Type::Q4_K ? &matvec_q4_K_q8_kernel : &matvec_q6_K_q8_kernel;
+            auto* kernel = type == Type::Q4_K ? &matvec_sb_q8_kernel<SbQ4_K> : &matvec_sb_q8_kernel<SbQ6_K>;
             KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
                           dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
                           n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(type, cols), x_div, y);
