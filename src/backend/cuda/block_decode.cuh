@@ -120,9 +120,9 @@ struct DecIQ4_XS : DotIQ4_XS {
     }
 };
 
-// Calls f(Dec{}) with the decoder of weight type t (the plain types' Dot structs give element
-// access), or throws naming `what` and the type when there is none: the one type switch of the
-// dequantizing launchers (gemm.cu's tiles, embed.cu's gather).
+// Calls f(Dec{}) with the decoder of weight type t, or throws naming `what` and the type when there
+// is none: the one type switch of the CUDA kernels' launchers. A Dec is its block_dot.cuh Dot
+// (dot() for the matvec) plus decode() (the plain types' Dots give element access instead).
 template <class F>
 void with_dec(quant::Type t, const char* what, F&& f) {
     using quant::Type;

@@ -66,39 +66,15 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
 
 // Loads of bytes the caller knows to be aligned (2, 4 and 16 bytes): one instruction each on the
 // GPU, where a misaligned one faults; the CPU mode checks the alignment so that the tests do too.
-#if !defined(__CUDACC__)
-inline void check_aligned(const uint8_t* p, size_t n) {
-    if (reinterpret_cast<uintptr_t>(p) % n != 0)
-        throw std::logic_error("cuda cpu mode: a " + std::to_string(n) + "-byte aligned load from a misaligned address");
-}
-#endif
-__device__ __forceinline__ uint16_t load_u16_aligned(const uint8_t* p) {
+template <class T>   // uint16_t, uint32_t, uint4
+__device__ __forceinline__ T load_aligned(const uint8_t* p) {
 #if defined(__CUDACC__)
-    return *reinterpret_cast<const uint16_t*>(p);
+    return *reinterpret_cast<const T*>(p);
 #else
-    check_aligned(p, 2);
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-#endif
-}
-__device__ __forceinline__ uint32_t load_u32_aligned(const uint8_t* p) {
-#if defined(__CUDACC__)
-    return *reinterpret_cast<const uint32_t*>(p);
-#else
-    check_aligned(p, 4);
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-#endif
-}
-__device__ __forceinline__ uint4 load_u128_aligned(const uint8_t* p) {
-#if defined(__CUDACC__)
-    return *reinterpret_cast<const uint4*>(p);
-#else
-    check_aligned(p, 16);
-    uint4 v;
-    std::memcpy(&v, p, 16);
+    if (reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0)
+        throw std::logic_error("cuda cpu mode: a " + std::to_string(sizeof(T)) + "-byte aligned load from a misaligned address");
+    T v;
+    std::memcpy(&v, p, sizeof(T));
     return v;
 #endif
 }

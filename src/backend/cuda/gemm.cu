@@ -1,12 +1,14 @@
 // The prefill GEMM (kernels.h gemm_matmul): a matmul over many tokens dequantizes its weight rows
 // in tiles to a 16-bit copy and multiplies each tile with cuBLAS (blas.h), fp32 accumulate.
-//  - dequant_rows: one thread per block_dot.cuh piece decodes its elements (block_decode.cuh,
-//    the CPU's values bit for bit) and stores them in the tile's element type.
+//  - dequant_rows: one thread per block_dot.cuh piece decodes its elements (row_decode.cuh's
+//    kernels, block_decode.cuh's decoders: the CPU's values bit for bit) and stores them in the
+//    tile's element type.
 //  - convert_rows: the activations to the same element type (quant/fp16.h's rounding).
 // Decoding and the GEMM run on the same stream, so one tile buffer serves every tile: tile i + 1
 // is written only after the GEMM of tile i has read it. Not measured on a GPU yet.
 #include "backend/cuda/blas.h"
 #include "backend/cuda/block_decode.cuh"
+#include "backend/cuda/row_decode.cuh"
 #include "backend/cuda/kernels.h"
 
 #include <algorithm>
@@ -18,46 +20,6 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 
 namespace {
 
-constexpr int kDeqThreads = 256;
-
-template <Elem E>
-__device__ __forceinline__ void store_elem(void* out, int64_t i, float v) {
-    if constexpr (E == Elem::F32) static_cast<float*>(out)[i] = v;
-    else if constexpr (E == Elem::F16) static_cast<uint16_t*>(out)[i] = bq::fp32_to_fp16(v);
-    else static_cast<uint16_t*>(out)[i] = bq::fp32_to_bf16(v);
-}
-
-// decode()'s put: element j of the block goes to out[base + j].
-template <Elem E>
-struct PutAt {
-    void* out;
-    int64_t base;
-    __device__ void operator()(int j, float v) const { store_elem<E>(out, base + j, v); }
-};
-
-// One thread per (row, piece), flattened, so a short row does not leave most of a block idle.
-template <class D, Elem E>
-__global__ void __launch_bounds__(kDeqThreads)
-    dequant_blocked_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t row_pieces,
-                           void* __restrict__ y, int64_t ldy) {
-    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (p >= rows * row_pieces) return;
-    const int64_t r = p / row_pieces, q = p % row_pieces, b = q / D::kChunks;
-    PutAt<E> put{y, r * ldy + b * D::kElems};
-    D::decode(W + size_t(r) * row_bytes + size_t(b) * D::kBytes, int(q % D::kChunks), put);
-}
-
-// F32 / F16 / BF16 rows: one element per thread.
-template <class D, Elem E>
-__global__ void __launch_bounds__(kDeqThreads)
-    dequant_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
-                         void* __restrict__ y, int64_t ldy) {
-    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (p >= rows * cols) return;
-    const int64_t r = p / cols, i = p % cols;
-    store_elem<E>(y, r * ldy + i, D::elem(W + size_t(r) * row_bytes, i));
-}
-
 template <Elem E>
 __global__ void __launch_bounds__(kDeqThreads)
     convert_rows_kernel(const float* __restrict__ x, int64_t ldx, int64_t rows, int64_t cols, void* __restrict__ y,
@@ -68,23 +30,6 @@ __global__ void __launch_bounds__(kDeqThreads)
     store_elem<E>(y, r * ldy + i, x[r * ldx + i]);
 }
 
-dim3 deq_grid(int64_t threads) { return dim3(unsigned((threads + kDeqThreads - 1) / kDeqThreads)); }
-
-template <class D, Elem E>
-void deq_launch(const uint8_t* W, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* y, int64_t ldy, void* stream) {
-    void* out = y;
-    if constexpr (D::kUnblocked) {
-        auto* kernel = &dequant_plain_kernel<D, E>;
-        KINFER_LAUNCH(kernel, deq_grid(rows * cols), dim3(kDeqThreads), 0, as_stream(stream), W, row_bytes, rows, cols,
-                      out, ldy);
-    } else {
-        const int64_t row_pieces = cols / D::kElems * D::kChunks;
-        auto* kernel = &dequant_blocked_kernel<D, E>;
-        KINFER_LAUNCH(kernel, deq_grid(rows * row_pieces), dim3(kDeqThreads), 0, as_stream(stream), W, row_bytes, rows,
-                      row_pieces, out, ldy);
-    }
-}
-
 template <class D>
 void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem out, void* y, int64_t ldy, void* stream) {
     if (!D::kUnblocked && cols % D::kElems != 0)
@@ -93,9 +38,9 @@ void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem 
     const auto* w = static_cast<const uint8_t*>(W);
     auto* o = static_cast<uint8_t*>(y);
     switch (out) {
-        case Elem::F32: return deq_launch<D, Elem::F32>(w, row_bytes, rows, cols, o, ldy, stream);
-        case Elem::F16: return deq_launch<D, Elem::F16>(w, row_bytes, rows, cols, o, ldy, stream);
-        case Elem::BF16: return deq_launch<D, Elem::BF16>(w, row_bytes, rows, cols, o, ldy, stream);
+        case Elem::F32: return deq_launch<D, Elem::F32>(w, row_bytes, rows, cols, o, ldy, RowsInOrder{}, stream);
+        case Elem::F16: return deq_launch<D, Elem::F16>(w, row_bytes, rows, cols, o, ldy, RowsInOrder{}, stream);
+        case Elem::BF16: return deq_launch<D, Elem::BF16>(w, row_bytes, rows, cols, o, ldy, RowsInOrder{}, stream);
     }
 }
 

@@ -6,7 +6,7 @@
 // about twice the weight bytes of a 4-bit format instead of eight times. Decode is bound by the
 // weight bytes, so this is the shape that can run near HBM bandwidth: 4 warps per block (16 rows)
 // keep enough loads in flight. Not measured on a GPU yet (tests/gpu/run.sh prints the table).
-#include "backend/cuda/block_dot.cuh"
+#include "backend/cuda/block_decode.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -171,40 +171,13 @@ bool matvec_supported(quant::Type t) {
     }
 }
 
-namespace {
-
-// Calls f(Dot{}) with the block_dot.cuh format of weight type t, or throws naming `what` and the
-// type when there is none: the one type switch of the single and the grouped launchers.
-template <class F>
-void with_dot(quant::Type t, const char* what, F&& f) {
-    using quant::Type;
-    switch (t) {
-        case Type::F32: return f(DotF32{});
-        case Type::F16: return f(DotF16{});
-        case Type::BF16: return f(DotBF16{});
-        case Type::Q8_0: return f(DotQ8_0{});
-        case Type::Q4_0: return f(DotQ4_0{});
-        case Type::Q5_0: return f(DotQ5_0{});
-        case Type::IQ4_NL: return f(DotIQ4_NL{});
-        case Type::MXFP4: return f(DotMXFP4{});
-        case Type::Q4_K: return f(DotQ4_K{});
-        case Type::Q5_K: return f(DotQ5_K{});
-        case Type::Q6_K: return f(DotQ6_K{});
-        case Type::IQ4_XS: return f(DotIQ4_XS{});
-        default: break;
-    }
-    const char* name = quant::type_facts(t).name;
-    throw std::invalid_argument(std::string("cuda ") + what + ": no kernel for weight type " + (name ? name : "?"));
-}
-
-}  // namespace
 
 void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
             int64_t ldx, int64_t n, float* y, int64_t ldy, void* stream) {
     if (rows <= 0 || n <= 0) return;
     if (ldx == 0) ldx = cols;
     if (ldy == 0) ldy = rows;
-    with_dot(type, "matvec", [&](auto dot) { launch<decltype(dot)>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream); });
+    with_dec(type, "matvec", [&](auto dot) { launch<decltype(dot)>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, stream); });
 }
 
 void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
@@ -213,7 +186,7 @@ void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
     if (x_div < 1 || slots > 65535)
         throw std::invalid_argument("cuda matvec_id: " + std::to_string(slots) + " slots (at most 65535), x_div " +
                                     std::to_string(x_div) + " (at least 1)");
-    with_dot(type, "matvec_id", [&](auto dot) {
+    with_dec(type, "matvec_id", [&](auto dot) {
         using F = decltype(dot);
         if (!F::kUnblocked && cols % F::kElems != 0)
             throw std::invalid_argument("cuda matvec_id: " + std::to_string(cols) + " columns are not whole blocks of " +
@@ -236,7 +209,7 @@ void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const Matvec
         if (g.task[i].rows > 0 && g.task[i].n > 0) g.task[kept++] = g.task[i];
     g.n_tasks = kept;
     if (kept == 0) return;
-    with_dot(type, "matvec_group", [&](auto dot) { launch_group<decltype(dot)>(g, row_bytes, cols, stream); });
+    with_dec(type, "matvec_group", [&](auto dot) { launch_group<decltype(dot)>(g, row_bytes, cols, stream); });
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

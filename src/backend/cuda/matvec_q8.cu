@@ -4,13 +4,14 @@
 //
 // Why a second form. matvec.cu keeps the activations fp32 and turns every weight into a float:
 // per weight a nibble extract, an int-to-float conversion (a quarter-rate instruction on sm_90)
-// and an FMA, plus the block's scales decoded from bytes per 8 weights; its PTX for Q4_K has
-// about 19 instructions a weight, which caps it near a fifth of the H200's 4.8 TB/s (by count,
-// not measured). Here the activation row is quantized once per call to Q8_K as the CPU does it
-// (quantize_q8_K: the same bytes as quant's quantize_row_q8_K), and each lane takes 16 bytes of
-// a block's nibbles (32 weights) with one 16-byte load: 8 dp4a against the int8 activations, the
+// and an FMA, plus the block's scales decoded from bytes per 8 weights; its PTX has about 17
+// instructions a Q4_K or MXFP4 weight, which caps it near a quarter of the H200's 4.8 TB/s (by
+// count, not measured). Here the activation row is quantized once per call as the CPU does it
+// (quantize_act: the bytes of quant's quantize_row_q8_K / the values of its x86
+// quantize_row_q8_0), and the weights are dotted with dp4a: for Q4_K each lane takes 16 bytes of
+// a block's nibbles (32 weights) with one 16-byte load, 8 dp4a against the int8 activations, the
 // sub-block scales applied to the exact integer sums, the min terms from the activation's block
-// sums. About 1 instruction per weight.
+// sums: about 2.2 PTX instructions a weight (Q6_K 4.9, Q8_0 4.7, MXFP4 7.4).
 //
 // Arithmetic: the integer sums are the CPU's (Q8_K activations, exact products); the float steps
 // (d_y (d_w (sc_a s_a + sc_b s_b) - dmin_w (m_a b_a + m_b b_b)) per lane and super-block, then a
@@ -44,6 +45,10 @@ constexpr int kQ8Warps = 4;
 constexpr int kQ8RowsPerWarp = 2;   // each lane's activation loads serve two weight rows
 constexpr int kQ8RowsPerBlock = kQ8Warps * kQ8RowsPerWarp;
 constexpr int64_t kQK = bq::QK_K;
+
+// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
+// Q8_0 for the 32-element formats.
+bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K || type == quant::Type::Q6_K; }
 
 // One row of quantized activations.
 struct Q8Row {
@@ -187,14 +192,14 @@ struct SbQ4_K {
     __device__ static Acts acts(const Q8Row& a, int64_t sb, int k) {
         const int g = k / 2, l0 = 16 * (k % 2);
         const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 64 * g + l0);
-        return {load_u128_aligned(yq), load_u128_aligned(yq + 32), a.d[sb], a.bsum[sb * 16 + (64 * g + l0) / 16],
+        return {load_aligned<uint4>(yq), load_aligned<uint4>(yq + 32), a.d[sb], a.bsum[sb * 16 + (64 * g + l0) / 16],
                 a.bsum[sb * 16 + (64 * g + 32 + l0) / 16]};
     }
     __device__ static float dot(const uint8_t* b, const Acts& y, int k) {
         const int g = k / 2, l0 = 16 * (k % 2);
-        const uint4 q = load_u128_aligned(b + 16 + 32 * g + l0);
-        const uint32_t dd = load_u32_aligned(b);
-        const uint32_t w0 = load_u32_aligned(b + 4), w1 = load_u32_aligned(b + 8), w2 = load_u32_aligned(b + 12);
+        const uint4 q = load_aligned<uint4>(b + 16 + 32 * g + l0);
+        const uint32_t dd = load_aligned<uint32_t>(b);
+        const uint32_t w0 = load_aligned<uint32_t>(b + 4), w1 = load_aligned<uint32_t>(b + 8), w2 = load_aligned<uint32_t>(b + 12);
         int sc_a, m_a, sc_b, m_b;
         scale_min_pair(w0, w1, w2, g, sc_a, m_a, sc_b, m_b);
         const int s_a = dp4a4(nibbles(q, 0), y.lo, 0), s_b = dp4a4(nibbles(q, 4), y.hi, 0);
@@ -222,14 +227,14 @@ struct SbQ6_K {
         Acts y;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            y.w[k] = load_u32_aligned(yq + 32 * k);
+            y.w[k] = load_aligned<uint32_t>(yq + 32 * k);
             y.sum32[k] = 32 * __dp4a(0x01010101, int(y.w[k]), 0);
         }
         y.d = a.d[sb];
         return y;
     }
     __device__ static uint32_t word2(const uint8_t* p) {
-        return uint32_t(load_u16_aligned(p)) | uint32_t(load_u16_aligned(p + 2)) << 16;
+        return uint32_t(load_aligned<uint16_t>(p)) | uint32_t(load_aligned<uint16_t>(p + 2)) << 16;
     }
     __device__ static float dot(const uint8_t* b, const Acts& y, int c) {
         const int h = c / 8, l0 = 4 * (c % 8);
@@ -242,7 +247,7 @@ struct SbQ6_K {
         int sum = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(y.w[k]), 0) - y.sum32[k]);
-        return y.d * bq::fp16_to_fp32(load_u16_aligned(b + 208)) * float(sum);
+        return y.d * bq::fp16_to_fp32(load_aligned<uint16_t>(b + 208)) * float(sum);
     }
 };
 
@@ -312,13 +317,14 @@ __device__ __forceinline__ void nibble_levels(uint32_t q, const uint32_t* t, uin
 // 4c + i and 16 + 4c + i, against activations stored interleaved: quantize_act does so for them).
 struct PieceQ8_0 {
     static constexpr int kBytes = sizeof(bq::block_q8_0);
-    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_u16_aligned(b)); }
+    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
         const uint8_t* q = b + 2 + 8 * c;
-        lo = uint32_t(load_u16_aligned(q)) | uint32_t(load_u16_aligned(q + 2)) << 16;
-        hi = uint32_t(load_u16_aligned(q + 4)) | uint32_t(load_u16_aligned(q + 6)) << 16;
+        lo = uint32_t(load_aligned<uint16_t>(q)) | uint32_t(load_aligned<uint16_t>(q + 2)) << 16;
+        hi = uint32_t(load_aligned<uint16_t>(q + 4)) | uint32_t(load_aligned<uint16_t>(q + 6)) << 16;
     }
 };
+// Level: block_dot.cuh's (its scale; the levels come from the table the launch passes).
 template <class Level, int kQs>
 struct PieceNibble {
     static constexpr int kBytes = kQs + 16;
@@ -327,15 +333,14 @@ struct PieceNibble {
         nibble_levels(load_u32(b + kQs + 4 * c), t, lo, hi);
     }
 };
-struct ScaleF16 {
-    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_u16(b)); }
-};
-struct ScaleE8M0 {
-    __device__ static float scale(const uint8_t* b) { return bq::e8m0_to_fp32_half(b[0]); }
-};
+using PieceQ4_0 = PieceNibble<LevelQ4_0, 2>;
+using PieceIQ4_NL = PieceNibble<LevelIQ4_NL, 2>;
+using PieceMXFP4 = PieceNibble<LevelMXFP4, 1>;
+static_assert(PieceQ4_0::kBytes == sizeof(bq::block_q4_0) && PieceIQ4_NL::kBytes == sizeof(bq::block_iq4_nl) &&
+              PieceMXFP4::kBytes == sizeof(bq::block_mxfp4));
 
-// Block (row block, slot), as the Q4_K kernel: a warp owns kQ8RowsPerWarp rows; lane 4 j + c
-// takes blocks j, j + 8, ... and in each piece c. levels: the format's 16 levels (nibble formats).
+// Block (row block, slot), q8_slot's rows and slot: lane 4 j + c takes blocks j, j + 8, ... and
+// in each piece c. levels_lo / _hi: the format's 16 levels (nibble formats).
 template <class P>
 __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
@@ -359,31 +364,36 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
             uint32_t lo, hi;
             P::levels(blk, c, t, lo, hi);
             const auto* ya = reinterpret_cast<const uint8_t*>(aq + 32 * b + 8 * c);
-            const int sum = __dp4a(int(hi), int(load_u32_aligned(ya + 4)), __dp4a(int(lo), int(load_u32_aligned(ya)), 0));
+            const int sum = __dp4a(int(hi), int(load_aligned<uint32_t>(ya + 4)), __dp4a(int(lo), int(load_aligned<uint32_t>(ya)), 0));
             acc[r] += P::scale(blk) * dy * float(sum);
         }
     }
     q8_store(acc, sl);
 }
 
-struct LevelsQ4_0 {
-    static constexpr int8_t v[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-};
-struct LevelsIQ4_NL {
-    static constexpr int8_t v[16] = {KINFER_IQ4NL_LEVELS};
-};
-struct LevelsMXFP4 {
-    static constexpr int8_t v[16] = {KINFER_MXFP4_LEVELS};
-};
+// Q4_0's levels q - 8 (IQ4_NL's and MXFP4's are quant/blocks.h's tables).
+constexpr int8_t kLevelsQ4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
-template <class P, class L>
-void launch_b32(const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
-                const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
+// levels: the format's 16 levels (nullptr for Q8_0, which has none), passed in the launch's
+// parameters as two words of 8 bytes.
+template <class P>
+void launch_b32(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
+                const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, void* stream,
+                const int8_t* levels) {
     auto* kernel = &matvec_b32_q8_kernel<P>;
     KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
-                  dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
-                  n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(quant::Type::Q8_0, cols),
-                  x_div, y, bq::pack_levels8(L::v), bq::pack_levels8(L::v + 8));
+                  dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq,
+                  q8_act_row_bytes(quant::Type::Q8_0, cols), x_div, y, levels ? bq::pack_levels8(levels) : 0,
+                  levels ? bq::pack_levels8(levels + 8) : 0);
+}
+
+template <class F>
+void launch_sb(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
+               const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, void* stream) {
+    auto* kernel = &matvec_sb_q8_kernel<F>;
+    KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
+                  dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq,
+                  q8_act_row_bytes(quant::Type::Q4_K, cols), x_div, y);
 }
 
 void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
@@ -392,24 +402,22 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
     if (slots > 65535 || x_div < 1)
         throw std::invalid_argument("cuda matvec_q8: " + std::to_string(slots) + " slots (at most 65535), x_div " +
                                     std::to_string(x_div));
+    const auto* w = static_cast<const uint8_t*>(W);
+    const auto* q = static_cast<const uint8_t*>(xq);
     using quant::Type;
-    using LevelsNone = LevelsQ4_0;   // Q8_0 reads no table
     switch (type) {
-        case Type::Q4_K:
-        case Type::Q6_K: {
-            auto* kernel = type == Type::Q4_K ? &matvec_sb_q8_kernel<SbQ4_K> : &matvec_sb_q8_kernel<SbQ6_K>;
-            KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
-                          dim3(kQ8Warps * 32), 0, as_stream(stream), static_cast<const uint8_t*>(W), row_bytes, slice_bytes,
-                          n_slices, rows, cols, sel, static_cast<const uint8_t*>(xq), q8_act_row_bytes(type, cols), x_div, y);
-            return;
-        }
-        case Type::Q8_0: return launch_b32<PieceQ8_0, LevelsNone>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+        case Type::Q4_K: return launch_sb<SbQ4_K>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream);
+        case Type::Q6_K: return launch_sb<SbQ6_K>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream);
+        case Type::Q8_0:
+            return launch_b32<PieceQ8_0>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream, nullptr);
         case Type::Q4_0:
-            return launch_b32<PieceNibble<ScaleF16, 2>, LevelsQ4_0>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+            return launch_b32<PieceQ4_0>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream, kLevelsQ4_0);
         case Type::IQ4_NL:
-            return launch_b32<PieceNibble<ScaleF16, 2>, LevelsIQ4_NL>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+            return launch_b32<PieceIQ4_NL>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream,
+                                           bq::kvalues_iq4nl);
         case Type::MXFP4:
-            return launch_b32<PieceNibble<ScaleE8M0, 1>, LevelsMXFP4>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+            return launch_b32<PieceMXFP4>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream,
+                                          bq::kvalues_mxfp4);
         default: break;
     }
     const char* name = quant::type_facts(type).name;
@@ -417,10 +425,6 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
 }
 
 }  // namespace
-
-// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
-// Q8_0 for the 32-element formats.
-bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K || type == quant::Type::Q6_K; }
 
 size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
     const size_t extra = q8_k_acts(type) ? size_t(4 * (cols / kQK) + 64 * (cols / kQK)) : size_t(4 * (cols / 32));

@@ -227,7 +227,10 @@ int64_t mla_split(const MlaArgs& a) {
 
 namespace {
 
-int64_t n_pieces(const MlaArgs& a) { return (a.pos0 + a.n + mla_split(a) - 1) / mla_split(a); }
+int64_t n_pieces(const MlaArgs& a) {
+    const int64_t split = mla_split(a);
+    return (a.pos0 + a.n + split - 1) / split;
+}
 
 }  // namespace
 
