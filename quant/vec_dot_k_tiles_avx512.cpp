@@ -106,130 +106,10 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
     }
 }
 
+#include "quant/vec_dot_k_tiles_asm_avx512.inc"
+
 // NR weight rows x 2 NP packed activation rows (NP even), all nb super-blocks; out[t * os + r]
 // for the t < ny_valid that were real rows.
-// The integer part of one super-block of the 2 x 16 tile (two weight rows, eight activation row
-// pairs: tile<2, 8>) in assembly, the same steps as tile()'s intrinsics. Why: GCC 12 kept only a
-// few of the sixteen sums in registers and loaded and stored the rest at every step (3.05 ns per
-// 256 weights and activation row; clang's allocation of the same intrinsics 2.7), and an asm
-// statement cannot name sixteen read-write vectors (GCC takes 30 operands, a read-write one
-// counting twice). So the registers are fixed here:
-//   zmm0-7 / zmm8-15  the sums of weight row 0 / 1 for pairs 0..7, zeroed first, stored to out;
-//   zmm16             0x0f in every byte;
-//   zmm17-20          chunk j of row 0 (low, high nibbles) and of row 1;
-//   zmm21, zmm22      chunk j's scale pairs of rows 0 and 1 (sp0[j], sp1[j]);
-//   zmm23-26          the products, zmm27 / zmm28 the pair's low / high chunk activations.
-// Per pair and row: low and high chunk products by vpdpbusd into zeroed registers (exact, each
-// |sum| <= 4 * 15 * 128 fits an int16), the high sums shifted into the high words and joined by a
-// word blend under k1, and the scale pair applied by vpdpwssd.
-#define KQ4_DECODE(J)                                                                      \
-    "vbroadcasti64x4 32*" #J "(%[q0]), %%zmm17\n\t"                                        \
-    "vbroadcasti64x4 32*" #J "(%[q1]), %%zmm19\n\t"                                        \
-    "vpsrlw $4, %%zmm17, %%zmm18\n\t"                                                      \
-    "vpsrlw $4, %%zmm19, %%zmm20\n\t"                                                      \
-    "vpandd %%zmm16, %%zmm17, %%zmm17\n\t"                                                 \
-    "vpandd %%zmm16, %%zmm18, %%zmm18\n\t"                                                 \
-    "vpandd %%zmm16, %%zmm19, %%zmm19\n\t"                                                 \
-    "vpandd %%zmm16, %%zmm20, %%zmm20\n\t"                                                 \
-    "vpshufb 64*" #J "(%[shuf]), %[sc0], %%zmm21\n\t"                                      \
-    "vpshufb 64*" #J "(%[shuf]), %[sc1], %%zmm22\n\t"
-#define KQ4_PAIR(J, P, S0, S1)                                                             \
-    "vmovdqa64 640*" #P "+128*" #J "(%[a]), %%zmm27\n\t"                                   \
-    "vmovdqa64 640*" #P "+128*" #J "+64(%[a]), %%zmm28\n\t"                                \
-    "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"                                                 \
-    "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"                                                 \
-    "vpdpbusd %%zmm27, %%zmm17, %%zmm23\n\t"                                               \
-    "vpdpbusd %%zmm28, %%zmm18, %%zmm24\n\t"                                               \
-    "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"                                                 \
-    "vpxord %%zmm26, %%zmm26, %%zmm26\n\t"                                                 \
-    "vpdpbusd %%zmm27, %%zmm19, %%zmm25\n\t"                                               \
-    "vpdpbusd %%zmm28, %%zmm20, %%zmm26\n\t"                                               \
-    "vpslld $16, %%zmm24, %%zmm24\n\t"                                                     \
-    "vpslld $16, %%zmm26, %%zmm26\n\t"                                                     \
-    "vpblendmw %%zmm24, %%zmm23, %%zmm23%{%%k1%}\n\t"                                      \
-    "vpblendmw %%zmm26, %%zmm25, %%zmm25%{%%k1%}\n\t"                                      \
-    "vpdpwssd %%zmm21, %%zmm23, %%zmm" #S0 "\n\t"                                          \
-    "vpdpwssd %%zmm22, %%zmm25, %%zmm" #S1 "\n\t"
-#define KQ4_CHUNK(J)                                                                       \
-    KQ4_DECODE(J)                                                                          \
-    KQ4_PAIR(J, 0, 0, 8) KQ4_PAIR(J, 1, 1, 9) KQ4_PAIR(J, 2, 2, 10) KQ4_PAIR(J, 3, 3, 11) \
-    KQ4_PAIR(J, 4, 4, 12) KQ4_PAIR(J, 5, 5, 13) KQ4_PAIR(J, 6, 6, 14) KQ4_PAIR(J, 7, 7, 15)
-#define KQ4_ZERO(R) "vpxord %%zmm" #R ", %%zmm" #R ", %%zmm" #R "\n\t"
-// The min terms of row quad Q (after the pairs, at vector 8 * kPerPair + 2Q: the bsum pair sums,
-// then -d_y four lanes a row): acc_m = (-d_y * dmin_w) * float(mins . bsum pairs) + acc_m, both rows.
-#define KQ4_MINS(Q)                                                                        \
-    "vmovaps 5120+128*" #Q "+64(%[a]), %%zmm19\n\t"                                        \
-    "vmulps (%[xm0])%{1to16%}, %%zmm19, %%zmm20\n\t"                                       \
-    "vmulps (%[xm1])%{1to16%}, %%zmm19, %%zmm19\n\t"                                       \
-    "vpmaddwd 5120+128*" #Q "(%[a]), %%zmm17, %%zmm21\n\t"                                 \
-    "vpmaddwd 5120+128*" #Q "(%[a]), %%zmm18, %%zmm22\n\t"                                 \
-    "vcvtdq2ps %%zmm21, %%zmm21\n\t"                                                       \
-    "vcvtdq2ps %%zmm22, %%zmm22\n\t"                                                       \
-    "vfmadd213ps 64*" #Q "(%[accm]), %%zmm20, %%zmm21\n\t"                                 \
-    "vfmadd213ps 256+64*" #Q "(%[accm]), %%zmm19, %%zmm22\n\t"                             \
-    "vmovaps %%zmm21, 64*" #Q "(%[accm])\n\t"                                              \
-    "vmovaps %%zmm22, 256+64*" #Q "(%[accm])\n\t"
-// The float step of pair P: d = d_y * d_w (the pair's two d_y, eight lanes each, times the row's
-// d_w broadcast), acc = d * float(sum) + acc, stored back.
-#define KQ4_FLOAT(P, S0, S1)                                                               \
-    "vmovaps 640*" #P "+512(%[a]), %%zmm27\n\t"                                            \
-    "vmulps (%[xd0])%{1to16%}, %%zmm27, %%zmm28\n\t"                                       \
-    "vmulps (%[xd1])%{1to16%}, %%zmm27, %%zmm27\n\t"                                       \
-    "vcvtdq2ps %%zmm" #S0 ", %%zmm" #S0 "\n\t"                                             \
-    "vcvtdq2ps %%zmm" #S1 ", %%zmm" #S1 "\n\t"                                             \
-    "vfmadd213ps 64*" #S0 "(%[acc]), %%zmm28, %%zmm" #S0 "\n\t"                            \
-    "vfmadd213ps 64*" #S1 "(%[acc]), %%zmm27, %%zmm" #S1 "\n\t"                            \
-    "vmovaps %%zmm" #S0 ", 64*" #S0 "(%[acc])\n\t"                                         \
-    "vmovaps %%zmm" #S1 ", 64*" #S1 "(%[acc])\n\t"
-
-// The pairs lie kPerPair vectors of 64 bytes apart, a pair's chunk j at vectors 2j and 2j + 1 and
-// its d_y at vector 8.
-static_assert(kPerPair * 64 == 640 && 8 * kPerPair * 64 == 5120);
-alignas(64) constexpr uint32_t kScalePairShuffle[4][16] = {
-#define KQ4_ROW(J) {0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, \
-    0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, \
-    0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, \
-    0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, \
-    0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, 0x03020100u + 0x04040404u * J, \
-    0x03020100u + 0x04040404u * J}
-    KQ4_ROW(0u), KQ4_ROW(1u), KQ4_ROW(2u), KQ4_ROW(3u)
-#undef KQ4_ROW
-};
-// q0 / q1: the two rows' super-block quants (qs); sc0 / sc1: their 8 scales as int16 in every
-// 128-bit lane; xd0 / xd1: their d as float; a: the super-block's packed activations; acc: the
-// 16 float chains (row 0's pairs, then row 1's), updated in place.
-inline void q4k_superblock_2x16(const uint8_t* q0, const uint8_t* q1, __m512i sc0, __m512i sc1, const float* xd0,
-                                const float* xd1, const __m128i* mn0, const __m128i* mn1, const float* xm0,
-                                const float* xm1, const Vec* a, float* acc, float* accm) {
-    uint32_t scratch;
-    asm volatile(
-        "movl $0x0f0f0f0f, %[g]\n\t"
-        "vpbroadcastd %[g], %%zmm16\n\t"
-        "movl $0xaaaaaaaa, %[g]\n\t"
-        "kmovd %[g], %%k1\n\t"
-        KQ4_ZERO(0) KQ4_ZERO(1) KQ4_ZERO(2) KQ4_ZERO(3) KQ4_ZERO(4) KQ4_ZERO(5) KQ4_ZERO(6) KQ4_ZERO(7)
-        KQ4_ZERO(8) KQ4_ZERO(9) KQ4_ZERO(10) KQ4_ZERO(11) KQ4_ZERO(12) KQ4_ZERO(13) KQ4_ZERO(14) KQ4_ZERO(15)
-        KQ4_CHUNK(0) KQ4_CHUNK(1) KQ4_CHUNK(2) KQ4_CHUNK(3)
-        KQ4_FLOAT(0, 0, 8) KQ4_FLOAT(1, 1, 9) KQ4_FLOAT(2, 2, 10) KQ4_FLOAT(3, 3, 11)
-        KQ4_FLOAT(4, 4, 12) KQ4_FLOAT(5, 5, 13) KQ4_FLOAT(6, 6, 14) KQ4_FLOAT(7, 7, 15)
-        "vbroadcasti32x4 (%[mn0]), %%zmm17\n\t"
-        "vbroadcasti32x4 (%[mn1]), %%zmm18\n\t"
-        KQ4_MINS(0) KQ4_MINS(1) KQ4_MINS(2) KQ4_MINS(3)
-        : [g] "=&r"(scratch)
-        : [q0] "r"(q0), [q1] "r"(q1), [sc0] "v"(sc0), [sc1] "v"(sc1), [xd0] "r"(xd0), [xd1] "r"(xd1), [a] "r"(a),
-          [acc] "r"(acc), [shuf] "r"(kScalePairShuffle), [mn0] "r"(mn0), [mn1] "r"(mn1), [xm0] "r"(xm0),
-          [xm1] "r"(xm1), [accm] "r"(accm)
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-          "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",
-          "xmm25", "xmm26", "xmm27", "xmm28", "k1", "memory");
-}
-#undef KQ4_DECODE
-#undef KQ4_PAIR
-#undef KQ4_CHUNK
-#undef KQ4_ZERO
-#undef KQ4_FLOAT
-#undef KQ4_MINS
-
 template <int NR, int NP>
 void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     constexpr int NQ = NP / 2;
@@ -252,9 +132,9 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             mn[r] = k.mn16;
         }
         if constexpr (NR == 2 && NP == 8) {   // the full tile: the same steps in assembly (above)
+            const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
-            q4k_superblock_2x16(x[0][i].qs, x[1][i].qs, sc[0], sc[1], &xd[0], &xd[1], &mn[0], &mn[1], &xm[0], &xm[1], A,
-                                acc[0][0], acc_m[0][0]);
+            q4k_superblock_2x16(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
             continue;
         }
         for (int r = 0; r < NR; ++r)
@@ -318,16 +198,23 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
 template <int NR, int NP>
 void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
-    __m512 acc[NR][NP];
+    alignas(64) float acc[NR][NP][16];   // in memory, as in the Q4_K tile
     for (int r = 0; r < NR; ++r)
-        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+        for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
     for (int64_t i = 0; i < nb; ++i) {
         const Vec* A = a.sb(i);
         __m512i sc[NR], sum[NR][NP];
-        for (int r = 0; r < NR; ++r) {
+        for (int r = 0; r < NR; ++r)
             sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales))));
-            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+        if constexpr (NR == 2 && NP == 8) {   // the full tile: the same steps in assembly
+            const uint8_t* const ql[2] = {x[0][i].ql, x[1][i].ql};
+            const uint8_t* const qh[2] = {x[0][i].qh, x[1][i].qh};
+            const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
+            q6k_superblock_2x16(ql, qh, sc, xd, A, acc[0][0]);
+            continue;
         }
+        for (int r = 0; r < NR; ++r)
+            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
         for (int k = 0; k < 2; ++k) {
             __m512i sck[NR], H[NR];
             for (int r = 0; r < NR; ++r) {
@@ -359,13 +246,15 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
                 // Lane-wise 32 * sum(y) * scale for both rows, the offset of the stored levels.
                 const __m512i corr = _mm512_slli_epi32(_mm512_madd_epi16(A[p * kPerPair + 9].v, sc[r]), 5);
                 const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], corr)), acc[r][p]);
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], corr));
+                _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, f, _mm512_load_ps(acc[r][p])));
             }
         }
     }
     for (int r = 0; r < NR; ++r)
         for (int p = 0; p < NP; ++p) {
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 0), _mm512_maskz_extractf32x8_ps(0xff, acc[r][p], 1)};
+            const __m512 v = _mm512_load_ps(acc[r][p]);
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
             for (int h = 0; h < 2; ++h)
                 if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
         }
