@@ -162,9 +162,15 @@ void pack_pairs(const block_q8_0* const* yrow, const float* const* dyrow, int ny
 
 // RM weight rows x NP row pairs (from pair p0) over all nb blocks. decode_u(r, b): block b of
 // weight row r as 32 bytes w + 128; dw[r][b] its float scale.
+// next (when not null): the next row group's first row, its rows x_stride apart, blocks of
+// block_bytes; the tile asks for its block b of each of 4 rows into L2 as it goes, so that the
+// next group's scale conversion (the first to touch those rows) finds them there. (Without,
+// that conversion took the misses of the weight stream, one block at a time: 18 % of a 16-row
+// Q8_0 product from L3.)
 template <int RM, int NP, class DecodeU>
 void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const PairPack& a, int p0, int ny_valid,
-                    float* const* out_r, size_t out_stride) {
+                    float* const* out_r, size_t out_stride, const uint8_t* next = nullptr, size_t x_stride = 0,
+                    size_t block_bytes = 0) {
     static_assert(NP <= 4, "a block's scale products of one weight row are one 8-lane vector");
     // Every loop over the chains is unrolled by hand: GCC 12 left some of them rolled, and an
     // array indexed by a loop variable lives in memory, so the chains were stored at every block.
@@ -176,6 +182,9 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
     // Dword g of a weight block into dwords 2g and 2g + 1: both rows of a pair see it.
     const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     for (int64_t b = 0; b < nb; ++b) {
+        if (next)
+            for (int r = 0; r < kRowsPerTile; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(next + size_t(r) * x_stride + size_t(b) * block_bytes), _MM_HINT_T1);
         __m512i u[RM];
         for (int r = 0; r < RM; ++r) u[r] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(decode_u(r, b)));
         const size_t at = size_t(b) * size_t(a.units) + size_t(p0);
@@ -238,15 +247,20 @@ void pack_block_pairs(const block_q8_0* const* yrow, const float* const* dyrow, 
 }
 
 // RM weight rows x RN activation rows (from row t0) over all block pairs, plus the odd last block.
+// next, x_stride, block_bytes: as tile512_packed's.
 template <int RM, int RN, class DecodeU>
 void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw, const PairPack& a, int t0,
-                           const block_q8_0* const* yrow, const float* const* dyrow, float* const* out_r, size_t out_stride) {
+                           const block_q8_0* const* yrow, const float* const* dyrow, float* const* out_r, size_t out_stride,
+                           const uint8_t* next = nullptr, size_t x_stride = 0, size_t block_bytes = 0) {
     __m512 acc[RM][RN];
     for (int r = 0; r < RM; ++r)
         for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_setzero_ps();
     const int64_t nbp = nb / 2;
     for (int64_t bp = 0; bp < nbp; ++bp) {
         const int64_t b = 2 * bp;
+        if (next)
+            for (int r = 0; r < kRowsPerTile; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(next + size_t(r) * x_stride + size_t(b) * block_bytes), _MM_HINT_T1);
         __m512i u[RM];
         __m512 sw[RM];
         for (int r = 0; r < RM; ++r) {
@@ -399,8 +413,16 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
                     for (int r = 0; r < rm; ++r) orow[r] = out + size_t(r0 + r);
                     for_count(std::min(kPackedUnits, units - u0), [&]<int KP>() {
                         for_count(rm, [&]<int RM>() {
-                            if constexpr (Chains == 1) tile512_packed<RM, KP>(nb, du, dwrow, pairs, u0, ny_max, orow, out_stride);
-                            else tile512_packed_chains<RM, KP>(nb, du, dwrow, pairs, u0, yrow, dyrow, orow, out_stride);
+                            // The first unit group asks for the next full row group's blocks.
+                            const uint8_t* next = u0 == 0 && r0 + 2 * kRowsPerTile <= nx
+                                                      ? reinterpret_cast<const uint8_t*>(xrow_at(r0 + kRowsPerTile))
+                                                      : nullptr;
+                            if constexpr (Chains == 1)
+                                tile512_packed<RM, KP>(nb, du, dwrow, pairs, u0, ny_max, orow, out_stride, next, x_stride,
+                                                       sizeof(Block));
+                            else
+                                tile512_packed_chains<RM, KP>(nb, du, dwrow, pairs, u0, yrow, dyrow, orow, out_stride, next,
+                                                              x_stride, sizeof(Block));
                         });
                     });
                 }
