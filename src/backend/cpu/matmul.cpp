@@ -287,14 +287,16 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     const quant::Isa isa = quant::active_isa();
     const std::vector<int> layouts = quant::decode_stream_layouts(isa);
     if (layouts.empty()) return d;   // the scalar kernels have one layout
-    // Twice the last-level cache, within 32-64 MiB (a VM may report its host's whole L3), so the
+    // Twice the last-level cache, within 32-256 MiB (a VM may report its host's whole L3), so the
     // product streams from memory as decode does; rows as wide as K3's hidden size (7168 = 28
-    // super-blocks).
+    // super-blocks). 64 MiB was too little on a Zen 4 VM that caches reads up to about 100 MiB
+    // (membw: 43.7 GB/s over 64 MiB, 36.6 over 256): the layouts were ranked at cache speed
+    // (4 streams 53 GB/s, above the machine's read rate); from 256 MiB they read 34-37 GB/s.
     long llc = 0;
 #ifdef _SC_LEVEL3_CACHE_SIZE
     llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
-    const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(64) << 20);
+    const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(256) << 20);
     // Q4_K and Q6_K, the two types of a Q4_K_M model's decode (its attn_v, ffn_down and output
     // are Q6_K), half the size each: they do not prefer the same layouts (Zen 5, one thread:
     // Q6_K reads at 8 GB/s with its rows side by side and at 30 GB/s from 4 segments; Q4_K at 19
