@@ -32,6 +32,7 @@
 #include <bit>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -132,6 +133,7 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             mn[r] = k.mn16;
         }
         if constexpr (NR == 2 && NP == 8) {   // the full tile: the same steps in assembly (above)
+            assert(a.pairs == NP);                // its min terms follow exactly eight pairs
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
             q4k_superblock_2x16(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);

@@ -163,7 +163,7 @@ void pack_pairs(const block_q8_0* const* yrow, const float* const* dyrow, int ny
 // RM weight rows x NP row pairs (from pair p0) over all nb blocks. decode_u(r, b): block b of
 // weight row r as 32 bytes w + 128; dw[r][b] its float scale.
 // next (when not null): the next row group's first row, its rows x_stride apart, blocks of
-// block_bytes; the tile asks for its block b of each of 4 rows into L2 as it goes, so that the
+// block_bytes; the tile asks for block b of each of those 4 rows into L2 as it goes, so that the
 // next group's scale conversion (the first to touch those rows) finds them there. (Without,
 // that conversion took the misses of the weight stream, one block at a time: 18 % of a 16-row
 // Q8_0 product from L3.)
@@ -172,8 +172,8 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
                     float* const* out_r, size_t out_stride, const uint8_t* next = nullptr, size_t x_stride = 0,
                     size_t block_bytes = 0) {
     static_assert(NP <= 4, "a block's scale products of one weight row are one 8-lane vector");
-    // Every loop over the chains is unrolled by hand: GCC 12 left some of them rolled, and an
-    // array indexed by a loop variable lives in memory, so the chains were stored at every block.
+    // Every loop over the chains is unrolled (#pragma GCC unroll): GCC 12 left some of them rolled,
+    // and an array indexed by a loop variable lives in memory, so the chains were stored at every block.
     __m512 acc[RM][NP];
 #pragma GCC unroll 4
     for (int r = 0; r < RM; ++r)
@@ -247,7 +247,8 @@ void pack_block_pairs(const block_q8_0* const* yrow, const float* const* dyrow, 
 }
 
 // RM weight rows x RN activation rows (from row t0) over all block pairs, plus the odd last block.
-// next, x_stride, block_bytes: as tile512_packed's.
+// next, x_stride, block_bytes: as tile512_packed's (here block 2bp of each row, per block pair:
+// the pair's two 17-18-byte blocks share their lines but for a row's last one).
 template <int RM, int RN, class DecodeU>
 void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw, const PairPack& a, int t0,
                            const block_q8_0* const* yrow, const float* const* dyrow, float* const* out_r, size_t out_stride,
