@@ -49,7 +49,7 @@ namespace {
 #include "quant/vec_dot_simd_prims.inc"
 
 constexpr int kMaxActs = 16;   // activation rows of one packed block (quant::gemm passes 16)
-constexpr int kMinActs = 8;    // below this the 1 x 4 tile of vec_dot_multi is as fast
+constexpr int kMinActs = 4;    // below this vec_dot_multi's 1 x 3 (or fewer) kernel
 
 // One call's activations, per super-block i: for each row pair p, the eight 32-byte pieces k
 // (bytes 32k..32k+31: for Q4_K chunk k / 2's low-nibble partners at even k, high at odd; for Q6_K
@@ -117,7 +117,8 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     // The float chains live in memory: they are touched once per super-block, and as registers
     // they crowd out the integer sums of the inner loop (GCC spilled those instead).
-    alignas(64) float acc[NR][NP][16], acc_m[NR][NQ][16];
+    // Eight pairs' and four quads' room per row whatever NP: the asm statements address row 1 so.
+    alignas(64) float acc[NR][8][16], acc_m[NR][4][16];
     for (int r = 0; r < NR; ++r) {
         for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
         for (int q = 0; q < NQ; ++q) _mm512_store_ps(acc_m[r][q], _mm512_setzero_ps());
@@ -132,11 +133,11 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             sc[r] = _mm512_maskz_broadcast_i32x4(0xffff, _mm256_castsi256_si128(k.sc));
             mn[r] = k.mn16;
         }
-        if constexpr (NR == 2 && NP == 8) {   // the full tile: the same steps in assembly (above)
-            assert(a.pairs == NP);                // its min terms follow exactly eight pairs
+        if constexpr (NR == 2) {   // two rows: the same steps in assembly (above)
+            assert(a.pairs == NP);   // the statement finds the min terms after exactly NP pairs
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
-            q4k_superblock_2x16(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
+            q4k_superblock<NP>(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
             continue;
         }
         for (int r = 0; r < NR; ++r)
@@ -200,7 +201,7 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
 template <int NR, int NP>
 void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
-    alignas(64) float acc[NR][NP][16];   // in memory, as in the Q4_K tile
+    alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
     for (int r = 0; r < NR; ++r)
         for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
     for (int64_t i = 0; i < nb; ++i) {
@@ -208,11 +209,11 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
         __m512i sc[NR], sum[NR][NP];
         for (int r = 0; r < NR; ++r)
             sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales))));
-        if constexpr (NR == 2 && NP == 8) {   // the full tile: the same steps in assembly
+        if constexpr (NR == 2) {   // two rows: the same steps in assembly
             const uint8_t* const ql[2] = {x[0][i].ql, x[1][i].ql};
             const uint8_t* const qh[2] = {x[0][i].qh, x[1][i].qh};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
-            q6k_superblock_2x16(ql, qh, sc, xd, A, acc[0][0]);
+            q6k_superblock<NP>(ql, qh, sc, xd, A, acc[0][0]);
             continue;
         }
         for (int r = 0; r < NR; ++r)
@@ -280,7 +281,10 @@ void rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, in
 }
 
 // The whole product in blocks of kMaxActs activation rows: blocks of kMinActs or more rows are
-// packed and tiled, smaller ones go to the type's 1 x 4 kernel (multi).
+// packed and tiled, fewer rows go to the type's 1 x 3 (or fewer) kernel (multi), and so does a
+// block's one row past a multiple of four (5, 9, 13 rows): padded to the next four, the tile
+// would compute three rows for nothing (5 rows: 4.34 ns per 256 weights and row against multi's
+// 4.19; 4 tiled + 1 by multi: about 3.8).
 template <class Block>
 void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out, size_t os,
            VecDotMultiFn multi) {
@@ -288,21 +292,29 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
     const auto* xb = static_cast<const uint8_t*>(x);
     const auto* yb = static_cast<const uint8_t*>(y);
     thread_local ActPack pack;
+    auto by_multi = [&](const uint8_t* yt, int m, float* ot) {   // one weight row x m < 4 rows (same bits)
+        for (int r = 0; r < nx; ++r) {
+            float o[kMinActs];
+            multi(n, xb + size_t(r) * xs, yt, ys, m, o);
+            for (int t = 0; t < m; ++t) ot[size_t(t) * os + size_t(r)] = o[t];
+        }
+    };
     for (int t0 = 0; t0 < ny; t0 += kMaxActs) {
-        const int m = std::min(kMaxActs, ny - t0);
+        int m = std::min(kMaxActs, ny - t0);
         const uint8_t* yt = yb + size_t(t0) * ys;
         float* ot = out + size_t(t0) * os;
-        if (m < kMinActs) {   // few rows: one weight row x several activation rows (same bits)
-            for (int r = 0; r < nx; ++r) {
-                float o[kMinActs];
-                multi(n, xb + size_t(r) * xs, yt, ys, m, o);
-                for (int t = 0; t < m; ++t) ot[size_t(t) * os + size_t(r)] = o[t];
-            }
+        if (m < kMinActs) {
+            by_multi(yt, m, ot);
             continue;
+        }
+        if (m % 4 == 1) {
+            --m;
+            by_multi(yt + size_t(m) * ys, 1, ot + size_t(m) * os);
         }
         const int padded = (m + 3) / 4 * 4;   // whole quads for Q4_K's min terms
         pack_acts(yt, ys, m, padded, nb, pack);
-        if (padded == 8) rows<Block, 4>(nb, xb, xs, nx, pack, m, ot, os);
+        if (padded == 4) rows<Block, 2>(nb, xb, xs, nx, pack, m, ot, os);
+        else if (padded == 8) rows<Block, 4>(nb, xb, xs, nx, pack, m, ot, os);
         else if (padded == 12) rows<Block, 6>(nb, xb, xs, nx, pack, m, ot, os);
         else rows<Block, 8>(nb, xb, xs, nx, pack, m, ot, os);
     }

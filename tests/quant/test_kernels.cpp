@@ -201,8 +201,9 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
                         for (int64_t b = 0; b < n / 32; ++b)
                             for (int j = 0; j < 32; ++j) wq[r * rb + size_t(b) * 34 + 2 + size_t(j)] = uint8_t(b * 32 + j + int(r));
                 }
-                // Q4_K packs 8 / 12 / 16 rows (9 and 13 padded, below 8 the 1 x 4 tile).
-                for (int ny : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17}) {
+                // The K-quant tiles pack 4 / 8 / 12 / 16 rows (6, 7, 10, 11, 14, 15 padded; 5, 9, 13,
+                // 17 tile one row fewer and give it to multi; below 4 multi alone).
+                for (int ny : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) {
                     const auto a = random_row(n * ny, 400 + uint32_t(ny));
                     const size_t ab = act_row_size(w, n);
                     std::vector<uint8_t> aq(ab * size_t(ny));
