@@ -115,9 +115,9 @@ template <int NR, int NP>
 void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     constexpr int NQ = NP / 2;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    // The float chains live in memory: they are touched once per super-block, and as registers
-    // they crowd out the integer sums of the inner loop (GCC spilled those instead).
-    // Eight pairs' and four quads' room per row whatever NP: the asm statements address row 1 so.
+    // The float chains live in memory, where the asm statements update them once per super-block
+    // (as registers they would crowd out the integer sums); eight pairs' and four quads' room per
+    // row whatever NP, as those statements address row 1. The one-row path shares the storage.
     alignas(64) float acc[NR][8][16], acc_m[NR][4][16];
     for (int r = 0; r < NR; ++r) {
         for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
@@ -138,48 +138,48 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
             q4k_superblock<NP>(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
-            continue;
-        }
-        for (int r = 0; r < NR; ++r)
-            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-            // Chunk j of each weight row in both halves: low nibbles pair with scale 2j, high with 2j + 1.
-            __m512i lo[NR], hi[NR], s_pair[NR];
-            for (int r = 0; r < NR; ++r) {
-                const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
-                lo[r] = _mm512_and_si512(q, m4);
-                hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-                // Every dword: scale 2j in its low word, 2j + 1 in its high word.
-                s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
-            }
-            for (int p = 0; p < NP; ++p) {
-                const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
+        } else {   // the lone last weight row (NR == 1): intrinsics
+            for (int r = 0; r < NR; ++r)
+                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+            for (int j = 0; j < 4; ++j) {
+                // Chunk j of each weight row in both halves: low nibbles pair with scale 2j, high with 2j + 1.
+                __m512i lo[NR], hi[NR], s_pair[NR];
                 for (int r = 0; r < NR; ++r) {
-                    // Each lane's four products of the low chunk and of the high chunk (vpdpbusd:
-                    // exact, |sum| <= 4 * 15 * 128 fits an int16) become the two words of the lane,
-                    // and one multiply-add applies the scale pair: three multiplies where two
-                    // maddubs and two multiply-adds were four (Zen 4, Q4_K 512 x 7168 x 16: 3.8 -> 3.5 ns).
-                    const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
-                    const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
-                    const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
-                    sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
+                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
+                    lo[r] = _mm512_and_si512(q, m4);
+                    hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                    // Every dword: scale 2j in its low word, 2j + 1 in its high word.
+                    s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
+                }
+                for (int p = 0; p < NP; ++p) {
+                    const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
+                    for (int r = 0; r < NR; ++r) {
+                        // Each lane's four products of the low chunk and of the high chunk (vpdpbusd:
+                        // exact, |sum| <= 4 * 15 * 128 fits an int16) become the two words of the lane,
+                        // and one multiply-add applies the scale pair: three multiplies where two
+                        // maddubs and two multiply-adds were four (Zen 4, Q4_K 512 x 7168 x 16: 3.8 -> 3.5 ns).
+                        const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
+                        const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
+                        const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
+                        sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
+                    }
                 }
             }
-        }
-        for (int r = 0; r < NR; ++r) {
-            const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-            for (int p = 0; p < NP; ++p) {
-                const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), _mm512_load_ps(acc[r][p])));
+            for (int r = 0; r < NR; ++r) {
+                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+                for (int p = 0; p < NP; ++p) {
+                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), _mm512_load_ps(acc[r][p])));
+                }
             }
-        }
-        for (int r = 0; r < NR; ++r) {
-            const __m512 xdmin = _mm512_set1_ps(h2f(x[r][i].dmin));
-            const __m512i mn4 = _mm512_maskz_broadcast_i32x4(0xffff, mn[r]);
-            for (int q = 0; q < NQ; ++q) {
-                const __m512 dmin = _mm512_mul_ps(_mm512_castsi512_ps(AQ[2 * q + 1].v), xdmin);   // -d_y * dmin_w
-                const __m512i prod = _mm512_madd_epi16(mn4, AQ[2 * q].v);
-                _mm512_store_ps(acc_m[r][q], _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), _mm512_load_ps(acc_m[r][q])));
+            for (int r = 0; r < NR; ++r) {
+                const __m512 xdmin = _mm512_set1_ps(h2f(x[r][i].dmin));
+                const __m512i mn4 = _mm512_maskz_broadcast_i32x4(0xffff, mn[r]);
+                for (int q = 0; q < NQ; ++q) {
+                    const __m512 dmin = _mm512_mul_ps(_mm512_castsi512_ps(AQ[2 * q + 1].v), xdmin);   // -d_y * dmin_w
+                    const __m512i prod = _mm512_madd_epi16(mn4, AQ[2 * q].v);
+                    _mm512_store_ps(acc_m[r][q], _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), _mm512_load_ps(acc_m[r][q])));
+                }
             }
         }
     }
@@ -214,43 +214,43 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
             const uint8_t* const qh[2] = {x[0][i].qh, x[1][i].qh};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
             q6k_superblock<NP>(ql, qh, sc, xd, A, acc[0][0]);
-            continue;
-        }
-        for (int r = 0; r < NR; ++r)
-            for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
-        for (int k = 0; k < 2; ++k) {
-            __m512i sck[NR], H[NR];
-            for (int r = 0; r < NR; ++r) {
-                // Scales 8k..8k+7 in every 128-bit lane (q6_K_tile's permute2x128, four times).
-                sck[r] = k ? _mm512_shuffle_i64x2(sc[r], sc[r], 0x55) : _mm512_shuffle_i64x2(sc[r], sc[r], 0x00);
-                H[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh + 32 * k)));
-            }
-            for (int quarter = 0; quarter < 4; ++quarter) {
-                __m512i q[NR], s[NR];
+        } else {   // the lone last weight row (NR == 1): intrinsics
+            for (int r = 0; r < NR; ++r)
+                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+            for (int k = 0; k < 2; ++k) {
+                __m512i sck[NR], H[NR];
                 for (int r = 0; r < NR; ++r) {
-                    const __m512i L = _mm512_maskz_broadcast_i64x4(
-                        0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].ql + 64 * k + 32 * (quarter & 1))));
-                    const __m512i lq = _mm512_and_si512(quarter < 2 ? L : _mm512_srli_epi16(L, 4), m4);
-                    const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H[r], 2 * quarter), m2), 4);
-                    q[r] = _mm512_or_si512(lq, hb);
-                    const __m512i sa = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter) | ((4 * quarter + 1) << 8))));
-                    const __m512i sb = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter + 2) | ((4 * quarter + 3) << 8))));
-                    s[r] = _mm512_mask_blend_epi32(0xf0f0, sa, sb);
+                    // Scales 8k..8k+7 in every 128-bit lane (q6_K_tile's permute2x128, four times).
+                    sck[r] = k ? _mm512_shuffle_i64x2(sc[r], sc[r], 0x55) : _mm512_shuffle_i64x2(sc[r], sc[r], 0x00);
+                    H[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh + 32 * k)));
                 }
-                for (int p = 0; p < NP; ++p) {
-                    const __m512i yq = A[p * kPerPair + 4 * k + quarter].v;
-                    for (int r = 0; r < NR; ++r) sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(q[r], yq), s[r]);
+                for (int quarter = 0; quarter < 4; ++quarter) {
+                    __m512i q[NR], s[NR];
+                    for (int r = 0; r < NR; ++r) {
+                        const __m512i L = _mm512_maskz_broadcast_i64x4(
+                            0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].ql + 64 * k + 32 * (quarter & 1))));
+                        const __m512i lq = _mm512_and_si512(quarter < 2 ? L : _mm512_srli_epi16(L, 4), m4);
+                        const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H[r], 2 * quarter), m2), 4);
+                        q[r] = _mm512_or_si512(lq, hb);
+                        const __m512i sa = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter) | ((4 * quarter + 1) << 8))));
+                        const __m512i sb = _mm512_shuffle_epi8(sck[r], _mm512_set1_epi16(int16_t((4 * quarter + 2) | ((4 * quarter + 3) << 8))));
+                        s[r] = _mm512_mask_blend_epi32(0xf0f0, sa, sb);
+                    }
+                    for (int p = 0; p < NP; ++p) {
+                        const __m512i yq = A[p * kPerPair + 4 * k + quarter].v;
+                        for (int r = 0; r < NR; ++r) sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], _mm512_maddubs_epi16(q[r], yq), s[r]);
+                    }
                 }
             }
-        }
-        for (int r = 0; r < NR; ++r) {
-            const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-            for (int p = 0; p < NP; ++p) {
-                // Lane-wise 32 * sum(y) * scale for both rows, the offset of the stored levels.
-                const __m512i corr = _mm512_slli_epi32(_mm512_madd_epi16(A[p * kPerPair + 9].v, sc[r]), 5);
-                const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], corr));
-                _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, f, _mm512_load_ps(acc[r][p])));
+            for (int r = 0; r < NR; ++r) {
+                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+                for (int p = 0; p < NP; ++p) {
+                    // Lane-wise 32 * sum(y) * scale for both rows, the offset of the stored levels.
+                    const __m512i corr = _mm512_slli_epi32(_mm512_madd_epi16(A[p * kPerPair + 9].v, sc[r]), 5);
+                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], corr));
+                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, f, _mm512_load_ps(acc[r][p])));
+                }
             }
         }
     }
