@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#ifdef KINFER_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
+#include "backend/cuda/open.h"
 
 namespace kinfer::backend {
 
@@ -36,6 +34,13 @@ Backend& Backends::add_device(const std::string& spec) {
         specs_.push_back(spec);
         return *devices_.back();
     }
+    if (spec.rfind("emu-cuda", 0) == 0) {
+        // The CUDA backend's host code on an emulated GPU (backend/cuda/emu/runtime.h): slow,
+        // for tests of what a GPU run does beyond the kernels' arithmetic.
+        devices_.push_back(cuda_emu::open_device(spec, nullptr));
+        specs_.push_back(spec);
+        return *devices_.back();
+    }
     if (spec.rfind("cuda", 0) == 0) {
 #ifdef KINFER_HAVE_CUDA
         std::string why;
@@ -51,7 +56,8 @@ Backend& Backends::add_device(const std::string& spec) {
         fail("--device {}: this kinfer was built without the CUDA backend (devices here: sim:SIZE[,GBps])", spec);
 #endif
     }
-    fail("--device '{}': expected sim:SIZE[,GBps] (a strict simulated device, e.g. sim:2GiB,25)", spec);
+    fail("--device '{}': expected sim:SIZE[,GBps] (a strict simulated device, e.g. sim:2GiB,25), cudaN, or emu-cuda[:SIZE] "
+         "(the CUDA backend on an emulated GPU, for tests)", spec);
 }
 
 void Backends::add_devices(const std::string& list) {
@@ -60,7 +66,7 @@ void Backends::add_devices(const std::string& list) {
     while (at <= list.size()) {
         const size_t comma = std::min(list.find(',', at), list.size());
         const std::string piece = list.substr(at, comma - at);
-        const bool starts_spec = piece.rfind("sim", 0) == 0 || piece.rfind("cuda", 0) == 0;
+        const bool starts_spec = piece.rfind("sim", 0) == 0 || piece.rfind("cuda", 0) == 0 || piece.rfind("emu-cuda", 0) == 0;
         if (!starts_spec && !specs.empty() && specs.back().rfind("sim", 0) == 0) specs.back() += "," + piece;
         else specs.push_back(piece);
         at = comma + 1;
@@ -85,9 +91,9 @@ runtime::Device* Backends::expert_device(size_t i) {
     if (i >= devices_.size()) return nullptr;
     if (auto* s = dynamic_cast<SimBackend*>(devices_[i].get())) return &s->device();
 #ifdef KINFER_HAVE_CUDA
-    if (auto* c = dynamic_cast<cuda::CudaBackend*>(devices_[i].get())) return &c->expert_device();
+    if (auto* d = cuda::expert_device(*devices_[i])) return d;
 #endif
-    return nullptr;
+    return cuda_emu::expert_device(*devices_[i]);
 }
 
 Backend* Backends::backend_of(const runtime::Device* d) {

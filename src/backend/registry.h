@@ -1,8 +1,9 @@
 // The backends of one run: the CPU always (it owns the thread pool), and the devices that
 // --device names, in order: the strict simulated one ("sim:SIZE[,GBps]", named sim0, sim1, ...)
 // or, in a build with nvcc, a GPU ("cudaN", backend/cuda/cuda_backend.h; "cuda:local" is GPU N
-// for the process that is rank N of an MPI job on its machine). A cudaN on a machine
-// without that GPU prints one line and adds nothing: the run stays on the CPU.
+// for the process that is rank N of an MPI job on its machine), or the CUDA backend on an
+// emulated GPU ("emu-cuda[:SIZE]", named emu-cudaN, backend/cuda/emu/runtime.h: for tests). A
+// cudaN on a machine without that GPU prints one line and adds nothing: the run stays on the CPU.
 //
 //   backend::Backends bk(n_threads);
 //   bk.add_device("sim:512MiB");          // what --device sim:512MiB does

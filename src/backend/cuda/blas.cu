@@ -221,9 +221,18 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
 
 #else   // the CPU execution mode
 
-class Blas {};
+// The handle holds the stream its products are queued on (emu/runtime.h: they run in stream
+// order, as cuBLAS's kernels do).
+class Blas {
+public:
+    cudaStream_t stream = nullptr;
+};
 
-Blas* blas_create(void*) { return new Blas; }
+Blas* blas_create(void* stream) {
+    auto* b = new Blas;
+    b->stream = as_stream(stream);
+    return b;
+}
 void blas_destroy(Blas* b) { delete b; }
 
 namespace {
@@ -249,10 +258,10 @@ std::vector<float> blas_to_f32(Elem t, const void* p, int64_t rows, int64_t k, i
 
 // The same product in fp32, summed in order: cuBLAS's order differs, so the two agree to fp32
 // rounding of the sum, not bit for bit (the tests' bounds allow for that).
-void gemm(Blas*, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
-          float* C, int64_t ldc) {
-    blas_check_shape(m, n, k, lda, ldb, ldc);
-    if (m == 0 || n == 0) return;
+namespace {
+
+void gemm_now(Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, float* C,
+              int64_t ldc) {
     const std::vector<float> a = blas_to_f32(t, A, m, k, lda), bt = blas_to_f32(t, B, n, k, ldb);
     for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
@@ -262,6 +271,18 @@ void gemm(Blas*, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t
             for (int64_t p = 0; p < k; ++p) s += ar[p] * br[p];
             C[j * ldc + i] = s;
         }
+}
+
+constexpr int kBlasWork = 3;   // cpu_mode::WorkKey::what of a cuBLAS call
+
+}  // namespace
+
+void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
+          float* C, int64_t ldc) {
+    blas_check_shape(m, n, k, lda, ldb, ldc);
+    if (m == 0 || n == 0) return;
+    cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc); },
+                     cpu_mode::WorkKey{0, kBlasWork, dim3(unsigned(m), unsigned(n), unsigned(k)), dim3(), 0});
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {

@@ -23,7 +23,7 @@
 #include "backend/cuda/cpu_mode.h"
 
 #define KINFER_LAUNCH(kernel, grid, block, shmem, stream, ...) \
-    ((void)(stream), ::kinfer::cuda::cpu_mode::launch((kernel), (grid), (block), (shmem) __VA_OPT__(, ) __VA_ARGS__))
+    ::kinfer::cuda::cpu_mode::launch((stream), (kernel), (grid), (block), (shmem) __VA_OPT__(, ) __VA_ARGS__)
 #define KINFER_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::kinfer::cuda::cpu_mode::dynamic_shared())
 
 #endif

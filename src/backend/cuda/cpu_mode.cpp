@@ -1,14 +1,22 @@
-// The CPU execution mode's launch. Each CUDA thread of a block is a fiber (ucontext) on the
-// launching host thread; the blocks of a grid run one after another (cpu_mode.h says why).
+// The CPU execution mode's launch. Each CUDA thread of a block is a fiber on the launching host
+// thread; the blocks of a grid run one after another (cpu_mode.h says why).
 // A fiber runs until it reaches a barrier (__syncthreads, __syncwarp, a shuffle or a vote) or
 // returns, then the scheduler resumes the next fiber that can go on. Fibers rather than host
 // threads: a barrier costs a context switch instead of waking up to 1024 OS threads, which on a
 // loaded 2-core CI machine is the difference between milliseconds and seconds per test, and the
 // schedule is deterministic. A barrier that the live threads can never complete (a
 // __syncthreads skipped by some of them) is reported as an error instead of hanging.
+//
+// The switch itself: on x86-64 a few instructions that save the callee-saved registers and swap
+// stack pointers (kinfer_fiber_switch below); glibc's swapcontext also saves the signal mask with
+// a system call each switch, which took over half of the CPU mode's time (test_cuda: 17 of 32 s
+// in the kernel). Fibers are made once per host thread and reused by every block and launch: a
+// fiber whose kernel body returned waits at the top of its loop for the next one.
 #include "backend/cuda/cpu_mode.h"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 // AddressSanitizer (the CI's ASan suite runs test_cuda) must be told about every stack switch.
 #if defined(__SANITIZE_ADDRESS__)
@@ -29,11 +37,76 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+// kinfer_fiber_switch(&save, to): pushes the System V callee-saved registers and the SSE / x87
+// control words on the current stack, stores the stack pointer in *save, loads `to` and pops the
+// same from there. A new fiber's stack is laid out as if it had switched away at its start
+// (make_stack), returning into kinfer_fiber_start, which calls the function in r12.
+extern "C" void kinfer_fiber_switch(void** save, void* to);
+extern "C" void kinfer_fiber_start();
+asm(R"(
+    .text
+    .p2align 4
+    .globl kinfer_fiber_switch
+    .hidden kinfer_fiber_switch
+    .type kinfer_fiber_switch, @function
+kinfer_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr (%rsp)
+    fnstcw 8(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 8(%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size kinfer_fiber_switch, .-kinfer_fiber_switch
+
+    .p2align 4
+    .globl kinfer_fiber_start
+    .hidden kinfer_fiber_start
+    .type kinfer_fiber_start, @function
+kinfer_fiber_start:
+    call *%r12
+    ud2
+    .size kinfer_fiber_start, .-kinfer_fiber_start
+)");
+#endif
+
 namespace kinfer::cuda::cpu_mode {
 
 namespace {
 
 constexpr size_t kStackBytes = 128 * 1024;   // per fiber; kernels keep little on the stack
+
+// A saved execution context: a stack pointer (x86-64) or a ucontext.
+struct Context {
+#if defined(__x86_64__)
+    void* sp = nullptr;
+#else
+    ucontext_t uc{};
+#endif
+};
+
+void switch_context(Context& from, Context& to) {
+#if defined(__x86_64__)
+    kinfer_fiber_switch(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+}
 
 // A barrier over `expected` live fibers; a phase completes when all of them have arrived.
 struct Barrier {
@@ -45,14 +118,20 @@ struct Barrier {
     }
 };
 
+// A fiber of the host thread's pool: its stack and context outlive launches.
 struct Fiber {
-    ucontext_t ctx{};
+    Context ctx;
     std::unique_ptr<char[]> stack;
+    void* asan_fake_stack = nullptr;
+    bool clean = true;                           // at the top of its loop (not inside a kernel)
+};
+
+// A CUDA thread of the running block.
+struct Thread {
     uint3 idx{};
     Barrier* waiting = nullptr;                  // the barrier it waits on, or nullptr
     uint64_t wait_generation = 0;
     bool done = false;
-    void* asan_fake_stack = nullptr;
 };
 
 struct Launch {
@@ -60,39 +139,40 @@ struct Launch {
     dim3 grid, block;
     unsigned n_threads = 0, n_warps = 0;
     std::vector<unsigned char> shared;
-    std::vector<Fiber> fibers;
+    std::vector<Thread> threads;
     Barrier block_bar;
     std::vector<Barrier> warp_bar;
     std::vector<uint64_t> slots;                 // one per thread: shuffles and votes
-    ucontext_t scheduler{};
-    const void* scheduler_stack = nullptr;       // for ASan's fiber annotations
-    size_t scheduler_stack_size = 0;
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
 };
 
 thread_local Launch* active = nullptr;
+thread_local std::vector<std::unique_ptr<Fiber>> pool;   // fiber t runs CUDA thread t
+thread_local Context scheduler;
+#if defined(KINFER_ASAN_FIBERS)
+thread_local const void* scheduler_stack = nullptr;      // for ASan's fiber annotations
+thread_local size_t scheduler_stack_size = 0;
+#endif
 
 // Switches between the scheduler and a fiber, with ASan's annotations where it is on.
-void to_scheduler(Launch& L, Fiber& f, bool finished) {
+void to_scheduler(Fiber& f) {
 #if defined(KINFER_ASAN_FIBERS)
-    __sanitizer_start_switch_fiber(finished ? nullptr : &f.asan_fake_stack, L.scheduler_stack, L.scheduler_stack_size);
-#else
-    (void)finished;
+    __sanitizer_start_switch_fiber(&f.asan_fake_stack, scheduler_stack, scheduler_stack_size);
 #endif
-    swapcontext(&f.ctx, &L.scheduler);
+    switch_context(f.ctx, scheduler);
 #if defined(KINFER_ASAN_FIBERS)
-    __sanitizer_finish_switch_fiber(f.asan_fake_stack, &L.scheduler_stack, &L.scheduler_stack_size);
+    __sanitizer_finish_switch_fiber(f.asan_fake_stack, &scheduler_stack, &scheduler_stack_size);
 #endif
 }
 
-void to_fiber(Launch& L, Fiber& f) {
+void to_fiber(Fiber& f) {
 #if defined(KINFER_ASAN_FIBERS)
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
 #endif
-    swapcontext(&L.scheduler, &f.ctx);
+    switch_context(scheduler, f.ctx);
 #if defined(KINFER_ASAN_FIBERS)
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -108,10 +188,10 @@ void wait_on(Launch& L, Barrier& b) {
         b.complete();
         return;
     }
-    Fiber& f = L.fibers[L.current];
-    f.waiting = &b;
-    f.wait_generation = b.generation;
-    to_scheduler(L, f, false);
+    Thread& t = L.threads[L.current];
+    t.waiting = &b;
+    t.wait_generation = b.generation;
+    to_scheduler(*pool[L.current]);
 }
 
 // A returned thread leaves its barriers; if the others were only waiting for it, they go on.
@@ -120,21 +200,56 @@ void leave(Barrier& b) {
     if (b.arrived > 0 && b.arrived == b.expected) b.complete();
 }
 
+// Every fiber's life: run the current block's body for its CUDA thread, report back, wait for
+// the next block (of this launch or a later one).
 void fiber_main() {
-    Launch& L = *active;
-    Fiber& f = L.fibers[L.current];
 #if defined(KINFER_ASAN_FIBERS)
-    __sanitizer_finish_switch_fiber(nullptr, &L.scheduler_stack, &L.scheduler_stack_size);
+    __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack, &scheduler_stack_size);
 #endif
-    try {
-        L.body();
-    } catch (...) {
-        if (!L.error) L.error = std::current_exception();
+    for (;;) {
+        Launch& L = *active;
+        Fiber& f = *pool[L.current];
+        f.clean = false;
+        try {
+            L.body();
+        } catch (...) {
+            if (!L.error) L.error = std::current_exception();
+        }
+        L.threads[L.current].done = true;
+        leave(L.block_bar);
+        leave(L.warp_bar[L.current / 32]);
+        f.clean = true;
+        to_scheduler(f);
     }
-    f.done = true;
-    leave(L.block_bar);
-    leave(L.warp_bar[L.current / 32]);
-    to_scheduler(L, f, true);                    // never resumed
+}
+
+// Fiber i of the pool, made (its stack and a context that starts in fiber_main) on first use.
+Fiber& fiber(unsigned i) {
+    while (pool.size() <= i) {
+        auto f = std::make_unique<Fiber>();
+        f->stack.reset(new char[kStackBytes]);
+#if defined(__x86_64__)
+        // As kinfer_fiber_switch would have left it: control words, r15..r12, rbx, rbp, then the
+        // return into kinfer_fiber_start, placed so that its call sees a 16-byte aligned stack.
+        auto top = (reinterpret_cast<uintptr_t>(f->stack.get()) + kStackBytes) & ~uintptr_t(15);
+        auto* sp = reinterpret_cast<uint64_t*>(top - 88);
+        sp[0] = 0x1f80;                           // MXCSR: round to nearest, exceptions masked
+        sp[1] = 0x037f;                           // x87 control word: the same
+        sp[2] = sp[3] = sp[4] = 0;                // r15, r14, r13
+        sp[5] = reinterpret_cast<uint64_t>(&fiber_main);   // r12: what kinfer_fiber_start calls
+        sp[6] = sp[7] = 0;                        // rbx, rbp
+        sp[8] = reinterpret_cast<uint64_t>(&kinfer_fiber_start);
+        f->ctx.sp = sp;
+#else
+        getcontext(&f->ctx.uc);
+        f->ctx.uc.uc_stack.ss_sp = f->stack.get();
+        f->ctx.uc.uc_stack.ss_size = kStackBytes;
+        f->ctx.uc.uc_link = nullptr;              // fiber_main never returns
+        makecontext(&f->ctx.uc, fiber_main, 0);
+#endif
+        pool.push_back(std::move(f));
+    }
+    return *pool[i];
 }
 
 std::mutex& launch_mutex() {
@@ -142,37 +257,28 @@ std::mutex& launch_mutex() {
     return m;
 }
 
-// Apart from run_block's loop: getcontext returns twice, which would make the loop's locals
-// "clobbered" (-Wclobbered).
-[[gnu::noinline]] void init_fiber(Launch& L, Fiber& f) {
-    f.done = false;
-    f.waiting = nullptr;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.get();
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = &L.scheduler;
-    makecontext(&f.ctx, fiber_main, 0);
-}
-
 void run_block(Launch& L) {
     L.block_bar = Barrier{L.n_threads, 0, 0};
     for (unsigned w = 0; w < L.n_warps; ++w) L.warp_bar[w] = Barrier{L.lanes_in(w), 0, 0};
-    for (unsigned t = 0; t < L.n_threads; ++t) init_fiber(L, L.fibers[t]);
+    for (Thread& t : L.threads) {
+        t.done = false;
+        t.waiting = nullptr;
+    }
     unsigned left = L.n_threads;
     while (left > 0) {
         bool progressed = false;
         for (unsigned t = 0; t < L.n_threads; ++t) {
-            Fiber& f = L.fibers[t];
-            if (f.done) continue;
-            if (f.waiting) {
-                if (f.waiting->generation == f.wait_generation) continue;   // its phase is not complete
-                f.waiting = nullptr;
+            Thread& th = L.threads[t];
+            if (th.done) continue;
+            if (th.waiting) {
+                if (th.waiting->generation == th.wait_generation) continue;   // its phase is not complete
+                th.waiting = nullptr;
             }
             L.current = t;
-            threadIdx = f.idx;
-            to_fiber(L, f);
+            threadIdx = th.idx;
+            to_fiber(*pool[t]);
             progressed = true;
-            if (f.done) --left;
+            if (th.done) --left;
         }
         if (!progressed && left > 0)
             throw std::logic_error("cuda cpu mode: deadlock: " + std::to_string(left) +
@@ -217,10 +323,15 @@ unsigned ballot(bool pred) {
     return bits;
 }
 
-void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem) {
-    const unsigned nt = block.x * block.y * block.z;
+void check_block(dim3 block) {
+    const uint64_t nt = uint64_t(block.x) * block.y * block.z;
     if (nt == 0 || nt > 1024 || block.z > 64)
         throw std::invalid_argument("cuda cpu mode: a block has 1..1024 threads (z at most 64)");
+}
+
+void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem) {
+    check_block(block);
+    const unsigned nt = block.x * block.y * block.z;
     const uint64_t nb = uint64_t(grid.x) * grid.y * grid.z;
     if (nb == 0) return;
     std::lock_guard lock(launch_mutex());        // __shared__ statics belong to one block at a time
@@ -234,13 +345,25 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     L.shared.assign(shmem, 0);
     L.warp_bar.resize(L.n_warps);
     L.slots.assign(nt, 0);
-    L.fibers.resize(nt);
+    L.threads.resize(nt);
     for (unsigned t = 0; t < nt; ++t) {
-        L.fibers[t].stack.reset(new char[kStackBytes]);
-        L.fibers[t].idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        fiber(t);
+        L.threads[t].idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
     }
     struct Restore {
-        ~Restore() { active = nullptr; }
+        ~Restore() {
+            active = nullptr;
+            // A fiber left inside a kernel (a deadlock, an error in the scheduler) cannot be
+            // resumed for another one: it goes, with whatever its stack held.
+            for (auto& f : pool)
+                if (f && !f->clean) f.reset();
+            while (!pool.empty() && !pool.back()) pool.pop_back();
+            for (size_t i = 0; i < pool.size(); ++i)
+                if (!pool[i]) {
+                    pool.resize(i);               // fibers are used from 0 up: keep a prefix
+                    break;
+                }
+        }
     } restore;
     active = &L;
     blockDim = block;

@@ -20,8 +20,10 @@
 //                                               filled with 0xff bytes (cpu_mode.cpp says why).
 //   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
 //   __dp4a, uint4, __float_as_int                                plain C++.
-//   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h); the stream
-//                                               is ignored, a launch completes before it returns.
+//   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h): queued on
+//                                               the stream of the emulated runtime
+//                                               (emu/runtime.h), or run before it returns on the
+//                                               default stream (nullptr, as the kernel tests use).
 // A thread that returns from the kernel leaves the block's and its warp's barriers, as an exited
 // CUDA thread no longer takes part in __syncthreads; a barrier the live threads can never
 // complete throws (a deadlock on a GPU).
@@ -40,6 +42,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -90,13 +93,38 @@ unsigned ballot(bool pred);
 // This thread's lane within its warp.
 int lane();
 
-// kernel<<<grid, block, shmem>>>(args...): the arguments are converted to the kernel's parameter
-// types once, as a launch copies them, and every thread calls the kernel with those copies.
+// What a piece of queued work is, for a graph update (cudaGraphExecUpdate accepts a graph whose
+// kernels and launch shapes are those of the instantiated one): the kernel (or 0 for a copy or a
+// cuBLAS call, with `what` telling them apart), grid, block and shared memory.
+struct WorkKey {
+    uintptr_t fn = 0;
+    int what = 0;
+    dim3 grid{}, block{};
+    size_t shmem = 0;
+    bool operator==(const WorkKey& o) const {
+        return fn == o.fn && what == o.what && grid.x == o.grid.x && grid.y == o.grid.y && grid.z == o.grid.z &&
+               block.x == o.block.x && block.y == o.block.y && block.z == o.block.z && shmem == o.shmem;
+    }
+};
+// Queues work on a stream of the emulated runtime (emu/runtime.h): it runs when the host waits
+// for the stream, or is recorded when the stream is capturing; on the legacy default stream
+// (nullptr), as in the kernel tests, it runs at once.
+void submit(cudaStream_t stream, std::function<void()> work, const WorkKey& key);
+// Throws std::invalid_argument for a block shape no GPU launches (checked when queued, as a GPU
+// refuses the launch, and again when run).
+void check_block(dim3 block);
+
+// kernel<<<grid, block, shmem, stream>>>(args...): the arguments are converted to the kernel's
+// parameter types once, as a launch copies them, and every thread calls the kernel with those
+// copies, when the stream gets to it.
 template <class... P, class... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&... args) {
+void launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&... args) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
-    const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
-    run([&] { std::apply(kernel, params); }, grid, block, shmem);
+    check_block(block);
+    auto params = std::make_shared<const std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+    submit(
+        stream, [kernel, params, grid, block, shmem] { run([&] { std::apply(kernel, *params); }, grid, block, shmem); },
+        WorkKey{reinterpret_cast<uintptr_t>(kernel), 0, grid, block, shmem});
 }
 
 template <class T>

@@ -2,14 +2,20 @@
 // nvcc-built kernels (kernels.h, namespace kinfer::cuda::gpu). Built by the host compiler (see
 // cuda_backend.h). Ops are queued on the compute stream; download and route (whose results are
 // host arrays) wait for it.
+#ifndef KINFER_CUDA_NS
 #define KINFER_CUDA_NS gpu
+#endif
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_expert_device.h"
 
 #include "backend/cuda/kernels.h"
 #include "common/error.h"
 
+#if defined(KINFER_CUDA_EMU_RUNTIME)
+#include "backend/cuda/emu/runtime.h"
+#else
 #include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -17,9 +23,9 @@
 #include <tuple>
 #include <vector>
 
-namespace kinfer::backend::cuda {
+namespace kinfer::backend::KINFER_CUDA_BACKEND_NS {
 
-namespace gpu = kinfer::cuda::gpu;
+namespace kern = kinfer::cuda::KINFER_CUDA_NS;   // the launchers: nvcc's kernels, or their CPU-mode build
 
 namespace {
 
@@ -27,6 +33,7 @@ cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
 
 std::string gib(size_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(1ull << 30)); }
 
+#if !defined(KINFER_CUDA_EMU_RUNTIME)
 // "cuda0" / "cuda:0" / "cuda" -> 0; -1 when the spec is not of that form.
 int parse_index(const std::string& spec) {
     std::string rest = spec.substr(4);
@@ -35,8 +42,11 @@ int parse_index(const std::string& spec) {
     if (rest.size() > 3 || !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
     return std::stoi(rest);
 }
+#endif
 
 }  // namespace
+
+#if !defined(KINFER_CUDA_EMU_RUNTIME)
 
 std::vector<std::string> list_devices() {
     int n = 0;
@@ -71,10 +81,28 @@ std::unique_ptr<Backend> open_device(const std::string& spec, std::string* why) 
         if (why) *why = fmt::format("no CUDA device {} (this machine has {})", idx, n);
         return nullptr;
     }
-    return std::make_unique<CudaBackend>(idx);
+    return std::make_unique<CudaBackend>(idx, "cuda" + std::to_string(idx));
 }
 
-CudaBackend::CudaBackend(int device) : device_(device), name_("cuda" + std::to_string(device)) {
+#else
+
+std::unique_ptr<Backend> open_device(const std::string& spec, std::string*) {
+    size_t bytes = size_t(2) << 30;
+    if (spec.rfind("emu-cuda", 0) != 0 || (spec.size() > 8 && spec[8] != ':'))
+        fail("--device '{}': expected emu-cuda or emu-cuda:SIZE (an emulated GPU, e.g. emu-cuda:2GiB)", spec);
+    if (spec.size() > 9) bytes = runtime::parse_bytes(spec.substr(9));
+    const int idx = emu_add_device(bytes);
+    return std::make_unique<CudaBackend>(idx, "emu-cuda" + std::to_string(idx));
+}
+
+#endif
+
+runtime::Device* expert_device(Backend& be) {
+    auto* c = dynamic_cast<CudaBackend*>(&be);
+    return c ? &c->expert_device() : nullptr;
+}
+
+CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     select();
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");
@@ -84,11 +112,12 @@ CudaBackend::CudaBackend(int device) : device_(device), name_("cuda" + std::to_s
 }
 
 CudaBackend::~CudaBackend() {
+    expert_device_.reset();   // it synchronizes the compute stream and frees its slots: first
     select();
     for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
     if (scratch_.valid()) cudaFree(scratch_.ptr);
     if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
-    gpu::blas_destroy(static_cast<gpu::Blas*>(blas_));
+    kern::blas_destroy(static_cast<kern::Blas*>(blas_));
     if (page_table_.valid()) cudaFree(page_table_.ptr);
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
@@ -185,7 +214,7 @@ void* CudaBackend::blas() {
     if (!blas_) {
         select();
         try {
-            blas_ = gpu::blas_create(compute_);
+            blas_ = kern::blas_create(compute_);
         } catch (const std::exception& e) {
             fail("{}: {}", name_, e.what());
         }
@@ -323,26 +352,26 @@ void CudaBackend::synchronize() {
 
 void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {
     need(W, "matmul");
-    if (!gpu::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
+    if (!kern::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
-    if (n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
+    if (n == 1 && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
         // Decode on int8 activations (matvec_q8.cu says why): the activation row quantized once
         // into the scratch buffer, then dp4a.
-        void* xq = scratch(gpu::q8_act_row_bytes(W.type, W.cols));
-        gpu::quantize_act(W.type, x, ldx, 1, W.cols, xq, compute_);
-        gpu::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
+        void* xq = scratch(kern::q8_act_row_bytes(W.type, W.cols));
+        kern::quantize_act(W.type, x, ldx, 1, W.cols, xq, compute_);
+        kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
         check(cudaGetLastError(), "matmul");
         return;
     }
-    if (n < gpu::kGemmMinTokens) {
-        gpu::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
+    if (n < kern::kGemmMinTokens) {
+        kern::matvec(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, compute_);
         check(cudaGetLastError(), "matmul");
         return;
     }
     // Prefill: dequantized tiles and cuBLAS (gemm.cu), on the compute stream.
-    void* ws = gemm_workspace(gpu::gemm_workspace_bytes(W.type, W.rows, W.cols, n));
+    void* ws = gemm_workspace(kern::gemm_workspace_bytes(W.type, W.rows, W.cols, n));
     try {
-        gpu::gemm_matmul(static_cast<gpu::Blas*>(blas()), W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y,
+        kern::gemm_matmul(static_cast<kern::Blas*>(blas()), W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y,
                          ldy, ws, gemm_ws_.bytes, compute_);
     } catch (const std::exception& e) {
         fail("{}: matmul {} ({} x {}, {} tokens): {}", name_, W.name, W.rows, W.cols, n, e.what());
@@ -368,12 +397,12 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         if (t.input < 0 || size_t(t.input) >= inputs.size() || t.W.cols != inputs[size_t(t.input)].cols)
             fail("{}: matmul_tasks: task {} ({}) does not fit its input", name_, i, t.W.name);
         need(t.W, "matmul_tasks");
-        if (!gpu::matvec_supported(t.W.type))
+        if (!kern::matvec_supported(t.W.type))
             fail("{}: matmul_tasks: no kernel for weight {} of type {}", name_, t.W.name, quant::type_facts(t.W.type).name);
         const MatInput& in = inputs[size_t(t.input)];
         const int64_t ld = in.ld ? in.ld : in.cols;
         src[i] = {in.x + t.row0 * ld, ld};
-        (t.n >= gpu::kGemmMinTokens ? large : small).push_back(i);
+        (t.n >= kern::kGemmMinTokens ? large : small).push_back(i);
     }
     // Same weight type, width and row size next to each other, in task order otherwise; each run
     // of equal keys (of at most `limit` tasks) is one call of `f`.
@@ -391,24 +420,24 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     };
     select();
     runs(large, large.size(), [&](std::span<const size_t> run, const Mat& W0) {
-        std::vector<gpu::GemmTask> group;
+        std::vector<kern::GemmTask> group;
         for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
-        void* ws = gemm_workspace(gpu::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
+        void* ws = gemm_workspace(kern::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
         try {
-            gpu::gemm_matmul_grouped(static_cast<gpu::Blas*>(blas()), W0.type, W0.row_bytes, W0.cols, group.data(),
+            kern::gemm_matmul_grouped(static_cast<kern::Blas*>(blas()), W0.type, W0.row_bytes, W0.cols, group.data(),
                                      int64_t(group.size()), ws, gemm_ws_.bytes, compute_);
         } catch (const std::exception& ex) {
             fail("{}: matmul_tasks ({} GEMMs of {} columns, first {}): {}", name_, group.size(), W0.cols, W0.name, ex.what());
         }
     });
-    runs(small, size_t(gpu::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
+    runs(small, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
         // One-token tasks of a type with an int8-activation kernel take it, as matmul does (the
         // same bits as matmul and matmul_id): each distinct input row quantized once, a launch a
         // task. The others (several tokens) go in one grouped fp32-activation launch.
         std::vector<size_t> q8, run;
         for (size_t i : all) {
             const Mat& W = tasks[i].W;
-            (tasks[i].n == 1 && gpu::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
+            (tasks[i].n == 1 && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
         }
         if (!q8.empty()) {
             std::vector<const float*> rows_in;
@@ -418,20 +447,20 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
                 row_of.push_back(size_t(at - rows_in.begin()));
                 if (at == rows_in.end()) rows_in.push_back(src[i].x);
             }
-            const size_t rb = gpu::q8_act_row_bytes(W0.type, W0.cols);
+            const size_t rb = kern::q8_act_row_bytes(W0.type, W0.cols);
             auto* xq = static_cast<uint8_t*>(scratch(rb * rows_in.size()));
-            for (size_t k = 0; k < rows_in.size(); ++k) gpu::quantize_act(W0.type, rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
+            for (size_t k = 0; k < rows_in.size(); ++k) kern::quantize_act(W0.type, rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
             for (size_t j = 0; j < q8.size(); ++j) {
                 const MatTask& t = tasks[q8[j]];
-                gpu::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
+                kern::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
             }
         }
         if (run.empty()) return;
-        gpu::MatvecGroup g;
+        kern::MatvecGroup g;
         for (size_t i : run)
             g.task[g.n_tasks++] = {tasks[i].W.data, src[i].x, tasks[i].y, tasks[i].W.rows, tasks[i].n, src[i].ld, tasks[i].ldy};
         try {
-            gpu::matvec_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
+            kern::matvec_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
         } catch (const std::exception& ex) {
             fail("{}: matmul_tasks ({} tasks of {} x {}, first {}): {}", name_, g.n_tasks, W0.rows, W0.cols, W0.name,
                  ex.what());
@@ -441,19 +470,19 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
 
 void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld) {
     select();
-    gpu::rms_norm(x, w, y, rows, d, eps, ld, compute_);
+    kern::rms_norm(x, w, y, rows, d, eps, ld, compute_);
     check(cudaGetLastError(), "rms_norm");
 }
 
 void CudaBackend::softmax_rows(float* x, int64_t rows, int64_t n, float scale) {
     select();
-    gpu::softmax_rows(x, rows, n, scale, compute_);
+    kern::softmax_rows(x, rows, n, scale, compute_);
     check(cudaGetLastError(), "softmax_rows");
 }
 
 void CudaBackend::glu(float* g, const float* u, int64_t rows, int64_t ff, const Glu& act) {
     select();
-    gpu::glu(g, u, rows * ff, act.situ, act.beta, act.linear_beta, compute_);
+    kern::glu(g, u, rows * ff, act.situ, act.beta, act.linear_beta, compute_);
     check(cudaGetLastError(), "glu");
 }
 
@@ -479,24 +508,24 @@ void CudaBackend::kda_scan(const KdaScan& s) {
     // the CPU's bits either way (its activations stay fp32), so the choice is speed alone, and it
     // is unmeasured (kinfer_gpu_check times both).
     select();
-    if (s.chunked || s.n >= gpu::kda_chunked_default_chunk(s.D))
-        gpu::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+    if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D))
+        kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     else
-        gpu::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+        kern::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     check(cudaGetLastError(), "kda_scan");
 }
 
 void CudaBackend::mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaShape& s) {
-    gpu::MlaArgs a;
+    kern::MlaArgs a;
     a.n = s.n;
     a.pos0 = s.pos0;
     a.H = s.H;
     a.r = s.r;
     a.dr = s.dr;
     a.scale = s.scale;
-    float* part = static_cast<float*>(scratch(gpu::mla_scratch_floats(a) * sizeof(float)));
+    float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
-    gpu::mla_attend_absorbed(cache, Q, lat, a, part, compute_);
+    kern::mla_attend_absorbed(cache, Q, lat, a, part, compute_);
     check(cudaGetLastError(), "mla_attend_absorbed");
 }
 
@@ -506,7 +535,7 @@ void CudaBackend::route(float* probs, const float* bias, int64_t n, const RouteP
     const size_t sel_bytes = size_t(n * K) * sizeof(int32_t), w_bytes = size_t(n * K) * sizeof(float);
     auto* d_sel = static_cast<uint8_t*>(scratch(sel_bytes + w_bytes));
     select();
-    gpu::route(probs, bias, n, E, K, p.norm, p.scale, reinterpret_cast<int32_t*>(d_sel),
+    kern::route(probs, bias, n, E, K, p.norm, p.scale, reinterpret_cast<int32_t*>(d_sel),
                reinterpret_cast<float*>(d_sel + sel_bytes), compute_);
     check(cudaGetLastError(), "route");
     check(cudaMemcpyAsync(sel, d_sel, sel_bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "route");
@@ -538,31 +567,31 @@ void CudaBackend::route(float* probs, const float* bias, int64_t n, const RouteP
 
 void CudaBackend::l2_norm(float* x, int64_t rows, int64_t d, float eps) {
     select();
-    gpu::l2_norm(x, rows, d, eps, compute_);
+    kern::l2_norm(x, rows, d, eps, compute_);
     check(cudaGetLastError(), "l2_norm");
 }
 
 void CudaBackend::add(float* y, const float* a, int64_t n) {
     select();
-    gpu::add(y, a, n, compute_);
+    kern::add(y, a, n, compute_);
     check(cudaGetLastError(), "add");
 }
 
 void CudaBackend::mul_sigmoid(float* y, const float* g, int64_t n) {
     select();
-    gpu::mul_sigmoid(y, g, n, compute_);
+    kern::mul_sigmoid(y, g, n, compute_);
     check(cudaGetLastError(), "mul_sigmoid");
 }
 
 void CudaBackend::sigmoid(float* x, int64_t n) {
     select();
-    gpu::sigmoid(x, n, compute_);
+    kern::sigmoid(x, n, compute_);
     check(cudaGetLastError(), "sigmoid");
 }
 
 void CudaBackend::sum_slots(const float* ys, int64_t n, int64_t K, int64_t cols, float* out) {
     select();
-    gpu::sum_slots(ys, n, K, cols, out, compute_);
+    kern::sum_slots(ys, n, K, cols, out, compute_);
     check(cudaGetLastError(), "sum_slots");
 }
 
@@ -573,7 +602,7 @@ void CudaBackend::route_resident(float* probs, const float* bias, int64_t n, con
     need(sel, size_t(n * p.n_used) * sizeof(int32_t), "route_resident", "sel");
     need(w, size_t(n * p.n_used) * sizeof(float), "route_resident", "w");
     select();
-    gpu::route(probs, bias, n, p.n_expert, p.n_used, p.norm, p.scale, sel, w, compute_);
+    kern::route(probs, bias, n, p.n_expert, p.n_used, p.norm, p.scale, sel, w, compute_);
     check(cudaGetLastError(), "route_resident");
 }
 
@@ -581,20 +610,20 @@ void CudaBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t*
                             int64_t x_div, float* y) {
     need(experts, "matmul_id");
     if (experts.slice_rows <= 0) fail("{}: matmul_id: {} is not a 3-D expert tensor", name_, experts.name);
-    if (!gpu::matvec_supported(experts.type))
+    if (!kern::matvec_supported(experts.type))
         fail("{}: matmul_id: no kernel for weight {} of type {}", name_, experts.name, quant::type_facts(experts.type).name);
     select();
     try {
         const size_t slice_bytes = size_t(experts.slice_rows) * experts.row_bytes;
-        if (gpu::matvec_q8_supported(experts.type, experts.data, experts.row_bytes, experts.cols)) {
+        if (kern::matvec_q8_supported(experts.type, experts.data, experts.row_bytes, experts.cols)) {
             // Experts on int8 activations: each input row quantized once for all its slots.
             const int64_t x_rows = (slots - 1) / x_div + 1;
-            void* xq = scratch(gpu::q8_act_row_bytes(experts.type, experts.cols) * size_t(x_rows));
-            gpu::quantize_act(experts.type, x, experts.cols, x_rows, experts.cols, xq, compute_);
-            gpu::matvec_q8_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows, experts.cols,
+            void* xq = scratch(kern::q8_act_row_bytes(experts.type, experts.cols) * size_t(x_rows));
+            kern::quantize_act(experts.type, x, experts.cols, x_rows, experts.cols, xq, compute_);
+            kern::matvec_q8_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows, experts.cols,
                               sel, slots, xq, x_div, y, compute_);
         } else {
-            gpu::matvec_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows,
+            kern::matvec_id(experts.type, experts.data, experts.row_bytes, slice_bytes, n_slices, experts.slice_rows,
                            experts.cols, sel, slots, x, x_div, y, compute_);
         }
     } catch (const std::exception& e) {
@@ -605,20 +634,20 @@ void CudaBackend::matmul_id(const Mat& experts, int64_t n_slices, const int32_t*
 
 void CudaBackend::scale_rows(float* y, const float* w, int64_t rows, int64_t cols) {
     select();
-    gpu::scale_rows(y, w, rows, cols, compute_);
+    kern::scale_rows(y, w, rows, cols, compute_);
     check(cudaGetLastError(), "scale_rows");
 }
 
 void CudaBackend::conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* taps, float* state) {
     select();
-    gpu::conv_silu(x, n, channels, W, taps, state, compute_);
+    kern::conv_silu(x, n, channels, W, taps, state, compute_);
     check(cudaGetLastError(), "conv_silu");
 }
 
 void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D,
                             const KdaGate& gate) {
     select();
-    gpu::kda_decay(g, dt_bias, a, n, H, D, gate.lower_bound, gate.lb, compute_);
+    kern::kda_decay(g, dt_bias, a, n, H, D, gate.lower_bound, gate.lb, compute_);
     check(cudaGetLastError(), "kda_decay");
 }
 
@@ -635,7 +664,7 @@ void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<con
     select();
     check(cudaMemcpyAsync(d_lists, lists.data(), lists.size(), cudaMemcpyHostToDevice, stream_of(compute_)),
           "scatter_weighted");
-    gpu::scatter_weighted(src, cols, reinterpret_cast<const int64_t*>(d_lists),
+    kern::scatter_weighted(src, cols, reinterpret_cast<const int64_t*>(d_lists),
                           reinterpret_cast<const float*>(d_lists + rows * sizeof(int64_t)), int64_t(rows), dst, compute_);
     check(cudaGetLastError(), "scatter_weighted");
     // The staging vector dies on return: make sure the copy has left it.
@@ -644,13 +673,13 @@ void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<con
 
 void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,
                                int64_t n, int64_t d, float eps) {
-    gpu::AttnResStack st;
-    if (stack.size() > size_t(gpu::kAttnResMaxBlocks))
-        fail("{}: attn_res_mix: {} banked blocks, at most {}", name_, stack.size(), gpu::kAttnResMaxBlocks);
+    kern::AttnResStack st;
+    if (stack.size() > size_t(kern::kAttnResMaxBlocks))
+        fail("{}: attn_res_mix: {} banked blocks, at most {}", name_, stack.size(), kern::kAttnResMaxBlocks);
     for (size_t j = 0; j < stack.size(); ++j) st.blocks[j] = stack[j];
     st.m = int(stack.size());
     select();
-    gpu::attn_res_mix(st, p, w, out, n, d, eps, compute_);
+    kern::attn_res_mix(st, p, w, out, n, d, eps, compute_);
     check(cudaGetLastError(), "attn_res_mix");
 }
 
@@ -660,7 +689,7 @@ void CudaBackend::embed(const Mat& E, const int32_t* tokens, int64_t n, float* x
     need(x, size_t(n * E.cols) * sizeof(float), "embed", "x");
     select();
     try {
-        gpu::embed_rows(E.type, E.data, E.row_bytes, E.rows, E.cols, tokens, n, x, compute_);
+        kern::embed_rows(E.type, E.data, E.row_bytes, E.rows, E.cols, tokens, n, x, compute_);
     } catch (const std::exception& e) {
         fail("{}: embed from {}: {}", name_, E.name, e.what());
     }
@@ -670,8 +699,8 @@ void CudaBackend::embed(const Mat& E, const int32_t* tokens, int64_t n, float* x
 
 namespace {
 
-gpu::LatentArgs latent_args(const LatentPages& c, const uint8_t* const* table) {
-    gpu::LatentArgs a;
+kern::LatentArgs latent_args(const LatentPages& c, const uint8_t* const* table) {
+    kern::LatentArgs a;
     a.type = int(c.type), a.R = c.R, a.page_rows = c.page_rows, a.row_bytes = c.row_bytes, a.pages = table;
     return a;
 }
@@ -706,7 +735,7 @@ void CudaBackend::mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n,
     const auto* table = page_table(c, "mla_cache_store");
     need(rows, size_t(((n - 1) * (ld ? ld : c.R) + c.R)) * sizeof(float), "mla_cache_store", "rows");
     select();
-    gpu::latent_store(latent_args(c, table), pos0, n, rows, ld, compute_);
+    kern::latent_store(latent_args(c, table), pos0, n, rows, ld, compute_);
     check(cudaGetLastError(), "mla_cache_store");
 }
 
@@ -715,24 +744,24 @@ void CudaBackend::mla_cache_load(const LatentPages& c, int64_t pos0, int64_t n, 
     const auto* table = page_table(c, "mla_cache_load");
     need(rows, size_t(n * c.R) * sizeof(float), "mla_cache_load", "rows");
     select();
-    gpu::latent_load(latent_args(c, table), pos0, n, rows, compute_);
+    kern::latent_load(latent_args(c, table), pos0, n, rows, compute_);
     check(cudaGetLastError(), "mla_cache_load");
 }
 
 void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* lat, const MlaShape& s) {
     const auto* table = page_table(c, "mla_attend_tiled");
-    gpu::MlaArgs a;
+    kern::MlaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = s.scale;
-    float* part = static_cast<float*>(scratch(gpu::mla_scratch_floats(a) * sizeof(float)));
+    float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
-    gpu::mla_attend_paged(latent_args(c, table), Q, lat, a, part, compute_);
+    kern::mla_attend_paged(latent_args(c, table), Q, lat, a, part, compute_);
     check(cudaGetLastError(), "mla_attend_tiled");
 }
 
 namespace {
 
-gpu::MlaMhaArgs mha_args(const MlaShape& s) {
-    gpu::MlaMhaArgs a;
+kern::MlaMhaArgs mha_args(const MlaShape& s) {
+    kern::MlaMhaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = s.scale;
     return a;
 }
@@ -744,7 +773,7 @@ void CudaBackend::need_heads(const Mat& W, int64_t slice_rows, int64_t cols, con
     if (W.slice_rows != slice_rows || W.rows != slice_rows * s.H || W.cols != cols)
         fail("{}: {}: weight {} is {} rows of {} in slices of {}, the shape wants {} heads of {} rows of {}", name_, op,
              W.name, W.rows, W.cols, W.slice_rows, s.H, slice_rows, cols);
-    if (!gpu::matvec_supported(W.type))
+    if (!kern::matvec_supported(W.type))
         fail("{}: {}: no kernel for weight {} of type {}", name_, op, W.name, quant::type_facts(W.type).name);
 }
 
@@ -757,11 +786,11 @@ void CudaBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const 
     need_heads(k_b, s.r, s.dn, s, "mla_attend_decompressed");
     need_heads(v_b, s.dv, s.r, s, "mla_attend_decompressed");
     need(cache, size_t((s.pos0 + s.n) * (s.r + s.dr)) * sizeof(float), "mla_attend_decompressed", "cache");
-    const gpu::MlaMhaArgs a = mha_args(s);
-    void* ws = gemm_workspace(gpu::mla_mha_workspace_bytes(a, false));
+    const kern::MlaMhaArgs a = mha_args(s);
+    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, false));
     select();
     try {
-        gpu::mla_attend_mha(static_cast<gpu::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
+        kern::mla_attend_mha(static_cast<kern::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
                             {v_b.type, v_b.data, v_b.row_bytes}, cache, q, o, a, ws, gemm_ws_.bytes, compute_);
     } catch (const std::exception& e) {
         fail("{}: mla_attend_decompressed ({} queries at {}): {}", name_, s.n, s.pos0, e.what());
@@ -777,11 +806,11 @@ void CudaBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const Lat
     need_heads(k_b, s.r, s.dn, s, "mla_attend_tiled_mha");
     need_heads(v_b, s.dv, s.r, s, "mla_attend_tiled_mha");
     const auto* table = page_table(c, "mla_attend_tiled_mha");
-    const gpu::MlaMhaArgs a = mha_args(s);
-    void* ws = gemm_workspace(gpu::mla_mha_workspace_bytes(a, true));
+    const kern::MlaMhaArgs a = mha_args(s);
+    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, true));
     select();
     try {
-        gpu::mla_attend_mha_paged(static_cast<gpu::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
+        kern::mla_attend_mha_paged(static_cast<kern::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
                                   {v_b.type, v_b.data, v_b.row_bytes}, latent_args(c, table), q, o, a, ws,
                                   gemm_ws_.bytes, compute_);
     } catch (const std::exception& e) {
@@ -790,4 +819,4 @@ void CudaBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const Lat
     check(cudaGetLastError(), "mla_attend_tiled_mha");
 }
 
-}  // namespace kinfer::backend::cuda
+}  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

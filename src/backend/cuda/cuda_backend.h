@@ -16,8 +16,12 @@
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
 // the CUDA runtime API (nvcc cannot compile fmt's compile-time format strings, which kinfer's
 // errors use); the kernels are nvcc-built (kinfer::cuda::gpu). Only linked when nvcc exists.
+// Built a second time against the emulated runtime and the CPU-mode kernels
+// (emu/cuda_backend_emu.cpp defines KINFER_CUDA_EMU_RUNTIME): the same class in namespace
+// kinfer::backend::cuda_emu, which the tests run on every machine.
 #pragma once
 #include "backend/backend.h"
+#include "backend/cuda/open.h"
 #include "runtime/device.h"
 
 #include <cstdint>
@@ -26,20 +30,18 @@
 #include <string>
 #include <vector>
 
-namespace kinfer::backend::cuda {
+#if defined(KINFER_CUDA_EMU_RUNTIME)
+#define KINFER_CUDA_BACKEND_NS cuda_emu
+#else
+#define KINFER_CUDA_BACKEND_NS cuda
+#endif
 
-// One --list-devices line per CUDA device (name, memory, free memory, compute capability), or
-// one line saying why there is none (no driver, no device).
-std::vector<std::string> list_devices();
-
-// The backend a --device value "cudaN" names; nullptr, with *why set, when this machine has no
-// such device (no GPU at run time: the caller says so in one line and runs on the CPU). A
-// malformed spec throws kinfer::Error.
-std::unique_ptr<Backend> open_device(const std::string& spec, std::string* why);
+namespace kinfer::backend::KINFER_CUDA_BACKEND_NS {
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device);
+    // `name` is how --device and -ot call it: cudaN, or emu-cudaN for an emulated device.
+    CudaBackend(int device, std::string name);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
@@ -150,4 +152,4 @@ private:
     std::unique_ptr<runtime::Device> expert_device_;
 };
 
-}  // namespace kinfer::backend::cuda
+}  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -6,17 +6,18 @@
 #include <chrono>
 #include <cstring>
 
-namespace kinfer::backend::cuda {
+namespace kinfer::backend::KINFER_CUDA_BACKEND_NS {
 
 CudaExpertDevice::~CudaExpertDevice() {
     be_.synchronize();   // no copy may still write a slot that is freed
-    for (auto& [addr, b] : slots_) be_.free(b);
+    for (Buffer& b : chunks_) be_.free(b);
     for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
 }
 
 size_t CudaExpertDevice::capacity() const {
     const size_t f = be_.free_bytes();
-    return f > kReserve ? f - kReserve : 0;
+    const size_t in_chunk = chunks_.empty() ? 0 : chunks_.back().bytes - chunk_used_;
+    return (f > kReserve ? f - kReserve : 0) + in_chunk;
 }
 
 double CudaExpertDevice::copy_gbps() const {
@@ -37,22 +38,41 @@ double CudaExpertDevice::copy_gbps() const {
 }
 
 runtime::DeviceBuffer CudaExpertDevice::alloc(size_t bytes) {
-    if (bytes == 0 || bytes > capacity()) return {};
-    try {
-        Buffer b = be_.alloc(bytes, "expert slot");
-        const auto addr = reinterpret_cast<uint64_t>(b.ptr);
-        slots_[addr] = b;
+    if (bytes == 0) return {};
+    const size_t need = (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+    if (auto sp = spare_.find(need); sp != spare_.end() && !sp->second.empty()) {
+        const uint64_t addr = sp->second.back();
+        sp->second.pop_back();
+        slots_[addr] = need;
         return runtime::DeviceBuffer{addr, bytes};
-    } catch (const Error&) {
-        return {};   // "does not fit": the store stops adding slots
     }
+    if (chunks_.empty() || chunks_.back().bytes - chunk_used_ < need) {
+        // A new chunk, twice the last one (4 MiB first: a small model's few slots take little
+        // more than they need) up to kChunkBytes, at most what is left above the reserve, at
+        // least this slot.
+        const size_t f = be_.free_bytes(), room = f > kReserve ? f - kReserve : 0;
+        const size_t want = std::min(kChunkBytes, (size_t(4) << 20) << std::min<size_t>(chunks_.size(), 6));
+        const size_t chunk = std::max(need, std::min(want, room / kSlotAlign * kSlotAlign));
+        if (chunk > room) return {};   // "does not fit": the store stops adding slots
+        try {
+            chunks_.push_back(be_.alloc(chunk, "expert slots"));
+        } catch (const Error&) {
+            return {};
+        }
+        chunk_used_ = 0;
+    }
+    const uint64_t addr = reinterpret_cast<uint64_t>(chunks_.back().ptr) + chunk_used_;
+    chunk_used_ += need;
+    slots_[addr] = need;
+    return runtime::DeviceBuffer{addr, bytes};
 }
 
+// The slot's memory stays in its chunk for a later slot of its size; a copy still queued into it
+// is ordered before any later one (upload_after_compute follows the queued work).
 void CudaExpertDevice::free(runtime::DeviceBuffer b) {
     const auto it = slots_.find(b.offset);
     if (it == slots_.end()) return;
-    be_.synchronize();
-    be_.free(it->second);
+    spare_[it->second].push_back(it->first);
     slots_.erase(it);
 }
 
@@ -79,4 +99,4 @@ uint64_t CudaExpertDevice::copy_async(runtime::DeviceBuffer dst, size_t dst_offs
     return be_.upload_after_compute(reinterpret_cast<uint8_t*>(dst.offset) + dst_offset, src, bytes);
 }
 
-}  // namespace kinfer::backend::cuda
+}  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

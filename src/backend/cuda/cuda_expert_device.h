@@ -10,8 +10,9 @@
 #include "runtime/device.h"
 
 #include <map>
+#include <vector>
 
-namespace kinfer::backend::cuda {
+namespace kinfer::backend::KINFER_CUDA_BACKEND_NS {
 
 class CudaExpertDevice final : public runtime::Device {
 public:
@@ -24,7 +25,11 @@ public:
     // Measured once: a 64 MiB copy from pinned memory on the copy stream.
     double copy_gbps() const override;
 
-    runtime::DeviceBuffer alloc(size_t bytes) override;   // offset = the device address
+    // Slots are carved from chunks of up to kChunkBytes (one cudaMalloc each, freed with the tier):
+    // K3's store asks for tens of thousands of equal slots, and a cudaMalloc each would cost
+    // start-up time and a device-wide synchronizing cudaFree each at the end. offset = the
+    // device address. A freed slot is reused for a later request of the same size.
+    runtime::DeviceBuffer alloc(size_t bytes) override;
     void free(runtime::DeviceBuffer b) override;
     uint8_t* alloc_pinned(size_t bytes) override;
     void free_pinned(uint8_t* p, size_t bytes) override;
@@ -35,12 +40,17 @@ public:
     const uint8_t* data(runtime::DeviceBuffer b) const override { return reinterpret_cast<const uint8_t*>(b.offset); }
 
     static constexpr size_t kReserve = size_t(1) << 30;   // CUDA context, workspaces, op scratch
+    static constexpr size_t kChunkBytes = size_t(256) << 20;
+    static constexpr size_t kSlotAlign = 256;
 
 private:
     CudaBackend& be_;
-    std::map<uint64_t, Buffer> slots_;      // by device address
+    std::vector<Buffer> chunks_;
+    size_t chunk_used_ = 0;                 // bytes carved from the last chunk
+    std::map<uint64_t, size_t> slots_;      // live slots: device address -> bytes
+    std::map<size_t, std::vector<uint64_t>> spare_;   // freed slots by size
     std::map<uint8_t*, Buffer> pinned_;
     mutable double gbps_ = 0;
 };
 
-}  // namespace kinfer::backend::cuda
+}  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

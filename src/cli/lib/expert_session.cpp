@@ -17,7 +17,8 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
     app.add_option("--device", f.device,
                    "device for -ngl layers and the expert cache: cudaN (GPU N, in a CUDA build; without that GPU the "
                    "run says so and stays on the CPU), cuda:local (under mpirun: GPU N for the rank N of its machine), several comma-separated (-ngl shares the layers among them) or sim:SIZE[,GBps] (a strict simulated device: its own arena, "
-                   "CPU kernels, every pointer checked)")->group(g);
+                   "CPU kernels, every pointer checked) or emu-cuda[:SIZE] (the CUDA backend's host code and kernels on "
+                   "an emulated GPU, default 2GiB: slow, for tests)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
         ->check(int_in(0, 1 << 20))->group(g);

@@ -1,0 +1,619 @@
+// The emulated CUDA runtime (runtime.h says what it keeps of a GPU's behaviour and why).
+#include "backend/cuda/emu/runtime.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// A stream: its queue of work not yet run, and how far it has got. Work n (counted from 1 in
+// submission order) has run when executed >= n.
+struct CUstream_st {
+    struct Item {
+        std::function<void()> work;           // empty for a wait
+        CUstream_st* wait_for = nullptr;      // a wait: that stream up to wait_seq first
+        uint64_t wait_seq = 0;
+    };
+    int device = 0;
+    std::deque<Item> queue;
+    uint64_t submitted = 0, executed = 0;
+    bool draining = false;
+    // Capture (cudaStreamBeginCapture): work goes into `graph` instead of the queue.
+    kinfer::cuda::emu_rt::EmuGraph* graph = nullptr;
+    bool invalidated = false;
+    int capture_mode = 0;
+};
+
+namespace kinfer::cuda::emu_rt {
+
+struct EmuEvent {
+    CUstream_st* stream = nullptr;            // where it was last recorded (nullptr: never)
+    uint64_t seq = 0;                         // complete when stream->executed >= seq
+    bool captured = false;                    // recorded during a capture
+};
+
+struct EmuGraph {
+    std::vector<std::function<void()>> work;
+    std::vector<cpu_mode::WorkKey> keys;
+};
+
+struct EmuGraphExec {
+    EmuGraph g;
+};
+
+namespace {
+
+// One emulated device: an address range of its own, inaccessible outside queued work.
+struct Device {
+    uint8_t* base = nullptr;
+    size_t size = 0;
+    std::map<size_t, size_t> free_blocks;     // offset -> bytes
+    std::map<size_t, size_t> used;            // offset -> bytes
+    size_t used_bytes = 0;
+    size_t span = 0;                          // bytes from base that allocations have reached (page multiple)
+};
+
+constexpr size_t kAlign = 256;                // cudaMalloc's alignment
+
+struct State {
+    std::recursive_mutex m;
+    std::vector<std::unique_ptr<Device>> devices;
+    std::set<CUstream_st*> streams;
+    std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
+    int open_depth = 0;                       // > 0 while device memory is accessible
+    int captures_global = 0;                  // captures in global mode in progress
+};
+
+State& state() {
+    static State* s = new State;              // never destroyed: streams may outlive static destructors
+    return *s;
+}
+
+thread_local int current_device = 0;
+thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+    last_error = e;
+    return e;
+}
+
+void protect(uint8_t* p, size_t bytes, int prot) {
+    if (bytes && mprotect(p, bytes, prot) != 0) throw std::runtime_error("emulated cuda: mprotect failed");
+}
+
+// Only the span allocations have reached changes: the rest was never accessible.
+void protect_all(int prot) {
+    for (auto& d : state().devices) protect(d->base, d->span, prot);
+}
+
+// Device memory is readable and writable while one of these lives (queued work running, the
+// runtime's own fills); nested scopes leave it open until the outermost ends.
+struct Open {
+    Open() {
+        if (state().open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    }
+    ~Open() {
+        if (--state().open_depth == 0) protect_all(PROT_NONE);
+    }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+};
+
+Device* device_of(const void* p, size_t bytes = 1) {
+    auto* q = static_cast<const uint8_t*>(p);
+    for (auto& d : state().devices)
+        if (q >= d->base && q + bytes <= d->base + d->size) return d.get();
+    return nullptr;
+}
+
+bool is_pinned(const void* p, size_t bytes) {
+    auto* q = static_cast<const uint8_t*>(p);
+    auto& pinned = state().pinned;
+    auto it = pinned.upper_bound(q);
+    if (it == pinned.begin()) return false;
+    --it;
+    return q >= it->first && q + bytes <= it->first + it->second;
+}
+
+// Runs s's queue up to work number `upto` (all of it by default), waits first.
+void drain(CUstream_st* s, uint64_t upto = UINT64_MAX) {
+    upto = std::min(upto, s->submitted);
+    if (s->executed >= upto) return;
+    if (s->draining)
+        throw std::logic_error("emulated cuda: streams wait on each other in a cycle (a deadlock on a GPU)");
+    s->draining = true;
+    struct Done {
+        CUstream_st* s;
+        ~Done() { s->draining = false; }
+    } done{s};
+    Open open;
+    while (s->executed < upto) {
+        CUstream_st::Item item = std::move(s->queue.front());
+        s->queue.pop_front();
+        ++s->executed;
+        if (item.wait_for) {
+            if (state().streams.count(item.wait_for)) drain(item.wait_for, item.wait_seq);   // else destroyed, so done
+        }
+        else item.work();
+    }
+}
+
+void drain_all() {
+    for (CUstream_st* s : state().streams) drain(s);
+}
+
+CUstream_st* checked(cudaStream_t s) {
+    return state().streams.count(s) ? s : nullptr;
+}
+
+// An API call that a capture in global mode forbids (allocation, synchronization): it fails and
+// invalidates the captures, as CUDA does.
+bool refused_in_capture() {
+    if (state().captures_global == 0) return false;
+    for (CUstream_st* s : state().streams)
+        if (s->graph && s->capture_mode == cudaStreamCaptureModeGlobal) s->invalidated = true;
+    return true;
+}
+
+void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey& key) {
+    if (s->graph) {
+        if (!s->invalidated) {
+            s->graph->work.push_back(std::move(work));
+            s->graph->keys.push_back(key);
+        }
+        return;
+    }
+    s->queue.push_back({std::move(work), nullptr, 0});
+    ++s->submitted;
+}
+
+enum CopyWhat { kCopy = 1, kCopy2D = 2 };
+
+}  // namespace
+
+int emu_add_device(size_t bytes) {
+    std::lock_guard lock(state().m);
+    bytes = std::max<size_t>((bytes + 4095) & ~size_t(4095), 1 << 20);
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("emulated cuda: cannot reserve " + std::to_string(bytes) + " bytes");
+    auto d = std::make_unique<Device>();
+    d->base = static_cast<uint8_t*>(p);
+    d->size = bytes;
+    d->free_blocks[0] = bytes;
+    state().devices.push_back(std::move(d));
+    if (state().open_depth > 0) protect_all(PROT_READ | PROT_WRITE);
+    return int(state().devices.size()) - 1;
+}
+
+int emu_device_count() {
+    std::lock_guard lock(state().m);
+    return int(state().devices.size());
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureIsolation: return "operation would make the legacy stream depend on a capturing blocking stream";
+        case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaGetLastError() {
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError() { return last_error; }
+
+cudaError_t cudaGetDeviceCount(int* n) {
+    *n = emu_device_count();
+    return *n == 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= emu_device_count()) return fail(cudaErrorInvalidDevice);
+    current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+    *device = current_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+    std::lock_guard lock(state().m);
+    if (device < 0 || device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    *p = cudaDeviceProp{};
+    std::snprintf(p->name, sizeof p->name, "emulated GPU (CPU execution mode)");
+    p->totalGlobalMem = state().devices[size_t(device)]->size;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    std::lock_guard lock(state().m);
+    if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    const Device& d = *state().devices[size_t(current_device)];
+    *free_bytes = d.size - d.used_bytes;
+    *total_bytes = d.size;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+    std::lock_guard lock(state().m);
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    drain_all();
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    std::lock_guard lock(state().m);
+    *p = nullptr;
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    Device& d = *state().devices[size_t(current_device)];
+    const size_t need = std::max<size_t>((bytes + kAlign - 1) & ~(kAlign - 1), kAlign);
+    for (auto it = d.free_blocks.begin(); it != d.free_blocks.end(); ++it) {
+        if (it->second < need) continue;
+        const size_t off = it->first, left = it->second - need;
+        d.free_blocks.erase(it);
+        if (left) d.free_blocks[off + need] = left;
+        d.used[off] = need;
+        d.used_bytes += need;
+        *p = d.base + off;
+        const size_t end = (off + need + 4095) & ~size_t(4095);
+        if (end > d.span) {
+            if (state().open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
+            d.span = end;
+        }
+        const bool closed = state().open_depth == 0;
+        auto* page = d.base + (off & ~size_t(4095));
+        const size_t page_bytes = end - (off & ~size_t(4095));
+        if (closed) protect(page, page_bytes, PROT_READ | PROT_WRITE);
+        std::memset(*p, 0xff, need);          // a GPU's fresh memory is not zeroed either
+        if (closed) protect(page, page_bytes, PROT_NONE);
+        return cudaSuccess;
+    }
+    return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void* p) {
+    std::lock_guard lock(state().m);
+    if (!p) return cudaSuccess;
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    Device* d = device_of(p);
+    if (!d) return fail(cudaErrorInvalidValue);
+    const auto it = d->used.find(size_t(static_cast<uint8_t*>(p) - d->base));
+    if (it == d->used.end()) return fail(cudaErrorInvalidValue);
+    drain_all();                              // cudaFree waits for the device, as CUDA's does
+    size_t off = it->first, n = it->second;
+    d->used.erase(it);
+    d->used_bytes -= n;
+    auto next = d->free_blocks.lower_bound(off);
+    if (next != d->free_blocks.end() && next->first == off + n) {
+        n += next->second;
+        next = d->free_blocks.erase(next);
+    }
+    if (next != d->free_blocks.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == off) {
+            off = prev->first;
+            n += prev->second;
+            d->free_blocks.erase(prev);
+        }
+    }
+    d->free_blocks[off] = n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+    std::lock_guard lock(state().m);
+    *p = nullptr;
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    const size_t n = std::max<size_t>((bytes + 4095) & ~size_t(4095), 4096);
+    void* q = std::aligned_alloc(4096, n);
+    if (!q) return fail(cudaErrorMemoryAllocation);
+    state().pinned[static_cast<const uint8_t*>(q)] = n;
+    *p = q;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+    std::lock_guard lock(state().m);
+    if (!p) return cudaSuccess;
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    if (!state().pinned.erase(static_cast<const uint8_t*>(p))) return fail(cudaErrorInvalidValue);
+    drain_all();                              // queued copies may still read it
+    std::free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    std::lock_guard lock(state().m);
+    *a = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
+    auto& devs = state().devices;
+    for (size_t i = 0; i < devs.size(); ++i)
+        if (devs[i].get() == device_of(p)) {
+            *a = cudaPointerAttributes{cudaMemoryTypeDevice, int(i), const_cast<void*>(p), nullptr};
+            return cudaSuccess;
+        }
+    if (is_pinned(p, 1)) *a = cudaPointerAttributes{cudaMemoryTypeHost, -1, nullptr, const_cast<void*>(p)};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    std::lock_guard lock(state().m);
+    auto* st = new CUstream_st;
+    st->device = current_device;
+    state().streams.insert(st);
+    *s = st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    drain(st);                                // its work still completes, as on a GPU
+    state().streams.erase(st);
+    delete st->graph;
+    delete st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    std::lock_guard lock(state().m);
+    if (s && !checked(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (refused_in_capture() || (s && s->graph)) {
+        if (s && s->graph) s->invalidated = true;
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    if (s) drain(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
+    if (!e->stream || !state().streams.count(e->stream)) return cudaSuccess;   // never recorded, or its stream is gone (drained)
+    if (st->graph) {
+        // A captured wait on work outside the capture: CUDA refuses it and the capture is lost.
+        if (!e->captured || e->stream != st) {
+            st->invalidated = true;
+            return fail(cudaErrorStreamCaptureIsolation);
+        }
+        return cudaSuccess;                   // an event of this same capture: already in order
+    }
+    if (e->stream == st || e->stream->executed >= e->seq) return cudaSuccess;
+    st->queue.push_back({{}, e->stream, e->seq});
+    ++st->submitted;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+    *e = new EmuEvent;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;                                 // waits already queued hold the stream and position
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
+    e->stream = st;
+    e->seq = st->submitted;
+    e->captured = st->graph != nullptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    std::lock_guard lock(state().m);
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    // The emulated device is infinitely fast once asked: the work up to the event runs now.
+    if (e->stream && !e->captured && state().streams.count(e->stream)) drain(e->stream, e->seq);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::lock_guard lock(state().m);
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    if (e->stream && !e->captured && state().streams.count(e->stream)) drain(e->stream, e->seq);
+    return cudaSuccess;
+}
+
+namespace {
+
+// Where a copy's bytes may live for its kind, and the copy itself (rows of `width` bytes).
+cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                      cudaMemcpyKind kind, cudaStream_t s, int what) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (width == 0 || height == 0) return cudaSuccess;
+    const size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
+    const bool dst_dev = device_of(dst, dspan) != nullptr, src_dev = device_of(src, sspan) != nullptr;
+    const bool want_dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool want_src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost || dst_dev != want_dst_dev || src_dev != want_src_dev)
+        return fail(cudaErrorInvalidValue);   // also a device pointer outside any allocation's range
+    auto* d = static_cast<uint8_t*>(dst);
+    auto* q = static_cast<const uint8_t*>(src);
+    const cpu_mode::WorkKey key{0, what, dim3(unsigned(kind)), dim3(), 0};
+    if (kind == cudaMemcpyHostToDevice && !is_pinned(src, sspan)) {
+        // Pageable memory: staged when queued, so the caller may reuse it on return. A capture
+        // cannot hold such a copy.
+        if (st->graph) {
+            st->invalidated = true;
+            return fail(cudaErrorStreamCaptureUnsupported);
+        }
+        auto staged = std::make_shared<std::vector<uint8_t>>(width * height);
+        for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, q + r * spitch, width);
+        enqueue(st, [d, dpitch, width, height, staged] {
+            for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, staged->data() + r * width, width);
+        }, key);
+        return cudaSuccess;
+    }
+    auto rows = [d, dpitch, q, spitch, width, height] {
+        for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, q + r * spitch, width);
+    };
+    if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, dspan)) {
+        // Into pageable memory: returns once the copy is done, so the stream runs up to it.
+        if (st->graph || refused_in_capture()) {
+            if (st->graph) st->invalidated = true;
+            return fail(cudaErrorStreamCaptureUnsupported);
+        }
+        enqueue(st, rows, key);
+        drain(st);
+        return cudaSuccess;
+    }
+    enqueue(st, rows, key);
+    return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    return copy_rows(dst, bytes, src, bytes, bytes, 1, kind, s, kCopy);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s) {
+    if (dpitch < width || spitch < width) return fail(cudaErrorInvalidValue);
+    return copy_rows(dst, dpitch, src, spitch, width, height, kind, s, kCopy2D);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
+                                cudaStream_t s) {
+    {
+        std::lock_guard lock(state().m);
+        auto& devs = state().devices;
+        if (dst_device < 0 || src_device < 0 || dst_device >= int(devs.size()) || src_device >= int(devs.size()) ||
+            device_of(dst, bytes) != devs[size_t(dst_device)].get() || device_of(src, bytes) != devs[size_t(src_device)].get())
+            return fail(cudaErrorInvalidValue);
+    }
+    return copy_rows(dst, bytes, src, bytes, bytes, 1, cudaMemcpyDeviceToDevice, s, kCopy);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (st->graph) return fail(cudaErrorStreamCaptureUnsupported);
+    st->graph = new EmuGraph;
+    st->invalidated = false;
+    st->capture_mode = mode;
+    if (mode == cudaStreamCaptureModeGlobal) ++state().captures_global;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+    std::lock_guard lock(state().m);
+    *g = nullptr;
+    CUstream_st* st = checked(s);
+    if (!st || !st->graph) return fail(cudaErrorInvalidValue);
+    if (st->capture_mode == cudaStreamCaptureModeGlobal) --state().captures_global;
+    std::unique_ptr<EmuGraph> graph(st->graph);
+    st->graph = nullptr;
+    if (st->invalidated) {
+        st->invalidated = false;
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *g = graph.release();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    *status = !st->graph ? cudaStreamCaptureStatusNone
+              : st->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+    if (!g) return fail(cudaErrorInvalidValue);
+    *exec = new EmuGraphExec{*g};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) {
+    if (!exec || !g) return fail(cudaErrorInvalidValue);
+    const bool same = exec->g.keys == g->keys;
+    if (info) info->result = same ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateError;
+    if (!same) return fail(cudaErrorGraphExecUpdateFailure);
+    exec->g.work = g->work;                   // the new parameters, same kernels and shapes
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    std::lock_guard lock(state().m);
+    CUstream_st* st = checked(s);
+    if (!exec || !st) return fail(cudaErrorInvalidResourceHandle);
+    for (size_t i = 0; i < exec->g.work.size(); ++i) enqueue(st, exec->g.work[i], exec->g.keys[i]);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+
+}  // namespace kinfer::cuda::emu_rt
+
+namespace kinfer::cuda::cpu_mode {
+
+void submit(cudaStream_t stream, std::function<void()> work, const WorkKey& key) {
+    using namespace kinfer::cuda::emu_rt;
+    std::unique_lock lock(state().m);
+    if (!stream) {
+        // The legacy default stream, as the kernel tests use it: run now. Device memory is
+        // opened only when the emulated runtime has devices (the tests' buffers are host memory).
+        const bool any = !state().devices.empty();
+        std::unique_ptr<Open> open;
+        if (any) open = std::make_unique<Open>();
+        work();
+        return;
+    }
+    CUstream_st* st = checked(stream);
+    if (!st) throw std::invalid_argument("emulated cuda: work queued on a stream that does not exist");
+    enqueue(st, std::move(work), key);
+}
+
+}  // namespace kinfer::cuda::cpu_mode
