@@ -17,6 +17,13 @@
 
 namespace kinfer::cuda::testing {
 
+// Every weight type the CUDA kernels decode (matvec_supported, with_dec): the type lists of the
+// matvec, group, by-slot, embedding and GEMM tests.
+inline constexpr quant::Type kKernelTypes[] = {
+    quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,   quant::Type::Q8_0, quant::Type::Q4_0,
+    quant::Type::Q5_0, quant::Type::Q4_1, quant::Type::Q5_1,   quant::Type::IQ4_NL, quant::Type::MXFP4,
+    quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
+
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, scale);
@@ -49,14 +56,14 @@ inline void check_close(const std::vector<float>& got, const std::vector<float>&
 }
 
 // Per-element bound on |x - round(x)| of the CPU backend's activation conversion before a matmul
-// with weight type t (the vec_dot format: Q8_0 / Q8_K blocks, or F16 / BF16; F32 none).
+// with weight type t (the vec_dot format: Q8_0 / Q8_1 / Q8_K blocks, or F16 / BF16; F32 none).
 inline std::vector<double> act_rounding(quant::Type t, const float* x, int64_t cols) {
     std::vector<double> e(size_t(cols), 0.0);
     const quant::Type vt = quant::type_facts(t).vec_dot_type;
     if (t == quant::Type::F16 || t == quant::Type::BF16) {
         const double rel = t == quant::Type::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
         for (int64_t i = 0; i < cols; ++i) e[size_t(i)] = std::fabs(x[i]) * rel;
-    } else if (vt == quant::Type::Q8_0 || vt == quant::Type::Q8_K) {
+    } else if (vt == quant::Type::Q8_0 || vt == quant::Type::Q8_1 || vt == quant::Type::Q8_K) {
         const int64_t bs = quant::type_facts(vt).block_size;
         for (int64_t b = 0; b < cols; b += bs) {
             double amax = 0;

@@ -45,9 +45,7 @@ using kinfer::cuda::testing::randn;
 
 namespace {
 
-constexpr quant::Type kAllTypes[] = {quant::Type::F32,  quant::Type::F16,    quant::Type::BF16,  quant::Type::Q8_0,
-                                     quant::Type::Q4_0, quant::Type::Q5_0,   quant::Type::IQ4_NL, quant::Type::MXFP4,
-                                     quant::Type::Q4_K, quant::Type::Q5_K,   quant::Type::Q6_K,  quant::Type::IQ4_XS};
+constexpr auto& kAllTypes = kinfer::cuda::testing::kKernelTypes;
 
 bool unblocked(quant::Type t) { return t == quant::Type::F32 || t == quant::Type::F16 || t == quant::Type::BF16; }
 

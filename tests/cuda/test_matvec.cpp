@@ -88,10 +88,10 @@ TEST_CASE("cuda matvec (cpu mode): the first five types against the exact dot an
         for (int64_t n : {1, 5}) check_type(c, n);
 }
 
-TEST_CASE("cuda matvec (cpu mode): the other seven types against the exact dot and the CPU backend") {
+TEST_CASE("cuda matvec (cpu mode): the other nine types against the exact dot and the CPU backend") {
     for (const Case& c : {Case{quant::Type::F16, 516}, Case{quant::Type::BF16, 516}, Case{quant::Type::Q4_0, 512},
-                          Case{quant::Type::Q5_0, 512}, Case{quant::Type::Q5_K, 512}, Case{quant::Type::IQ4_NL, 512},
-                          Case{quant::Type::IQ4_XS, 512}})
+                          Case{quant::Type::Q5_0, 512}, Case{quant::Type::Q4_1, 512}, Case{quant::Type::Q5_1, 512},
+                          Case{quant::Type::Q5_K, 512}, Case{quant::Type::IQ4_NL, 512}, Case{quant::Type::IQ4_XS, 512}})
         for (int64_t n : {1, 5}) check_type(c, n);
 }
 
@@ -114,9 +114,7 @@ TEST_CASE("cuda matvec (cpu mode): every type it claims, and a clear refusal of 
 // few, a zero that is skipped), input and output strides, in one launch; all-decode groups take
 // the one-token form.
 TEST_CASE("cuda matvec_group (cpu mode): every task bit-equal to its own matvec, every type") {
-    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,    quant::Type::BF16, quant::Type::Q8_0,
-                                 quant::Type::Q4_0, quant::Type::Q5_0,   quant::Type::IQ4_NL, quant::Type::MXFP4,
-                                 quant::Type::Q4_K, quant::Type::Q5_K,   quant::Type::Q6_K, quant::Type::IQ4_XS};
+    const auto& types = kinfer::cuda::testing::kKernelTypes;
     struct Task {
         int64_t rows, n, ldx_pad, ldy_pad;
     };
@@ -165,9 +163,7 @@ TEST_CASE("cuda matvec_group (cpu mode): every task bit-equal to its own matvec,
 // 3 tokens x 4 slots reading token s / 4 (gate / up) and 12 slots reading their own row (down),
 // repeated and unused experts; an id out of range gives a NaN row and leaves the others alone.
 TEST_CASE("cuda matvec_id (cpu mode): every slot bit-equal to its expert's own matvec, every type") {
-    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,   quant::Type::Q8_0,
-                                 quant::Type::Q4_0, quant::Type::Q5_0, quant::Type::IQ4_NL, quant::Type::MXFP4,
-                                 quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
+    const auto& types = kinfer::cuda::testing::kKernelTypes;
     const int64_t E = 5, rows = 37, K = 4, n = 3, slots = n * K;
     const std::vector<int32_t> sel = {4, 0, 2, 1, 2, 4, 0, 3, 1, 1, 0, 4};   // expert 1 twice for token 2
     for (const quant::Type type : types) {

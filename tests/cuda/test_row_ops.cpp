@@ -124,9 +124,7 @@ TEST_CASE("cuda l2_norm, add, mul_sigmoid, sigmoid, sum_slots, scale_rows (cpu m
 // dequantizes bit for bit; 300 tokens (two launches of at most 256 ids), repeated ids; an id
 // out of range refused by name before anything runs.
 TEST_CASE("cuda embed_rows (cpu mode): every table type, the CPU's embed bit for bit") {
-    const quant::Type types[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,   quant::Type::Q8_0,
-                                 quant::Type::Q4_0, quant::Type::Q5_0, quant::Type::IQ4_NL, quant::Type::MXFP4,
-                                 quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
+    const auto& types = kinfer::cuda::testing::kKernelTypes;
     const int64_t vocab = 11, n = 300;
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; ++t) ids[size_t(t)] = int32_t((t * 7 + t / 5) % vocab);

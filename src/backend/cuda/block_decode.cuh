@@ -48,6 +48,24 @@ using DecQ5_0 = DecNibble32<LevelQ5_0, 6>;
 using DecIQ4_NL = DecNibble32<LevelIQ4_NL, 2>;
 using DecMXFP4 = DecNibble32<LevelMXFP4, 1>;
 
+// Q4_1 / Q5_1: v = q * d + m, as the CPU's two roundings (not fused).
+template <bool kFive>
+struct DecNibbleMin32 : DotNibbleMin32<kFive> {
+    using Base = DotNibbleMin32<kFive>;
+    template <class Put>
+    __device__ static void decode(const uint8_t* b, int c, Put& put) {
+        const float d = bq::fp16_to_fp32(load_u16(b)), m = bq::fp16_to_fp32(load_u16(b + 2));
+        const uint32_t q = load_u32(b + Base::kQsOffset + 4 * c);
+        for (int i = 0; i < 4; ++i) {
+            const int j = 4 * c + i;
+            put(j, __fadd_rn(__fmul_rn(float(Base::level(b, j, int(q >> (8 * i)) & 0xf)), d), m));
+            put(j + 16, __fadd_rn(__fmul_rn(float(Base::level(b, j + 16, int(q >> (8 * i + 4)) & 0xf)), d), m));
+        }
+    }
+};
+using DecQ4_1 = DecNibbleMin32<false>;
+using DecQ5_1 = DecNibbleMin32<true>;
+
 // Q4_K / Q5_K: piece c of group g = c / 8 holds elements 64 g + l (sub-block 2 g) and
 // 64 g + 32 + l (sub-block 2 g + 1) for l = l0 .. l0 + 3. The CPU: d1 = d * sc, m1 = dmin * m,
 // v = d1 * q - m1 (two roundings, then the subtraction's).
@@ -133,6 +151,8 @@ void with_dec(quant::Type t, const char* what, F&& f) {
         case Type::Q8_0: return f(DecQ8_0{});
         case Type::Q4_0: return f(DecQ4_0{});
         case Type::Q5_0: return f(DecQ5_0{});
+        case Type::Q4_1: return f(DecQ4_1{});
+        case Type::Q5_1: return f(DecQ5_1{});
         case Type::IQ4_NL: return f(DecIQ4_NL{});
         case Type::MXFP4: return f(DecMXFP4{});
         case Type::Q4_K: return f(DecQ4_K{});

@@ -29,6 +29,9 @@ namespace bq = kinfer::quant;
 static_assert(offsetof(bq::block_q8_0, qs) == 2 && offsetof(bq::block_q4_0, qs) == 2 &&
               offsetof(bq::block_iq4_nl, qs) == 2 && offsetof(bq::block_mxfp4, qs) == 1);
 static_assert(offsetof(bq::block_q5_0, qh) == 2 && offsetof(bq::block_q5_0, qs) == 6);
+static_assert(offsetof(bq::block_q4_1, m) == 2 && offsetof(bq::block_q4_1, qs) == 4 &&
+              offsetof(bq::block_q5_1, m) == 2 && offsetof(bq::block_q5_1, qh) == 4 &&
+              offsetof(bq::block_q5_1, qs) == 8);
 static_assert(offsetof(bq::block_q4_K, dmin) == 2 && offsetof(bq::block_q4_K, scales) == 4 &&
               offsetof(bq::block_q4_K, qs) == 16);
 static_assert(offsetof(bq::block_q5_K, scales) == 4 && offsetof(bq::block_q5_K, qh) == 16 &&
@@ -169,6 +172,31 @@ using DotIQ4_NL = DotNibble32<LevelIQ4_NL, 2>;
 using DotMXFP4 = DotNibble32<LevelMXFP4, 1>;
 static_assert(DotQ4_0::kBytes == sizeof(bq::block_q4_0) && DotQ5_0::kBytes == sizeof(bq::block_q5_0) &&
               DotIQ4_NL::kBytes == sizeof(bq::block_iq4_nl) && DotMXFP4::kBytes == sizeof(bq::block_mxfp4));
+
+// Q4_1 / Q5_1 (ggml's Q4_K_M and Q5_K_M write Q5_1 for rows that are not a multiple of 256
+// elements): the nibble layout above with a minimum, x = d q + m, and for Q5_1 bit 4 of element j
+// in bit j of the qh word at byte 4. The piece's dot is d * sum(q x) + m * sum(x).
+template <bool kFive>
+struct DotNibbleMin32 : Blocked {
+    static constexpr int kQsOffset = kFive ? 8 : 4;
+    static constexpr int kElems = 32, kBytes = kQsOffset + 16, kChunks = 4;
+    __device__ static int level(const uint8_t* b, int j, int q) {
+        return kFive ? q | int((load_u32(b + 4) >> j) & 1) << 4 : q;
+    }
+    __device__ static float dot(const uint8_t* b, int c, const float* x) {
+        const uint32_t q = load_u32(b + kQsOffset + 4 * c);
+        float sq = 0, sx = 0;
+        for (int i = 0; i < 4; ++i) {
+            const int j = 4 * c + i;
+            sq += float(level(b, j, int(q >> (8 * i)) & 0xf)) * x[j] + float(level(b, j + 16, int(q >> (8 * i + 4)) & 0xf)) * x[j + 16];
+            sx += x[j] + x[j + 16];
+        }
+        return bq::fp16_to_fp32(load_u16(b)) * sq + bq::fp16_to_fp32(load_u16(b + 2)) * sx;
+    }
+};
+using DotQ4_1 = DotNibbleMin32<false>;
+using DotQ5_1 = DotNibbleMin32<true>;
+static_assert(DotQ4_1::kBytes == sizeof(bq::block_q4_1) && DotQ5_1::kBytes == sizeof(bq::block_q5_1));
 
 // Q4_K / Q5_K: 32 pieces of 4 quant bytes. Piece c is in 64-element group g = c / 8; its bytes
 // l0.. l0 + 3 (l0 = 4 (c % 8)) of the group hold elements 64 g + l (low nibble, sub-block 2 g)

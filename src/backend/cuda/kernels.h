@@ -15,7 +15,7 @@
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
 // ---- decode matvec ---------------------------------------------------------------------------
-// True for the weight types matvec has a kernel for: F32, F16, BF16, Q8_0, Q4_0, Q5_0, IQ4_NL,
+// True for the weight types matvec has a kernel for: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL,
 // MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool matvec_supported(quant::Type t);
 // y[t * ldy + r] = W.row(r) . x[t * ldx ..] for r < rows, t < n; W rows row_bytes apart. One

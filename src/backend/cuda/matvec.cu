@@ -164,7 +164,7 @@ bool matvec_supported(quant::Type t) {
     using quant::Type;
     switch (t) {
         case Type::F32: case Type::F16: case Type::BF16: case Type::Q8_0: case Type::Q4_0: case Type::Q5_0:
-        case Type::IQ4_NL: case Type::MXFP4: case Type::Q4_K: case Type::Q5_K: case Type::Q6_K: case Type::IQ4_XS:
+        case Type::Q4_1: case Type::Q5_1: case Type::IQ4_NL: case Type::MXFP4: case Type::Q4_K: case Type::Q5_K: case Type::Q6_K: case Type::IQ4_XS:
             return true;
         default:
             return false;
