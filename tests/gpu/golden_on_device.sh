@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: golden_on_device.sh BIN DEVICE}
 dev=${2:?usage: golden_on_device.sh BIN DEVICE}
-case "$dev" in sim:*) dev_name=sim0 ;; *) dev_name=$dev ;; esac   # the name -ot knows it by
+case "$dev" in sim:*) dev_name=sim0 ;; emu-cuda*) dev_name=emu-cuda0 ;; *) dev_name=$dev ;; esac   # the name -ot knows it by
 gold=${KINFER_GOLDEN:-../shared/golden}/llama.cpp
 ids=tests/data/prompt64.ids.txt
 out=$(mktemp -d)

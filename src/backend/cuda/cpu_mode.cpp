@@ -38,10 +38,12 @@
 #include <vector>
 
 #if defined(__x86_64__)
-// kinfer_fiber_switch(&save, to): pushes the System V callee-saved registers and the SSE / x87
-// control words on the current stack, stores the stack pointer in *save, loads `to` and pops the
-// same from there. A new fiber's stack is laid out as if it had switched away at its start
-// (make_stack), returning into kinfer_fiber_start, which calls the function in r12.
+// kinfer_fiber_switch(&save, to): pushes the System V callee-saved registers on the current
+// stack, stores the stack pointer in *save, loads `to` and pops the same from there. The SSE and
+// x87 control words are left alone: every fiber of a thread runs kernel code that never changes
+// them (saving and loading them was most of a switch's cost: fldcw is microcoded). A new fiber's
+// stack is laid out as if it had switched away at its start (see fiber()), returning into
+// kinfer_fiber_start, which calls the function in r12.
 extern "C" void kinfer_fiber_switch(void** save, void* to);
 extern "C" void kinfer_fiber_start();
 asm(R"(
@@ -57,14 +59,8 @@ kinfer_fiber_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $16, %rsp
-    stmxcsr (%rsp)
-    fnstcw 8(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 8(%rsp)
-    addq $16, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -132,6 +128,7 @@ struct Thread {
     Barrier* waiting = nullptr;                  // the barrier it waits on, or nullptr
     uint64_t wait_generation = 0;
     bool done = false;
+    unsigned exchanges = 0;                      // shuffles and votes so far: which slot set is next
 };
 
 struct Launch {
@@ -142,7 +139,12 @@ struct Launch {
     std::vector<Thread> threads;
     Barrier block_bar;
     std::vector<Barrier> warp_bar;
-    std::vector<uint64_t> slots;                 // one per thread: shuffles and votes
+    // Shuffles and votes: each lane puts its value in its slot of one of two sets, then waits
+    // for the warp once. Exchange k uses set k % 2, so a lane that moves on to exchange k + 1
+    // writes the other set while slower lanes still read this one, and cannot reach exchange
+    // k + 2 (this set again) before every lane has arrived at k + 1, that is, read k. One barrier
+    // an exchange instead of two (a fiber switch per lane each).
+    std::vector<uint64_t> slots[2];
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
@@ -229,16 +231,14 @@ Fiber& fiber(unsigned i) {
         auto f = std::make_unique<Fiber>();
         f->stack.reset(new char[kStackBytes]);
 #if defined(__x86_64__)
-        // As kinfer_fiber_switch would have left it: control words, r15..r12, rbx, rbp, then the
-        // return into kinfer_fiber_start, placed so that its call sees a 16-byte aligned stack.
+        // As kinfer_fiber_switch would have left it: r15..r12, rbx, rbp, then the return into
+        // kinfer_fiber_start, placed so that its call sees a 16-byte aligned stack.
         auto top = (reinterpret_cast<uintptr_t>(f->stack.get()) + kStackBytes) & ~uintptr_t(15);
-        auto* sp = reinterpret_cast<uint64_t*>(top - 88);
-        sp[0] = 0x1f80;                           // MXCSR: round to nearest, exceptions masked
-        sp[1] = 0x037f;                           // x87 control word: the same
-        sp[2] = sp[3] = sp[4] = 0;                // r15, r14, r13
-        sp[5] = reinterpret_cast<uint64_t>(&fiber_main);   // r12: what kinfer_fiber_start calls
-        sp[6] = sp[7] = 0;                        // rbx, rbp
-        sp[8] = reinterpret_cast<uint64_t>(&kinfer_fiber_start);
+        auto* sp = reinterpret_cast<uint64_t*>(top - 72);
+        sp[0] = sp[1] = sp[2] = 0;                // r15, r14, r13
+        sp[3] = reinterpret_cast<uint64_t>(&fiber_main);   // r12: what kinfer_fiber_start calls
+        sp[4] = sp[5] = 0;                        // rbx, rbp
+        sp[6] = reinterpret_cast<uint64_t>(&kinfer_fiber_start);
         f->ctx.sp = sp;
 #else
         getcontext(&f->ctx.uc);
@@ -263,6 +263,7 @@ void run_block(Launch& L) {
     for (Thread& t : L.threads) {
         t.done = false;
         t.waiting = nullptr;
+        t.exchanges = 0;
     }
     unsigned left = L.n_threads;
     while (left > 0) {
@@ -305,21 +306,20 @@ int lane() { return int(current().current % 32); }
 uint64_t exchange(uint64_t mine, int src) {
     Launch& L = current();
     const unsigned me = L.current, warp = me / 32, base = warp * 32;
-    L.slots[me] = mine;
+    std::vector<uint64_t>& slots = L.slots[L.threads[me].exchanges++ & 1];
+    slots[me] = mine;
     wait_on(L, L.warp_bar[warp]);                // every lane has put its value
-    const uint64_t got = src >= 0 && unsigned(src) < L.lanes_in(warp) ? L.slots[base + unsigned(src)] : mine;
-    wait_on(L, L.warp_bar[warp]);                // every lane has read before any writes again
-    return got;
+    return src >= 0 && unsigned(src) < L.lanes_in(warp) ? slots[base + unsigned(src)] : mine;
 }
 
 unsigned ballot(bool pred) {
     Launch& L = current();
     const unsigned me = L.current, warp = me / 32, base = warp * 32;
-    L.slots[me] = pred ? 1 : 0;
+    std::vector<uint64_t>& slots = L.slots[L.threads[me].exchanges++ & 1];
+    slots[me] = pred ? 1 : 0;
     wait_on(L, L.warp_bar[warp]);
     unsigned bits = 0;
-    for (unsigned i = 0; i < L.lanes_in(warp); ++i) bits |= unsigned(L.slots[base + i] != 0) << i;
-    wait_on(L, L.warp_bar[warp]);
+    for (unsigned i = 0; i < L.lanes_in(warp); ++i) bits |= unsigned(slots[base + i] != 0) << i;
     return bits;
 }
 
@@ -344,7 +344,8 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     L.n_warps = (nt + 31) / 32;
     L.shared.assign(shmem, 0);
     L.warp_bar.resize(L.n_warps);
-    L.slots.assign(nt, 0);
+    L.slots[0].assign(nt, 0);
+    L.slots[1].assign(nt, 0);
     L.threads.resize(nt);
     for (unsigned t = 0; t < nt; ++t) {
         fiber(t);
