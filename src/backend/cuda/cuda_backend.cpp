@@ -118,7 +118,11 @@ CudaBackend::~CudaBackend() {
     if (scratch_.valid()) cudaFree(scratch_.ptr);
     if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
     kern::blas_destroy(static_cast<kern::Blas*>(blas_));
-    if (page_table_.valid()) cudaFree(page_table_.ptr);
+    for (auto& [first, t] : tables_) {
+        if (t.dev.valid()) cudaFree(t.dev.ptr);
+        if (t.pinned.valid()) cudaFreeHost(t.pinned.ptr);
+    }
+    for (auto& [b, pinned] : retired_) pinned ? (void)cudaFreeHost(b.ptr) : (void)cudaFree(b.ptr);
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
 }
@@ -164,9 +168,25 @@ Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
 void CudaBackend::free(Buffer& b) {
     if (b.valid()) {
         select();
+        // A latent cache's first page going: its page table goes too (a later cache may get
+        // the same address).
+        if (const auto t = tables_.find(b.ptr); t != tables_.end()) {
+            retire(t->second.dev, false);
+            retire(t->second.pinned, true);
+            tables_.erase(t);
+        }
         cudaFree(b.ptr);
     }
     b = Buffer{};
+}
+
+void CudaBackend::retire(Buffer b, bool pinned) {
+    if (b.valid()) retired_.emplace_back(b, pinned);
+}
+
+void CudaBackend::free_retired() {
+    for (auto& [b, pinned] : retired_) pinned ? free_pinned_host(b) : free(b);
+    retired_.clear();
 }
 
 Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
@@ -346,6 +366,7 @@ runtime::Device& CudaBackend::expert_device() {
 void CudaBackend::synchronize() {
     select();
     check(cudaStreamSynchronize(stream_of(compute_)), "synchronize");
+    free_retired();
 }
 
 // ---- ops with kernels ----
@@ -708,26 +729,32 @@ kern::LatentArgs latent_args(const LatentPages& c, const uint8_t* const* table) 
 }  // namespace
 
 const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* op) {
-    // Every MLA op of every layer asks for its cache's table, and a cache only grows by pages at
-    // its end: the pages the device copy already holds are neither checked nor uploaded again.
-    size_t same = 0;
     const size_t n = size_t(c.n_pages);
-    if (table_of_ == c.pages)
-        while (same < std::min(n, table_host_.size()) && table_host_[same] == c.pages[same]) ++same;
-    if (same == n && n == table_host_.size()) return reinterpret_cast<const uint8_t* const*>(page_table_.ptr);
+    if (n == 0) fail("{}: {}: a latent cache without pages", name_, op);
+    PageTable& t = tables_[c.pages[0]];
+    size_t same = 0;
+    while (same < std::min(n, t.host.size()) && t.host[same] == c.pages[same]) ++same;
+    if (same == n && n == t.host.size()) return reinterpret_cast<const uint8_t* const*>(t.dev.ptr);
     for (size_t p = same; p < n; ++p) need(c.pages[p], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
-    const size_t bytes = n * sizeof(uint8_t*);
-    if (page_table_.bytes < bytes) {
-        synchronize();                                      // the old table may still be read
-        free(page_table_);
-        page_table_ = alloc(std::max<size_t>(bytes, 4096), "latent page table");
+    if (t.cap < n) {
+        // Twice what is needed (a cache grows a page at a time); the old buffers may still be
+        // read by queued work.
+        retire(t.dev, false);
+        retire(t.pinned, true);
+        t.cap = std::max<size_t>(2 * n, 64);
+        t.dev = alloc(t.cap * sizeof(uint8_t*), "latent page table");
+        t.pinned = alloc_pinned_host(t.cap * sizeof(uint8_t*), "latent page table");
         same = 0;
     }
-    // upload() returns once the copy is done, so the table may be rewritten by the next op.
-    if (n > same) upload(static_cast<uint8_t*>(page_table_.ptr) + same * sizeof(uint8_t*), c.pages + same, (n - same) * sizeof(uint8_t*));
-    table_of_ = c.pages;
-    table_host_.assign(c.pages, c.pages + n);
-    return reinterpret_cast<const uint8_t* const*>(page_table_.ptr);
+    // Entries below `same` are not rewritten: a queued copy of them still reads what it read.
+    auto* staged = reinterpret_cast<const uint8_t**>(t.pinned.ptr);
+    std::copy(c.pages + same, c.pages + n, staged + same);
+    select();
+    check(cudaMemcpyAsync(reinterpret_cast<const uint8_t**>(t.dev.ptr) + same, staged + same, (n - same) * sizeof(uint8_t*),
+                          cudaMemcpyHostToDevice, stream_of(compute_)),
+          "latent page table");
+    t.host.assign(c.pages, c.pages + n);
+    return reinterpret_cast<const uint8_t* const*>(t.dev.ptr);
 }
 
 void CudaBackend::mla_cache_store(const LatentPages& c, int64_t pos0, int64_t n, const float* rows, int64_t ld) {

@@ -132,10 +132,21 @@ private:
     // grow-only workspace (bounded: kernels.h gemm_workspace_bytes).
     void* blas();
     void* gemm_workspace(size_t bytes);
-    // A paged latent cache's page table copied to the device (a grow-only buffer of its own, so an
-    // MLA op can use it and scratch() at once), every page checked to be this device's. Only the
-    // pages added since the last call for the same cache are checked and uploaded.
+    // A paged latent cache's page table on the device, every page checked to be this device's.
+    // One table per cache (a model has one cache per MLA layer, K3 about fifteen), known by its
+    // first page; only the pages added since the last call for that cache are checked and
+    // copied, from pinned memory on the compute stream, so the host never waits for it (a copy
+    // from pageable memory may make the driver synchronize, and a stop per MLA layer and token
+    // is what a CUDA graph of the step cannot hold).
     const uint8_t* const* page_table(const LatentPages& c, const char* op);
+    struct PageTable {
+        Buffer dev, pinned;               // room for `cap` page pointers each
+        size_t cap = 0;
+        std::vector<const uint8_t*> host; // what the device copy holds (after the queued copies)
+    };
+    // Buffers a queued copy or kernel may still use: freed at the next synchronize().
+    void retire(Buffer b, bool pinned);
+    void free_retired();
 
     int device_;
     std::string name_;
@@ -146,9 +157,8 @@ private:
     Buffer scratch_;
     void* blas_ = nullptr;                                // kinfer::cuda::gpu::Blas*
     Buffer gemm_ws_;
-    Buffer page_table_;
-    const uint8_t* const* table_of_ = nullptr;            // the cache whose table page_table_ holds
-    std::vector<const uint8_t*> table_host_;              // and the pages it holds
+    std::map<const uint8_t*, PageTable> tables_;         // by the cache's first page
+    std::vector<std::pair<Buffer, bool>> retired_;        // (buffer, pinned)
     std::unique_ptr<runtime::Device> expert_device_;
 };
 
