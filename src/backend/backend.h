@@ -153,6 +153,11 @@ public:
     // The compute stream waits for e (the host thread does not, where the hardware allows).
     virtual void wait(Event e);
     virtual void synchronize() {}
+    // A forward step of n tokens begins / ends (Session::forward, when SessionOptions::graphs
+    // asks): a GPU backend may record the step's queued work as CUDA graphs and launch them
+    // (CudaBackend says when). step_end also ends a step that threw.
+    virtual void step_begin(int64_t /*n_tokens*/) {}
+    virtual void step_end() {}
     // For a library that queues work on this device itself (NCCL, dist/nccl): the device ordinal
     // and the stream (a cudaStream_t) this backend's ops run on in order; -1 and nullptr for a
     // backend without them (the CPU, the simulated device).

@@ -74,6 +74,14 @@ void Backends::add_devices(const std::string& list) {
     for (const std::string& s : specs) add_device(s);
 }
 
+void Backends::step_begin(int64_t n_tokens) {
+    for (auto& d : devices_) d->step_begin(n_tokens);
+}
+
+void Backends::step_end() {
+    for (auto& d : devices_) d->step_end();
+}
+
 std::string Backends::specs() const {
     std::string out;
     for (const std::string& s : specs_) out += (out.empty() ? "" : ",") + s;

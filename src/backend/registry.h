@@ -37,6 +37,9 @@ public:
 
     CpuBackend& cpu() { return *cpu_; }
     size_t n_devices() const { return devices_.size(); }
+    // Backend::step_begin / step_end on every device.
+    void step_begin(int64_t n_tokens);
+    void step_end();
     Backend* device(size_t i = 0) { return i < devices_.size() ? devices_[i].get() : nullptr; }
     // "CPU" / "cpu" or a device name ("sim0"); nullptr when none is called that.
     Backend* find(std::string_view name);

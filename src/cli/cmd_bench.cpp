@@ -39,6 +39,7 @@ struct BenchArgs {
     int64_t batch = 512;
     std::string cache_type = "f16";   // llama-bench's default -ctk
     std::string moe = "auto";         // --moe
+    bool graphs = false;                // --cuda-graphs
     runtime::ExpertFlags experts;
     std::string layer_times;          // --layer-times FILE: the per-layer timing pass
 };
@@ -144,6 +145,7 @@ int run_bench(const BenchArgs& a) {
     so.n_batch = a.batch;
     so.cache_type = cache_type_of(a.cache_type);
     so.moe_slots = moe_slots_of(a.moe);
+    so.graphs = a.graphs;
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
@@ -203,6 +205,7 @@ KINFER_COMMAND("bench", "llama-bench style prompt-processing and generation spee
     app.add_option("-b,--batch-size", a->batch, "prefill chunk size")->check(int_in(1, kMaxBatch));
     add_cache_type_flag(app, a->cache_type);
     add_moe_flag(app, a->moe);
+    add_graphs_flag(app, a->graphs);
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     app.add_option("--layer-times", a->layer_times, "time every layer instead (the first -p prompt in -b chunks: use "

@@ -55,6 +55,7 @@ struct EvalArgs {
     int64_t batch = 512, ctx = 0;
     int64_t mla_tiled_from = model::SessionOptions{}.tiled_min_keys;   // --mla-tiled-from
     std::string moe = "auto";                                            // --moe
+    bool graphs = false;                // --cuda-graphs
     int dump_layer = -1;
     bool dump_layers = false;
     int greedy = 0;
@@ -90,6 +91,7 @@ int run_eval(const EvalArgs& a) {
     so.mla_decompressed = a.mla == "decompressed";
     so.tiled_min_keys = a.mla_tiled_from;
     so.moe_slots = moe_slots_of(a.moe);
+    so.graphs = a.graphs;
     so.cache_type = cache_type_of(a.cache_type);
     auto ex = cli::attach_experts(*model, a.experts, so);
     auto split = cli::attach_split(*model, so);
@@ -196,6 +198,7 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
     add_cache_type_flag(app, a->cache_type);
     app.add_option("--mla", a->mla, "prefill MLA form: absorbed or decompressed")->check(CLI::IsMember({"absorbed", "decompressed"}));
     add_moe_flag(app, a->moe);
+    add_graphs_flag(app, a->graphs);
     app.add_option("--mla-tiled-from", a->mla_tiled_from,
                    "MLA attention past this many keys runs the tiled (flash) kernels over the cache pages: absorbed for "
                    "decode, decompressed (MHA) for prefill chunks where that costs fewer operations (0: always, to check "

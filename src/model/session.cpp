@@ -167,6 +167,7 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     for (auto& w : ws_) w->reset();
     reserve_rows(n_past_ + n);
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
+    if (opt_.graphs) backends_->step_begin(n);   // a device may launch the step as CUDA graphs
     try {
         // Logits of every row (eval) or only the last one (generation).
         const int64_t rows = want_all ? n : 1;
@@ -181,7 +182,14 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
             output_logits(env, final_stream(env, r, on_layer), n - rows, host);
         }
         if (want_all) std::memcpy(logits_.data(), host + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
+        if (opt_.graphs) backends_->step_end();
     } catch (const std::exception& e) {
+        if (opt_.graphs) {
+            try {
+                backends_->step_end();
+            } catch (const std::exception&) {   // the step's own error is the one to report
+            }
+        }
         // Some layers' states may have advanced: never compute on from them.
         failure_ = e.what();
         throw;

@@ -63,6 +63,9 @@ struct SessionOptions {
     // CPU; on a GPU for one token at a time, see CudaBackend::matmul_tasks).
     int moe_slots = -1;
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
+    // Decode steps as CUDA graphs on the devices that can (--cuda-graphs; Backend::step_begin):
+    // the same work, launched as a few graphs instead of hundreds of kernels.
+    bool graphs = false;
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
     runtime::RoutingTrace* routing_record = nullptr;        // every routing decision is added here
     const runtime::RoutingTrace* routing_replay = nullptr;  // route by this trace (benchmarks only)

@@ -93,9 +93,10 @@ unsigned ballot(bool pred);
 // This thread's lane within its warp.
 int lane();
 
-// What a piece of queued work is, for a graph update (cudaGraphExecUpdate accepts a graph whose
-// kernels and launch shapes are those of the instantiated one): the kernel (or 0 for a copy or a
-// cuBLAS call, with `what` telling them apart), grid, block and shared memory.
+// What a piece of queued work is, for a graph update (cudaGraphExecUpdate accepts a graph of the
+// instantiated one's nodes: the same kernels, whatever their launch shapes, and copies of the
+// same kind): the kernel (or 0 for a copy or a cuBLAS call, with `what` telling them apart and
+// grid.x holding a copy's kind), grid, block and shared memory.
 struct WorkKey {
     uintptr_t fn = 0;
     int what = 0;

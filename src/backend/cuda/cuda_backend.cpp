@@ -114,6 +114,13 @@ CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(
 CudaBackend::~CudaBackend() {
     expert_device_.reset();   // it synchronizes the compute stream and frees its slots: first
     select();
+    if (capturing_) {
+        cudaGraph_t g = nullptr;
+        cudaStreamEndCapture(stream_of(compute_), &g);
+        if (g) cudaGraphDestroy(g);
+    }
+    for (void* e : execs_)
+        if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
     for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
     if (scratch_.valid()) cudaFree(scratch_.ptr);
     if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
@@ -155,6 +162,7 @@ std::string CudaBackend::describe() const {
 // ---- memory ----
 
 Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
+    HostStop stop(*this);
     select();
     void* p = nullptr;
     if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {
@@ -166,6 +174,7 @@ Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
 }
 
 void CudaBackend::free(Buffer& b) {
+    HostStop stop(*this);
     if (b.valid()) {
         select();
         // A latent cache's first page going: its page table goes too (a later cache may get
@@ -190,6 +199,7 @@ void CudaBackend::free_retired() {
 }
 
 Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
+    HostStop stop(*this);
     void* p = nullptr;
     if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
@@ -199,6 +209,7 @@ Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
 }
 
 void CudaBackend::free_pinned_host(Buffer& b) {
+    HostStop stop(*this);
     if (b.valid()) cudaFreeHost(b.ptr);
     b = Buffer{};
 }
@@ -231,6 +242,7 @@ void* CudaBackend::scratch(size_t bytes) {
 }
 
 void* CudaBackend::blas() {
+    HostStop stop(*this);
     if (!blas_) {
         select();
         try {
@@ -254,6 +266,7 @@ void* CudaBackend::gemm_workspace(size_t bytes) {
 // ---- copies ----
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+    HostStop stop(*this);
     need(dst, bytes, "upload", "dst");
     select();
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(compute_)), "upload");
@@ -261,6 +274,7 @@ void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
 }
 
 void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+    HostStop stop(*this);
     need(src, bytes, "download", "src");
     select();
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "download");
@@ -275,6 +289,7 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
 }
 
 bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t bytes) {
+    HostStop stop(*this);
     auto* peer = dynamic_cast<CudaBackend*>(&dst_be);
     if (!peer) return false;
     need(src, bytes, "copy_to", "src");
@@ -289,6 +304,7 @@ bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t by
 }
 
 Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
+    HostStop stop(*this);
     need(dst, bytes, "upload_async", "dst");
     select();
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(copy_)), "upload_async");
@@ -319,6 +335,7 @@ void CudaBackend::reap() {
 
 // The compute stream waits on the GPU; the host thread goes on.
 void CudaBackend::wait(Event e) {
+    HostStop stop(*this);
     if (e.ticket == 0) return;
     const auto it = events_.find(e.ticket);
     if (it == events_.end()) return;                        // reaped: the copy is complete
@@ -327,6 +344,7 @@ void CudaBackend::wait(Event e) {
 }
 
 bool CudaBackend::copy_done(uint64_t ticket) {
+    HostStop stop(*this);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return true;
     const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second));
@@ -339,12 +357,14 @@ bool CudaBackend::copy_done(uint64_t ticket) {
 }
 
 void CudaBackend::copy_host_wait(uint64_t ticket) {
+    HostStop stop(*this);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return;
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(it->second)), "copy_host_wait");
 }
 
 uint64_t CudaBackend::upload_after_compute(void* dst, const void* host_src, size_t bytes) {
+    HostStop stop(*this);
     need(dst, bytes, "upload_after_compute", "dst");
     select();
     // The copy may overwrite what kernels already queued still read (an evicted expert's slot):
@@ -364,9 +384,82 @@ runtime::Device& CudaBackend::expert_device() {
 }
 
 void CudaBackend::synchronize() {
+    HostStop stop(*this);
     select();
     check(cudaStreamSynchronize(stream_of(compute_)), "synchronize");
     free_retired();
+}
+
+// ---- CUDA graphs of decode steps ----
+
+CudaBackend::HostStop::HostStop(CudaBackend& b) : be(b), was(b.capturing_) {
+    if (was) be.end_segment();
+}
+
+CudaBackend::HostStop::~HostStop() {
+    if (was && be.step_) {
+        try {
+            be.begin_segment();
+        } catch (...) {
+            be.step_ = false;   // the rest of the step runs without graphs
+        }
+    }
+}
+
+void CudaBackend::begin_segment() {
+    select();
+    // Thread-local: the expert store's own thread may allocate and copy meanwhile.
+    check(cudaStreamBeginCapture(stream_of(compute_), cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
+    capturing_ = true;
+}
+
+void CudaBackend::end_segment() {
+    capturing_ = false;
+    select();
+    cudaGraph_t g = nullptr;
+    // An invalidated capture has lost its work: a call that is not behind a HostStop (a bug).
+    check(cudaStreamEndCapture(stream_of(compute_), &g), "CUDA graph capture (an op the capture refused)");
+    size_t nodes = 0;
+    check(cudaGraphGetNodes(g, nullptr, &nodes), "CUDA graph");
+    if (nodes == 0) {
+        cudaGraphDestroy(g);
+        return;
+    }
+    const size_t at = segment_++;
+    if (execs_.size() <= at) execs_.resize(at + 1, nullptr);
+    auto exec = static_cast<cudaGraphExec_t>(execs_[at]);
+    if (exec) {
+        // The same kernels with this step's arguments (positions, pointers): updated in place.
+        cudaGraphExecUpdateResultInfo info{};
+        if (cudaGraphExecUpdate(exec, g, &info) != cudaSuccess) {
+            cudaGetLastError();
+            cudaGraphExecDestroy(exec);
+            exec = nullptr;
+        }
+    }
+    if (!exec) {
+        const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+        if (e != cudaSuccess) cudaGraphDestroy(g);
+        check(e, "CUDA graph instantiate");
+        ++graph_builds_;
+    }
+    execs_[at] = exec;
+    cudaGraphDestroy(g);
+    check(cudaGraphLaunch(exec, stream_of(compute_)), "CUDA graph launch");
+    ++graph_launches_;
+}
+
+void CudaBackend::step_begin(int64_t n_tokens) {
+    if (n_tokens != 1 || step_) return;
+    step_ = true;
+    segment_ = 0;
+    begin_segment();
+}
+
+void CudaBackend::step_end() {
+    if (!step_) return;
+    step_ = false;
+    if (capturing_) end_segment();
 }
 
 // ---- ops with kernels ----
@@ -552,6 +645,7 @@ void CudaBackend::mla_attend_absorbed(const float* cache, const float* Q, float*
 
 void CudaBackend::route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                         const RouteHook& hook) {
+    HostStop stop(*this);   // its choices come back to the host
     const int64_t E = p.n_expert, K = p.n_used;
     const size_t sel_bytes = size_t(n * K) * sizeof(int32_t), w_bytes = size_t(n * K) * sizeof(float);
     auto* d_sel = static_cast<uint8_t*>(scratch(sel_bytes + w_bytes));
@@ -674,6 +768,7 @@ void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int6
 
 void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
                                    float* dst) {
+    HostStop stop(*this);
     if (idx.empty()) return;
     // The host lists go up as (index, weight of that index) pairs in one scratch upload.
     const size_t rows = idx.size();

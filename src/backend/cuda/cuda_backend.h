@@ -66,6 +66,17 @@ public:
     Event upload_async(void* dst, const void* host_src, size_t bytes) override;
     void wait(Event e) override;
     void synchronize() override;
+    // CUDA graphs of one-token steps: from step_begin the compute stream is captured, and the
+    // capture ends (instantiated, or the instantiated graph of that place in the step updated in
+    // place, and launched) where an op must stop the host or touch memory (HostStop: a download,
+    // the router's read-back, an allocation, a wait on the copy stream ...) and at step_end; the
+    // next capture starts after that op. So a step runs as a few graphs instead of hundreds of
+    // launches, whatever it does. Longer steps (prefill) run as before.
+    void step_begin(int64_t n_tokens) override;
+    void step_end() override;
+    // Graphs launched and built (instantiated rather than updated) so far.
+    uint64_t graphs_launched() const { return graph_launches_; }
+    uint64_t graphs_built() const { return graph_builds_; }
     int native_device() const override { return device_; }
     void* native_stream() const override { return compute_; }
 
@@ -118,6 +129,18 @@ public:
                       int64_t d, float eps) override;
 
 private:
+    // Ends the capture in progress (if any) for the scope of an op that cannot be captured, and
+    // starts the next one after it.
+    struct HostStop {
+        CudaBackend& be;
+        bool was;
+        explicit HostStop(CudaBackend& b);
+        ~HostStop();
+        HostStop(const HostStop&) = delete;
+        HostStop& operator=(const HostStop&) = delete;
+    };
+    void begin_segment();
+    void end_segment();
     uint64_t record_copy(const char* op);                 // an event at the copy stream's end, as a ticket
     void reap();                                          // releases the events that have fired, oldest first
     void check(int cuda_error, const char* what) const;   // throws naming the op and the CUDA error
@@ -160,6 +183,10 @@ private:
     std::map<const uint8_t*, PageTable> tables_;         // by the cache's first page
     std::vector<std::pair<Buffer, bool>> retired_;        // (buffer, pinned)
     std::unique_ptr<runtime::Device> expert_device_;
+    bool step_ = false, capturing_ = false;               // in a captured step; capturing now
+    size_t segment_ = 0;                                  // graphs launched in this step so far
+    std::vector<void*> execs_;                            // cudaGraphExec_t for each place in a step
+    uint64_t graph_launches_ = 0, graph_builds_ = 0;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -10,5 +10,7 @@ namespace kinfer::cli {
 void add_moe_flag(CLI::App& app, std::string& value);
 // SessionOptions::moe_slots for a --moe value: -1 auto, 0 grouped, 1 slots.
 int moe_slots_of(const std::string& value);
+// Declares --cuda-graphs on app (SessionOptions::graphs).
+void add_graphs_flag(CLI::App& app, bool& value);
 
 }  // namespace kinfer::cli

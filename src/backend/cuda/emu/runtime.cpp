@@ -14,6 +14,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 // A stream: its queue of work not yet run, and how far it has got. Work n (counted from 1 in
@@ -32,6 +33,7 @@ struct CUstream_st {
     kinfer::cuda::emu_rt::EmuGraph* graph = nullptr;
     bool invalidated = false;
     int capture_mode = 0;
+    std::thread::id capture_thread;
 };
 
 namespace kinfer::cuda::emu_rt {
@@ -71,7 +73,6 @@ struct State {
     std::set<CUstream_st*> streams;
     std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
     int open_depth = 0;                       // > 0 while device memory is accessible
-    int captures_global = 0;                  // captures in global mode in progress
 };
 
 State& state() {
@@ -156,13 +157,18 @@ CUstream_st* checked(cudaStream_t s) {
     return state().streams.count(s) ? s : nullptr;
 }
 
-// An API call that a capture in global mode forbids (allocation, synchronization): it fails and
-// invalidates the captures, as CUDA does.
+// An API call that a capture forbids (allocation, synchronization) while one is in progress in
+// global mode, or in thread-local mode on the calling thread: it fails and invalidates those
+// captures, as CUDA does.
 bool refused_in_capture() {
-    if (state().captures_global == 0) return false;
+    bool refused = false;
     for (CUstream_st* s : state().streams)
-        if (s->graph && s->capture_mode == cudaStreamCaptureModeGlobal) s->invalidated = true;
-    return true;
+        if (s->graph && (s->capture_mode == cudaStreamCaptureModeGlobal ||
+                         (s->capture_mode == cudaStreamCaptureModeThreadLocal && s->capture_thread == std::this_thread::get_id()))) {
+            s->invalidated = true;
+            refused = true;
+        }
+    return refused;
 }
 
 void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey& key) {
@@ -533,7 +539,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
     st->graph = new EmuGraph;
     st->invalidated = false;
     st->capture_mode = mode;
-    if (mode == cudaStreamCaptureModeGlobal) ++state().captures_global;
+    st->capture_thread = std::this_thread::get_id();
     return cudaSuccess;
 }
 
@@ -542,7 +548,6 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
     *g = nullptr;
     CUstream_st* st = checked(s);
     if (!st || !st->graph) return fail(cudaErrorInvalidValue);
-    if (st->capture_mode == cudaStreamCaptureModeGlobal) --state().captures_global;
     std::unique_ptr<EmuGraph> graph(st->graph);
     st->graph = nullptr;
     if (st->invalidated) {
@@ -562,6 +567,12 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* statu
     return cudaSuccess;
 }
 
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, void** nodes, size_t* count) {
+    if (!g || nodes || !count) return fail(cudaErrorInvalidValue);
+    *count = g->work.size();
+    return cudaSuccess;
+}
+
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
     if (!g) return fail(cudaErrorInvalidValue);
     *exec = new EmuGraphExec{*g};
@@ -570,7 +581,13 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned 
 
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) {
     if (!exec || !g) return fail(cudaErrorInvalidValue);
-    const bool same = exec->g.keys == g->keys;
+    // CUDA keeps an instantiated graph's topology: the same nodes in the same order, each
+    // kernel node the same function (its grid, block, shared memory and arguments may change),
+    // each copy node the same kind.
+    bool same = exec->g.keys.size() == g->keys.size();
+    for (size_t i = 0; same && i < g->keys.size(); ++i)
+        same = exec->g.keys[i].fn == g->keys[i].fn && exec->g.keys[i].what == g->keys[i].what &&
+               (g->keys[i].what != kCopy && g->keys[i].what != kCopy2D ? true : exec->g.keys[i].grid.x == g->keys[i].grid.x);
     if (info) info->result = same ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateError;
     if (!same) return fail(cudaErrorGraphExecUpdateFailure);
     exec->g.work = g->work;                   // the new parameters, same kernels and shapes

@@ -142,6 +142,7 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, void** nodes, size_t* count);   // nodes must be nullptr: the count
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long flags);
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
