@@ -11,7 +11,8 @@
 #   tiled   --mla-tiled-from 0: the tiled MLA kernels over the cache pages (prefill chunks in the
 #           decompressed (MHA) form where it costs fewer operations, decode absorbed), against
 #           the CPU running the same form;
-#   mha     --mla decompressed: the untiled decompressed (MHA) form, against the CPU's.
+#   mha     --mla decompressed: the untiled decompressed (MHA) form, against the CPU's;
+#   graphs  "all" with --cuda-graphs: the greedy decode steps launched as CUDA graphs.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread
@@ -23,7 +24,8 @@
 # that is absent (the two Q4_K_M models a clone ships; bound 0.5 there, without the table).
 #   tests/gpu/golden_on_device.sh BIN DEVICE      e.g. build-gpu/bin/kinfer cuda0
 # Exits non-zero when any model is outside its bound or any greedy continuation differs. Runs
-# without a GPU on the simulated device (sim:1GiB: the CPU kernels), which checks the script.
+# without a GPU on the simulated device (sim:1GiB: the CPU kernels), which checks the script, and
+# on the emulated one (emu-cuda: CudaBackend and its kernels in CPU mode, a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: golden_on_device.sh BIN DEVICE}
@@ -63,6 +65,7 @@ for m in "${models[@]}"; do
     run slots --device "$dev" -ngl 99 --moe slots -ot "token_embd=$dev_name"
     run tiled --device "$dev" -ngl 99 --mla-tiled-from 0
     run mha --device "$dev" -ngl 99 --mla decompressed
+    run graphs --device "$dev" -ngl 99 --cuda-graphs
     python3 - "$out" "$name" "$want" "$floor" <<'PY' || bad=1
 import struct, sys
 out, name, want_path, floor = sys.argv[1:5]
@@ -80,7 +83,7 @@ if floor:
 bad = 0
 # form: (its reference logits, the CPU run whose greedy ids it must repeat)
 for form, ref, twin in (("cpu", "llama.cpp", "cpu"), ("all", "llama.cpp", "cpu"), ("tier", "llama.cpp", "cpu"),
-                        ("slots", "llama.cpp", "cpu"),
+                        ("slots", "llama.cpp", "cpu"), ("graphs", "llama.cpp", "cpu"),
                         ("tiled", "cpu-tiled", "cpu-tiled"), ("mha", "cpu-mha", "cpu-mha")):
     ref_logits = want if ref == "llama.cpp" else load(f"{out}/{name}.{ref}.f32", len(want))
     got = load(f"{out}/{name}.{form}.f32", len(want))
@@ -90,7 +93,7 @@ for form, ref, twin in (("cpu", "llama.cpp", "cpu"), ("all", "llama.cpp", "cpu")
     same = open(f"{out}/{name}.{form}.txt").read() == open(f"{out}/{name}.{twin}.txt").read()
     ok = worst <= bound and same
     bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name:22s} {form:5s} max |d logit| vs {ref:9s} {worst:.3g} (bound {bound:.3g}), "
+    print(f"{'ok  ' if ok else 'FAIL'} {name:22s} {form:6s} max |d logit| vs {ref:9s} {worst:.3g} (bound {bound:.3g}), "
           f"greedy ids {'equal' if same else 'DIFFER'} ({twin})")
 sys.exit(1 if bad else 0)
 PY

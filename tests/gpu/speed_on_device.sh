@@ -5,7 +5,8 @@
 # width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
 # MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
 # of them (the store pages the misses from pinned host memory), and decode with the routed
-# experts grouped on the host (--moe grouped) against the default by slot. The recipes are read from
+# experts grouped on the host (--moe grouped) against the default by slot, and decode as CUDA
+# graphs (--cuda-graphs) against the launches one by one. The recipes are read from
 # ${KINFER_GOLDEN:-../shared/golden}; without it the step says so and is skipped (the GPU machine
 # may not have ../shared: copy shared/golden/llama.cpp/{bench,models} there, or point
 # KINFER_GOLDEN at a copy).
@@ -44,6 +45,9 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): decode on $dev with the routed experts grouped on the host (the router's choices"
     echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2
+    echo "-- $(basename "$m"): decode on $dev as CUDA graphs (--cuda-graphs: a step launched as one graph once"
+    echo "   warm) against the kernels launched one by one (the line above the grouped one)"
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --cuda-graphs | tail -n 2
     echo "-- $(basename "$m"): decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %"
     for c in 10 25 50 100; do
         echo "expert cache $c %:"

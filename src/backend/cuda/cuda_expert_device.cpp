@@ -14,10 +14,12 @@ CudaExpertDevice::~CudaExpertDevice() {
     for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
 }
 
+size_t CudaExpertDevice::reserve() const { return std::min(kReserve, be_.total_bytes() / 8); }
+
 size_t CudaExpertDevice::capacity() const {
-    const size_t f = be_.free_bytes();
+    const size_t f = be_.free_bytes(), keep = reserve();
     const size_t in_chunk = chunks_.empty() ? 0 : chunks_.back().bytes - chunk_used_;
-    return (f > kReserve ? f - kReserve : 0) + in_chunk;
+    return (f > keep ? f - keep : 0) + in_chunk;
 }
 
 double CudaExpertDevice::copy_gbps() const {
@@ -50,7 +52,7 @@ runtime::DeviceBuffer CudaExpertDevice::alloc(size_t bytes) {
         // A new chunk, twice the last one (4 MiB first: a small model's few slots take little
         // more than they need) up to kChunkBytes, at most what is left above the reserve, at
         // least this slot.
-        const size_t f = be_.free_bytes(), room = f > kReserve ? f - kReserve : 0;
+        const size_t f = be_.free_bytes(), keep = reserve(), room = f > keep ? f - keep : 0;
         const size_t want = std::min(kChunkBytes, (size_t(4) << 20) << std::min<size_t>(chunks_.size(), 6));
         const size_t chunk = std::max(need, std::min(want, room / kSlotAlign * kSlotAlign));
         if (chunk > room) return {};   // "does not fit": the store stops adding slots

@@ -39,7 +39,10 @@ public:
     void wait(uint64_t ticket) override { be_.copy_host_wait(ticket); }
     const uint8_t* data(runtime::DeviceBuffer b) const override { return reinterpret_cast<const uint8_t*>(b.offset); }
 
-    static constexpr size_t kReserve = size_t(1) << 30;   // CUDA context, workspaces, op scratch
+    // Kept free for the CUDA context, workspaces and op scratch: 1 GiB, or an eighth of a smaller
+    // device (an emulated one in the tests).
+    static constexpr size_t kReserve = size_t(1) << 30;
+    size_t reserve() const;
     static constexpr size_t kChunkBytes = size_t(256) << 20;
     static constexpr size_t kSlotAlign = 256;
 
