@@ -6,6 +6,7 @@
 #include "model/forward.h"
 #include "model/placement.h"
 #include "model/split.h"
+#include "runtime/expert_store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -167,8 +168,12 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     for (auto& w : ws_) w->reset();
     reserve_rows(n_past_ + n);
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
-    if (opt_.graphs) backends_->step_begin(n);   // a device may launch the step as CUDA graphs
+    // A device may launch the step as CUDA graphs; not where another thread queues work of the
+    // step (an expert store's I/O thread: --cuda-graphs makes the CLI's store synchronous) or
+    // another library does (--split's transfers), which a capture cannot hold.
+    const bool graphs = opt_.graphs && (!opt_.experts || !opt_.experts->options().async) && !opt_.split;
     try {
+        if (graphs) backends_->step_begin(n);
         // Logits of every row (eval) or only the last one (generation).
         const int64_t rows = want_all ? n : 1;
         float* host = want_all ? out_all : logits_.data();
@@ -182,9 +187,9 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
             output_logits(env, final_stream(env, r, on_layer), n - rows, host);
         }
         if (want_all) std::memcpy(logits_.data(), host + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
-        if (opt_.graphs) backends_->step_end();
+        if (graphs) backends_->step_end();
     } catch (const std::exception& e) {
-        if (opt_.graphs) {
+        if (graphs) {
             try {
                 backends_->step_end();
             } catch (const std::exception&) {   // the step's own error is the one to report

@@ -64,7 +64,8 @@ struct SessionOptions {
     int moe_slots = -1;
     runtime::ExpertStore* experts = nullptr;   // routed experts through this store (nullptr: the mapping)
     // Decode steps as CUDA graphs on the devices that can (--cuda-graphs; Backend::step_begin):
-    // the same work, launched as a few graphs instead of hundreds of kernels.
+    // the same work, launched as a few graphs instead of hundreds of kernels. Ignored with an
+    // expert store that copies from its own thread (ExpertStoreOptions::async) or a split.
     bool graphs = false;
     bool prefetch_next = false;   // speculative routing of the next MoE layer (--prefetch-next)
     runtime::RoutingTrace* routing_record = nullptr;        // every routing decision is added here

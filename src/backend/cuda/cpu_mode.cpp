@@ -47,7 +47,7 @@
 extern "C" void kinfer_fiber_switch(void** save, void* to);
 extern "C" void kinfer_fiber_start();
 asm(R"(
-    .text
+    .pushsection .text
     .p2align 4
     .globl kinfer_fiber_switch
     .hidden kinfer_fiber_switch
@@ -78,6 +78,7 @@ kinfer_fiber_start:
     call *%r12
     ud2
     .size kinfer_fiber_start, .-kinfer_fiber_start
+    .popsection
 )");
 #endif
 

@@ -4,14 +4,14 @@
 //
 // What it provides, and how:
 //   threadIdx / blockIdx / blockDim / gridDim   thread_local variables, set for each thread.
-//   a block's threads                           one fiber (ucontext) per CUDA thread, all on
+//   a block's threads                           one fiber per CUDA thread, all on
 //                                               the launching host thread; the blocks of a grid
 //                                               run one after another (cpu_mode.cpp says why).
 //   __syncthreads / __syncwarp                  a barrier over the block's / warp's live threads:
 //                                               a fiber waits there until the others arrive.
 //   __shfl_sync / _xor / _down / _up, __ballot_sync, __any_sync, __all_sync
-//                                               an exchange through per-lane slots between two
-//                                               barrier phases of the warp.
+//                                               an exchange through per-lane slots (two sets
+//                                               used in turn) and one barrier of the warp.
 //   __shared__                                  `static`: one block runs at a time, so a
 //                                               function-local static is exactly the block's
 //                                               shared array; launches are serialised.
@@ -102,10 +102,6 @@ struct WorkKey {
     int what = 0;
     dim3 grid{}, block{};
     size_t shmem = 0;
-    bool operator==(const WorkKey& o) const {
-        return fn == o.fn && what == o.what && grid.x == o.grid.x && grid.y == o.grid.y && grid.z == o.grid.z &&
-               block.x == o.block.x && block.y == o.block.y && block.z == o.block.z && shmem == o.shmem;
-    }
 };
 // Queues work on a stream of the emulated runtime (emu/runtime.h): it runs when the host waits
 // for the stream, or is recorded when the stream is capturing; on the legacy default stream

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -242,8 +243,8 @@ void* CudaBackend::scratch(size_t bytes) {
 }
 
 void* CudaBackend::blas() {
-    HostStop stop(*this);
     if (!blas_) {
+        HostStop stop(*this);   // creating the handle allocates
         select();
         try {
             blas_ = kern::blas_create(compute_);
@@ -335,18 +336,18 @@ void CudaBackend::reap() {
 
 // The compute stream waits on the GPU; the host thread goes on.
 void CudaBackend::wait(Event e) {
-    HostStop stop(*this);
     if (e.ticket == 0) return;
     const auto it = events_.find(e.ticket);
     if (it == events_.end()) return;                        // reaped: the copy is complete
+    HostStop stop(*this);                                   // a wait on the copy stream: not in a capture
     select();
     check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second), 0), "wait");
 }
 
 bool CudaBackend::copy_done(uint64_t ticket) {
-    HostStop stop(*this);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return true;
+    HostStop stop(*this);
     const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second));
     if (e == cudaErrorNotReady) {
         cudaGetLastError();
@@ -357,9 +358,9 @@ bool CudaBackend::copy_done(uint64_t ticket) {
 }
 
 void CudaBackend::copy_host_wait(uint64_t ticket) {
-    HostStop stop(*this);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return;
+    HostStop stop(*this);
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(it->second)), "copy_host_wait");
 }
 
@@ -392,7 +393,10 @@ void CudaBackend::synchronize() {
 
 // ---- CUDA graphs of decode steps ----
 
-CudaBackend::HostStop::HostStop(CudaBackend& b) : be(b), was(b.capturing_) {
+// Only the thread that runs the step ends and restarts its captures (the session keeps graphs
+// off where another thread queues work: the expert store's copies, --split's transfers).
+CudaBackend::HostStop::HostStop(CudaBackend& b)
+    : be(b), was(b.capturing_ && std::this_thread::get_id() == b.step_thread_) {
     if (was) be.end_segment();
 }
 
@@ -420,9 +424,10 @@ void CudaBackend::end_segment() {
     // An invalidated capture has lost its work: a call that is not behind a HostStop (a bug).
     check(cudaStreamEndCapture(stream_of(compute_), &g), "CUDA graph capture (an op the capture refused)");
     size_t nodes = 0;
-    check(cudaGraphGetNodes(g, nullptr, &nodes), "CUDA graph");
-    if (nodes == 0) {
+    const cudaError_t counted = cudaGraphGetNodes(g, nullptr, &nodes);
+    if (counted != cudaSuccess || nodes == 0) {
         cudaGraphDestroy(g);
+        check(counted, "CUDA graph");
         return;
     }
     const size_t at = segment_++;
@@ -435,6 +440,7 @@ void CudaBackend::end_segment() {
             cudaGetLastError();
             cudaGraphExecDestroy(exec);
             exec = nullptr;
+            execs_[at] = nullptr;   // not left behind if the instantiation below fails
         }
     }
     if (!exec) {
@@ -451,6 +457,7 @@ void CudaBackend::end_segment() {
 
 void CudaBackend::step_begin(int64_t n_tokens) {
     if (n_tokens != 1 || step_) return;
+    step_thread_ = std::this_thread::get_id();
     step_ = true;
     segment_ = 0;
     begin_segment();
@@ -841,7 +848,10 @@ const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* 
         t.pinned = alloc_pinned_host(t.cap * sizeof(uint8_t*), "latent page table");
         same = 0;
     }
-    // Entries below `same` are not rewritten: a queued copy of them still reads what it read.
+    // Pages only appended: entries below `same` stay as they are, so a copy still queued reads
+    // what it read. Anything else (a page replaced) rewrites staged entries a queued copy may
+    // not have read yet: that waits for them first.
+    if (same < t.host.size()) synchronize();
     auto* staged = reinterpret_cast<const uint8_t**>(t.pinned.ptr);
     std::copy(c.pages + same, c.pages + n, staged + same);
     select();

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(KINFER_CUDA_EMU_RUNTIME)
@@ -184,6 +185,7 @@ private:
     std::vector<std::pair<Buffer, bool>> retired_;        // (buffer, pinned)
     std::unique_ptr<runtime::Device> expert_device_;
     bool step_ = false, capturing_ = false;               // in a captured step; capturing now
+    std::thread::id step_thread_;                         // the thread running it
     size_t segment_ = 0;                                  // graphs launched in this step so far
     std::vector<void*> execs_;                            // cudaGraphExec_t for each place in a step
     uint64_t graph_launches_ = 0, graph_builds_ = 0;

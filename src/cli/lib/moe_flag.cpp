@@ -17,7 +17,8 @@ void add_graphs_flag(CLI::App& app, bool& value) {
     app.add_flag("--cuda-graphs", value,
                  "launch each one-token decode step on a CUDA device as CUDA graphs (captured every step, the "
                  "instantiated graph updated in place; ops that must stop the host end a graph and start the next); "
-                 "the same results, fewer launches. Not yet measured on a GPU, so off by default");
+                 "the same results, fewer launches. The expert store then loads misses when they are used (as "
+                 "--expert-sync); ignored with --split. Not yet measured on a GPU, so off by default");
 }
 
 int moe_slots_of(const std::string& value) { return value == "slots" ? 1 : value == "grouped" ? 0 : -1; }

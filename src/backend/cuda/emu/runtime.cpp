@@ -219,6 +219,8 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
         case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
         case cudaErrorStreamCaptureIsolation: return "operation would make the legacy stream depend on a capturing blocking stream";
+        case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+        case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
         case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     }
     return "unknown error";
@@ -447,7 +449,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     std::lock_guard lock(state().m);
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    if (e->stream && !e->captured && state().streams.count(e->stream)) drain(e->stream, e->seq);
+    if (e->captured) return fail(cudaErrorCapturedEvent);   // recorded in a capture: nothing to wait for
+    if (e->stream && state().streams.count(e->stream)) drain(e->stream, e->seq);
     return cudaSuccess;
 }
 
@@ -543,6 +546,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
     *g = nullptr;
     CUstream_st* st = checked(s);
     if (!st || !st->graph) return fail(cudaErrorInvalidValue);
+    if (st->capture_mode != cudaStreamCaptureModeRelaxed && st->capture_thread != std::this_thread::get_id())
+        return fail(cudaErrorStreamCaptureWrongThread);
     std::unique_ptr<EmuGraph> graph(st->graph);
     st->graph = nullptr;
     if (st->invalidated) {
@@ -585,7 +590,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphEx
                (g->keys[i].what != kCopy && g->keys[i].what != kCopy2D ? true : exec->g.keys[i].grid.x == g->keys[i].grid.x);
     if (info) info->result = same ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateError;
     if (!same) return fail(cudaErrorGraphExecUpdateFailure);
-    exec->g.work = g->work;                   // the new parameters, same kernels and shapes
+    exec->g.work = g->work;                   // the new arguments and shapes, the same kernels
     return cudaSuccess;
 }
 

@@ -20,7 +20,8 @@
 //     pinned memory (cudaHostAlloc) when they run, so a pinned buffer reused too early shows.
 //   - Stream capture: what a capture records, what it refuses (allocation, synchronization,
 //     pageable copies, waits on uncaptured work: the capture is then invalidated), instantiation,
-//     update of an instantiated graph (same kernels and launch shapes in the same order), launch.
+//     update of an instantiated graph (CUDA's rule: the same kernels and copy kinds in the same
+//     order, launch shapes and arguments free), launch.
 // Not emulated: concurrency between streams beyond those orderings, timing, peer access rights.
 //
 // Everything is in namespace kinfer::cuda::emu_rt (C++ names, so a binary may also link the real
@@ -47,6 +48,8 @@ enum cudaError_t : int {
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorCapturedEvent = 907,
+    cudaErrorStreamCaptureWrongThread = 908,
     cudaErrorGraphExecUpdateFailure = 910,
 };
 using cudaError = cudaError_t;
