@@ -95,7 +95,7 @@ TEST_CASE("CudaBackend on the emulated runtime: the shipped Q4_K_M models within
             const Diff d = against(on_emu_cuda(*m, ids, batch), data("logits/" + name + "/p64." + mode + ".f32"),
                                    name + " emu-cuda " + mode);
             CHECK(d.max_abs <= 0.5);
-            CHECK(d.argmax_agree >= d.rows - 7);
+            CHECK(d.argmax_agree * 10 >= d.rows * 9);   // 90 % (measured: 59-63 of 64, 20 of 20)
         }
     }
 }

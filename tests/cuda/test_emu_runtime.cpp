@@ -34,7 +34,7 @@ cudaStream_t stream() {
 
 // Queues "add v to every int of p[0..n)" on s, as a kernel would.
 void add_on(cudaStream_t s, int* p, int n, int v) {
-    cm::submit(s, [=] { for (int i = 0; i < n; ++i) p[i] += v; }, cm::WorkKey{1, 0, dim3(unsigned(n)), dim3(), 0});
+    cm::submit(s, [=] { for (int i = 0; i < n; ++i) p[i] += v; }, cm::WorkKey{1, 0});
 }
 
 }  // namespace

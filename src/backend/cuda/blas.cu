@@ -282,7 +282,7 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
     blas_check_shape(m, n, k, lda, ldb, ldc);
     if (m == 0 || n == 0) return;
     cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc); },
-                     cpu_mode::WorkKey{0, kBlasWork, dim3(unsigned(m), unsigned(n), unsigned(k)), dim3(), 0});
+                     cpu_mode::WorkKey{0, kBlasWork});
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {

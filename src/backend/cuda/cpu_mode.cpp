@@ -356,13 +356,11 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
         ~Restore() {
             active = nullptr;
             // A fiber left inside a kernel (a deadlock, an error in the scheduler) cannot be
-            // resumed for another one: it goes, with whatever its stack held.
-            for (auto& f : pool)
-                if (f && !f->clean) f.reset();
-            while (!pool.empty() && !pool.back()) pool.pop_back();
+            // resumed for another one: it goes, with whatever its stack held, and so do the ones
+            // after it (fibers are used from 0 up: the pool stays a prefix).
             for (size_t i = 0; i < pool.size(); ++i)
-                if (!pool[i]) {
-                    pool.resize(i);               // fibers are used from 0 up: keep a prefix
+                if (!pool[i]->clean) {
+                    pool.resize(i);
                     break;
                 }
         }

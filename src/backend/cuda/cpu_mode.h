@@ -93,15 +93,14 @@ unsigned ballot(bool pred);
 // This thread's lane within its warp.
 int lane();
 
-// What a piece of queued work is, for a graph update (cudaGraphExecUpdate accepts a graph of the
-// instantiated one's nodes: the same kernels, whatever their launch shapes, and copies of the
-// same kind): the kernel (or 0 for a copy or a cuBLAS call, with `what` telling them apart and
-// grid.x holding a copy's kind), grid, block and shared memory.
+// What a piece of queued work is, for a graph update: CUDA updates an instantiated graph from a
+// graph of the same nodes in the same order, each kernel node the same function (its launch shape
+// and arguments may change), each copy node the same kind. fn: the kernel, or 0; what: 0 for a
+// kernel, 3 for a cuBLAS call (blas.cu), 16 and up for the runtime's copies (their kind folded in).
 struct WorkKey {
     uintptr_t fn = 0;
     int what = 0;
-    dim3 grid{}, block{};
-    size_t shmem = 0;
+    bool operator==(const WorkKey&) const = default;
 };
 // Queues work on a stream of the emulated runtime (emu/runtime.h): it runs when the host waits
 // for the stream, or is recorded when the stream is capturing; on the legacy default stream
@@ -121,7 +120,7 @@ void launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, si
     auto params = std::make_shared<const std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
     submit(
         stream, [kernel, params, grid, block, shmem] { run([&] { std::apply(kernel, *params); }, grid, block, shmem); },
-        WorkKey{reinterpret_cast<uintptr_t>(kernel), 0, grid, block, shmem});
+        WorkKey{reinterpret_cast<uintptr_t>(kernel), 0});
 }
 
 template <class T>

@@ -113,13 +113,15 @@ CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(
 }
 
 CudaBackend::~CudaBackend() {
-    expert_device_.reset();   // it synchronizes the compute stream and frees its slots: first
     select();
-    if (capturing_) {
+    step_ = false;
+    if (capturing_) {   // a step that threw: its capture is dropped
+        capturing_ = false;
         cudaGraph_t g = nullptr;
         cudaStreamEndCapture(stream_of(compute_), &g);
         if (g) cudaGraphDestroy(g);
     }
+    expert_device_.reset();   // it synchronizes the compute stream and frees its slots: before the streams go
     for (void* e : execs_)
         if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
     for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
@@ -127,10 +129,11 @@ CudaBackend::~CudaBackend() {
     if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
     kern::blas_destroy(static_cast<kern::Blas*>(blas_));
     for (auto& [first, t] : tables_) {
-        if (t.dev.valid()) cudaFree(t.dev.ptr);
-        if (t.pinned.valid()) cudaFreeHost(t.pinned.ptr);
+        retire(t.dev, false);
+        retire(t.pinned, true);
     }
-    for (auto& [b, pinned] : retired_) pinned ? (void)cudaFreeHost(b.ptr) : (void)cudaFree(b.ptr);
+    tables_.clear();
+    free_retired();
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
 }
@@ -834,9 +837,10 @@ const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* 
     const size_t n = size_t(c.n_pages);
     if (n == 0) fail("{}: {}: a latent cache without pages", name_, op);
     PageTable& t = tables_[c.pages[0]];
+    auto* staged = reinterpret_cast<const uint8_t**>(t.pinned.ptr);
     size_t same = 0;
-    while (same < std::min(n, t.host.size()) && t.host[same] == c.pages[same]) ++same;
-    if (same == n && n == t.host.size()) return reinterpret_cast<const uint8_t* const*>(t.dev.ptr);
+    while (same < std::min(n, t.n) && staged[same] == c.pages[same]) ++same;
+    if (same == n && n == t.n) return reinterpret_cast<const uint8_t* const*>(t.dev.ptr);
     for (size_t p = same; p < n; ++p) need(c.pages[p], size_t(c.page_rows) * c.row_bytes, op, "latent cache page");
     if (t.cap < n) {
         // Twice what is needed (a cache grows a page at a time); the old buffers may still be
@@ -846,19 +850,19 @@ const uint8_t* const* CudaBackend::page_table(const LatentPages& c, const char* 
         t.cap = std::max<size_t>(2 * n, 64);
         t.dev = alloc(t.cap * sizeof(uint8_t*), "latent page table");
         t.pinned = alloc_pinned_host(t.cap * sizeof(uint8_t*), "latent page table");
-        same = 0;
+        staged = reinterpret_cast<const uint8_t**>(t.pinned.ptr);
+        same = t.n = 0;
     }
     // Pages only appended: entries below `same` stay as they are, so a copy still queued reads
     // what it read. Anything else (a page replaced) rewrites staged entries a queued copy may
     // not have read yet: that waits for them first.
-    if (same < t.host.size()) synchronize();
-    auto* staged = reinterpret_cast<const uint8_t**>(t.pinned.ptr);
+    if (same < t.n) synchronize();
     std::copy(c.pages + same, c.pages + n, staged + same);
     select();
     check(cudaMemcpyAsync(reinterpret_cast<const uint8_t**>(t.dev.ptr) + same, staged + same, (n - same) * sizeof(uint8_t*),
                           cudaMemcpyHostToDevice, stream_of(compute_)),
           "latent page table");
-    t.host.assign(c.pages, c.pages + n);
+    t.n = n;
     return reinterpret_cast<const uint8_t* const*>(t.dev.ptr);
 }
 

@@ -166,7 +166,7 @@ private:
     struct PageTable {
         Buffer dev, pinned;               // room for `cap` page pointers each
         size_t cap = 0;
-        std::vector<const uint8_t*> host; // what the device copy holds (after the queued copies)
+        size_t n = 0;                     // entries the pinned copy holds, and the device's after the queued copies
     };
     // Buffers a queued copy or kernel may still use: freed at the next synchronize().
     void retire(Buffer b, bool pinned);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -183,7 +184,8 @@ void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey
     ++s->submitted;
 }
 
-enum CopyWhat { kCopy = 1, kCopy2D = 2 };
+// WorkKey::what of a copy: kCopy or kCopy2D plus its cudaMemcpyKind.
+enum CopyWhat { kCopy = 16, kCopy2D = 32 };
 
 }  // namespace
 
@@ -364,12 +366,12 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     std::lock_guard lock(state().m);
     *a = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
     auto& devs = state().devices;
-    for (size_t i = 0; i < devs.size(); ++i)
-        if (devs[i].get() == device_of(p)) {
-            *a = cudaPointerAttributes{cudaMemoryTypeDevice, int(i), const_cast<void*>(p), nullptr};
-            return cudaSuccess;
-        }
-    if (is_pinned(p, 1)) *a = cudaPointerAttributes{cudaMemoryTypeHost, -1, nullptr, const_cast<void*>(p)};
+    if (const Device* d = device_of(p)) {
+        const auto i = std::find_if(devs.begin(), devs.end(), [d](const auto& x) { return x.get() == d; }) - devs.begin();
+        *a = cudaPointerAttributes{cudaMemoryTypeDevice, int(i), const_cast<void*>(p), nullptr};
+    } else if (is_pinned(p, 1)) {
+        *a = cudaPointerAttributes{cudaMemoryTypeHost, -1, nullptr, const_cast<void*>(p)};
+    }
     return cudaSuccess;
 }
 
@@ -473,7 +475,7 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
         return fail(cudaErrorInvalidValue);   // also a device pointer outside any allocation's range
     auto* d = static_cast<uint8_t*>(dst);
     auto* q = static_cast<const uint8_t*>(src);
-    const cpu_mode::WorkKey key{0, what, dim3(unsigned(kind)), dim3(), 0};
+    const cpu_mode::WorkKey key{0, what + int(kind)};
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, sspan)) {
         // Pageable memory: staged when queued, so the caller may reuse it on return. A capture
         // cannot hold such a copy.
@@ -581,13 +583,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned 
 
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) {
     if (!exec || !g) return fail(cudaErrorInvalidValue);
-    // CUDA keeps an instantiated graph's topology: the same nodes in the same order, each
-    // kernel node the same function (its grid, block, shared memory and arguments may change),
-    // each copy node the same kind.
-    bool same = exec->g.keys.size() == g->keys.size();
-    for (size_t i = 0; same && i < g->keys.size(); ++i)
-        same = exec->g.keys[i].fn == g->keys[i].fn && exec->g.keys[i].what == g->keys[i].what &&
-               (g->keys[i].what != kCopy && g->keys[i].what != kCopy2D ? true : exec->g.keys[i].grid.x == g->keys[i].grid.x);
+    const bool same = exec->g.keys == g->keys;   // CUDA's rule (cpu_mode::WorkKey)
     if (info) info->result = same ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateError;
     if (!same) return fail(cudaErrorGraphExecUpdateFailure);
     exec->g.work = g->work;                   // the new arguments and shapes, the same kernels
@@ -622,9 +618,8 @@ void submit(cudaStream_t stream, std::function<void()> work, const WorkKey& key)
     if (!stream) {
         // The legacy default stream, as the kernel tests use it: run now. Device memory is
         // opened only when the emulated runtime has devices (the tests' buffers are host memory).
-        const bool any = !state().devices.empty();
-        std::unique_ptr<Open> open;
-        if (any) open = std::make_unique<Open>();
+        std::optional<Open> open;
+        if (!state().devices.empty()) open.emplace();
         work();
         return;
     }
