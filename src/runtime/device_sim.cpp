@@ -29,8 +29,7 @@ SimDeviceSpec parse_sim_device(const std::string& spec) {
 }
 
 SimDevice::SimDevice(SimDeviceSpec spec, std::string name)
-    : spec_(spec), name_(std::move(name)), mem_(new uint8_t[spec.bytes]) {
-    free_.push_back({0, spec_.bytes});
+    : spec_(spec), name_(std::move(name)), mem_(new uint8_t[spec.bytes]), arena_(spec.bytes) {
     thread_ = std::thread([this] { engine(); });
 }
 
@@ -43,45 +42,21 @@ SimDevice::~SimDevice() {
     thread_.join();
 }
 
-// Allocations are 256-byte aligned, like cudaMalloc's, so block structs never straddle oddly.
 DeviceBuffer SimDevice::alloc(size_t bytes) {
-    const size_t need = (bytes + 255) & ~size_t(255);
     std::lock_guard lk(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-        auto& [off, size] = free_[i];
-        if (size < need) continue;
-        DeviceBuffer b{off, bytes};
-        off += need;
-        size -= need;
-        if (size == 0) free_.erase(free_.begin() + std::ptrdiff_t(i));
-        return b;
-    }
-    return {};
+    const auto off = arena_.alloc(bytes);
+    return off ? DeviceBuffer{*off, bytes} : DeviceBuffer{};
 }
 
 size_t SimDevice::free_bytes() const {
     std::lock_guard lk(mu_);
-    size_t n = 0;
-    for (const auto& f : free_) n += f.second;
-    return n;
+    return arena_.free_bytes();
 }
 
 void SimDevice::free(DeviceBuffer b) {
     if (!b.valid()) return;
-    const size_t size = (b.bytes + 255) & ~size_t(255);
     std::lock_guard lk(mu_);
-    auto it = free_.begin();
-    while (it != free_.end() && it->first < b.offset) ++it;
-    it = free_.insert(it, {b.offset, size});
-    // Merge with the neighbours so the pool does not fragment.
-    if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
-        it->second += (it + 1)->second;
-        free_.erase(it + 1);
-    }
-    if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
-        (it - 1)->second += it->second;
-        free_.erase(it);
-    }
+    arena_.free(b.offset, b.bytes);
 }
 
 uint64_t SimDevice::copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) {

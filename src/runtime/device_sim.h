@@ -7,6 +7,7 @@
 // queued copy is still writing a range (a compute op reading it has not waited for its event).
 #pragma once
 #include "runtime/device.h"
+#include "runtime/range_alloc.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -67,7 +68,7 @@ private:
     std::string name_;
     std::unique_ptr<uint8_t[]> mem_;
     // First-fit free list over [0, bytes): (offset, size) sorted by offset.
-    std::vector<std::pair<uint64_t, size_t>> free_;
+    RangeAllocator arena_;
 
     mutable std::mutex mu_;
     std::condition_variable cv_;

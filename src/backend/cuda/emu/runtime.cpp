@@ -1,5 +1,6 @@
 // The emulated CUDA runtime (runtime.h says what it keeps of a GPU's behaviour and why).
 #include "backend/cuda/emu/runtime.h"
+#include "runtime/range_alloc.h"
 
 #include <sys/mman.h>
 
@@ -60,13 +61,11 @@ namespace {
 struct Device {
     uint8_t* base = nullptr;
     size_t size = 0;
-    std::map<size_t, size_t> free_blocks;     // offset -> bytes
-    std::map<size_t, size_t> used;            // offset -> bytes
-    size_t used_bytes = 0;
+    runtime::RangeAllocator ranges;
+    std::map<size_t, size_t> used;            // offset -> bytes asked (cudaFree gives only the pointer)
     size_t span = 0;                          // bytes from base that allocations have reached (page multiple)
+    explicit Device(size_t bytes) : size(bytes), ranges(bytes) {}
 };
-
-constexpr size_t kAlign = 256;                // cudaMalloc's alignment
 
 struct State {
     std::recursive_mutex m;
@@ -194,10 +193,8 @@ int emu_add_device(size_t bytes) {
     bytes = std::max<size_t>((bytes + 4095) & ~size_t(4095), 1 << 20);
     void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("emulated cuda: cannot reserve " + std::to_string(bytes) + " bytes");
-    auto d = std::make_unique<Device>();
+    auto d = std::make_unique<Device>(bytes);
     d->base = static_cast<uint8_t*>(p);
-    d->size = bytes;
-    d->free_blocks[0] = bytes;
     state().devices.push_back(std::move(d));
     if (state().open_depth > 0) protect_all(PROT_READ | PROT_WRITE);
     return int(state().devices.size()) - 1;
@@ -268,7 +265,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     std::lock_guard lock(state().m);
     if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
     const Device& d = *state().devices[size_t(current_device)];
-    *free_bytes = d.size - d.used_bytes;
+    *free_bytes = d.ranges.free_bytes();
     *total_bytes = d.size;
     return cudaSuccess;
 }
@@ -286,29 +283,21 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
     if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
     Device& d = *state().devices[size_t(current_device)];
-    const size_t need = std::max<size_t>((bytes + kAlign - 1) & ~(kAlign - 1), kAlign);
-    for (auto it = d.free_blocks.begin(); it != d.free_blocks.end(); ++it) {
-        if (it->second < need) continue;
-        const size_t off = it->first, left = it->second - need;
-        d.free_blocks.erase(it);
-        if (left) d.free_blocks[off + need] = left;
-        d.used[off] = need;
-        d.used_bytes += need;
-        *p = d.base + off;
-        const size_t end = (off + need + 4095) & ~size_t(4095);
-        if (end > d.span) {
-            if (state().open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
-            d.span = end;
-        }
-        const bool closed = state().open_depth == 0;
-        auto* page = d.base + (off & ~size_t(4095));
-        const size_t page_bytes = end - (off & ~size_t(4095));
-        if (closed) protect(page, page_bytes, PROT_READ | PROT_WRITE);
-        std::memset(*p, 0xff, need);          // a GPU's fresh memory is not zeroed either
-        if (closed) protect(page, page_bytes, PROT_NONE);
-        return cudaSuccess;
+    const size_t need = runtime::RangeAllocator::rounded(std::max<size_t>(bytes, 1));
+    const auto off = d.ranges.alloc(need);
+    if (!off) return fail(cudaErrorMemoryAllocation);
+    d.used[*off] = need;
+    *p = d.base + *off;
+    const size_t end = (*off + need + 4095) & ~size_t(4095), page = *off & ~size_t(4095);
+    if (end > d.span) {
+        if (state().open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
+        d.span = end;
     }
-    return fail(cudaErrorMemoryAllocation);
+    const bool closed = state().open_depth == 0;
+    if (closed) protect(d.base + page, end - page, PROT_READ | PROT_WRITE);
+    std::memset(*p, 0xff, need);              // a GPU's fresh memory is not zeroed either
+    if (closed) protect(d.base + page, end - page, PROT_NONE);
+    return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* p) {
@@ -320,23 +309,8 @@ cudaError_t cudaFree(void* p) {
     const auto it = d->used.find(size_t(static_cast<uint8_t*>(p) - d->base));
     if (it == d->used.end()) return fail(cudaErrorInvalidValue);
     drain_all();                              // cudaFree waits for the device, as CUDA's does
-    size_t off = it->first, n = it->second;
+    d->ranges.free(it->first, it->second);
     d->used.erase(it);
-    d->used_bytes -= n;
-    auto next = d->free_blocks.lower_bound(off);
-    if (next != d->free_blocks.end() && next->first == off + n) {
-        n += next->second;
-        next = d->free_blocks.erase(next);
-    }
-    if (next != d->free_blocks.begin()) {
-        auto prev = std::prev(next);
-        if (prev->first + prev->second == off) {
-            off = prev->first;
-            n += prev->second;
-            d->free_blocks.erase(prev);
-        }
-    }
-    d->free_blocks[off] = n;
     return cudaSuccess;
 }
 
