@@ -45,9 +45,10 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): decode on $dev with the routed experts grouped on the host (the router's choices"
     echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2
-    echo "-- $(basename "$m"): decode on $dev as CUDA graphs (--cuda-graphs: a step launched as one graph once"
-    echo "   warm) against the kernels launched one by one (the line above the grouped one)"
-    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --cuda-graphs | tail -n 2
+    echo "-- $(basename "$m"): decode on $dev, the kernels launched one by one, then as CUDA graphs (--cuda-graphs);"
+    echo "   both with --expert-sync, which --cuda-graphs implies (the store loads its misses on the step's thread)"
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --expert-sync | tail -n 1
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --cuda-graphs | tail -n 1
     echo "-- $(basename "$m"): decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %"
     for c in 10 25 50 100; do
         echo "expert cache $c %:"
