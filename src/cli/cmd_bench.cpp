@@ -146,9 +146,7 @@ int run_bench(const BenchArgs& a) {
     so.cache_type = cache_type_of(a.cache_type);
     so.moe_slots = moe_slots_of(a.moe);
     so.graphs = a.graphs;
-    runtime::ExpertFlags expert_flags = a.experts;
-    if (a.graphs) expert_flags.sync_io = true;   // the store's copies on this thread: a capture can pause for them
-    auto ex = cli::attach_experts(*m, expert_flags, so);
+    auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
         std::vector<std::pair<int, int>> tests;

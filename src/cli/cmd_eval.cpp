@@ -93,9 +93,7 @@ int run_eval(const EvalArgs& a) {
     so.moe_slots = moe_slots_of(a.moe);
     so.graphs = a.graphs;
     so.cache_type = cache_type_of(a.cache_type);
-    runtime::ExpertFlags expert_flags = a.experts;
-    if (a.graphs) expert_flags.sync_io = true;   // the store's copies on this thread: a capture can pause for them
-    auto ex = cli::attach_experts(*model, expert_flags, so);
+    auto ex = cli::attach_experts(*model, a.experts, so);
     auto split = cli::attach_split(*model, so);
     model::Session s(*model, so);
 

@@ -83,7 +83,10 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
         usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
                    "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
                    "--verbose-experts, --expert-io) choose another placement: give one or the other");
-    const runtime::ExpertFlags& store_flags = (shard || split_ranks() > 1) && !bare.any_store() ? bare : flags;
+    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1) && !bare.any_store() ? bare : flags;
+    // CUDA graphs (so.graphs): the store loads its misses on the step's thread, where a capture
+    // can pause for them (Session::forward keeps graphs off for a store with an I/O thread).
+    if (so.graphs) store_flags.sync_io = true;
     rd->experts = runtime::ExpertRuntime::create(m.file(), model::expert_tensor_names(hp), store_flags, int(hp.n_layer - hp.n_layer_dense_lead),
                                                  int(hp.n_expert), int(hp.n_expert_used),
                                                  rd->backends ? rd->backends->expert_device() : nullptr);

@@ -29,7 +29,8 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f);
 
 // so.experts / prefetch_next / routing_record / routing_replay / backends / n_gpu_layers /
 // cpu_moe / n_cpu_moe are set either way (so.n_threads must be set before the call: a device
-// shares the CPU backend's threads). --list-devices prints the backends and exits.
+// shares the CPU backend's threads; so.graphs, when set before, makes the store load its misses on
+// the calling thread, as --expert-sync). --list-devices prints the backends and exits.
 std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
                                            model::SessionOptions& so);
 
