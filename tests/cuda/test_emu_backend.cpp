@@ -7,8 +7,8 @@
 //   - F32 golden models (../shared/golden): no activation rounding on either side, so the device
 //     path is held to 1e-4, the CPU's own F32 bound (measured: 7-8e-6, k3 and kl, every form).
 //   - The Q4_K_M models a clone ships: golden_on_device.sh's bound for these files, 0.5. The
-//     device keeps fp32 activations in its matvecs and fp16 in its GEMMs where llama.cpp rounds
-//     them to the vec_dot formats (measured: k3 0.33 / kl 0.43 max |d logit|, argmax 59-63 of 64).
+//     device keeps fp16 activations in its GEMMs (the 64-token prefill) and fp32 in the matvecs of
+//     types without an int8 form, where llama.cpp rounds them to the vec_dot formats (measured: k3 0.33 / kl 0.43 max |d logit|, argmax 59-63 of 64).
 #define KINFER_CUDA_EMU_RUNTIME 1   // cuda_backend.h's class as built on the emulated runtime
 #include "backend/cuda/cuda_backend.h"
 #include "backend/registry.h"
@@ -144,4 +144,28 @@ TEST_CASE("CudaBackend on the emulated runtime: decode steps as CUDA graphs, the
     }
     REQUIRE(logits[0].size() == logits[1].size());
     CHECK(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) == 0);
+}
+
+// The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens
+// in one matmul_tasks matmul) and by slot (the choices left on the device, one row a token and
+// expert: matvec_q8_id / matvec_id). For the int8 weight types an expert's tokens (fewer than
+// kGemmMinTokens) and a slot dot each token the same way (test_matvec_q8), so the logits are the
+// same bits; kl-tiny-a Q4_K_M's routed experts are Q4_K (gate, up) and Q5_0 / Q8_0 (down).
+TEST_CASE("CudaBackend on the emulated runtime: the grouped and the by-slot MoE forms give the same bits") {
+    const auto all = read_ids(data("prompt64.ids.txt"));
+    const std::vector<int32_t> ids(all.begin(), all.begin() + 24);   // no expert reaches kGemmMinTokens
+    auto m = model::Model::load(data("models/kl-tiny-a-Q4_K_M.gguf"));
+    std::vector<float> logits[2];
+    for (const int slots : {0, 1}) {
+        backend::Backends bk(2);
+        bk.add_device("emu-cuda:1GiB");
+        model::SessionOptions so{.backends = &bk, .n_gpu_layers = 99};
+        so.moe_slots = slots;
+        logits[slots] = eval_logits(*m, ids, true, so);
+    }
+    REQUIRE(logits[0].size() == logits[1].size());
+    size_t differ = 0;
+    for (size_t i = 0; i < logits[0].size(); ++i) differ += std::memcmp(&logits[0][i], &logits[1][i], sizeof(float)) != 0;
+    INFO(differ, " of ", logits[0].size(), " logits differ");
+    CHECK(differ == 0);
 }

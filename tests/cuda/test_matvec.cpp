@@ -170,7 +170,7 @@ TEST_CASE("cuda matvec_id (cpu mode): every slot bit-equal to its expert's own m
         const quant::Traits& tr = quant::traits(type);
         const int64_t cols = tr.block_size > 1 ? 512 : 260;
         const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
-        INFO("type ", tr.name);
+        INFO("type ", std::string(tr.name));
         const std::vector<float> wf = randn(size_t(E * rows * cols), 4000 + uint32_t(type));
         std::vector<uint8_t> W(slice * size_t(E));
         for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);

@@ -3,13 +3,15 @@
 //    (the fp16 scale widened) for the 32-element formats; for Q8_K, quant's bytes (qs, d, the 16-element sums), also for
 //    a block of zeros, a block whose largest magnitude appears twice with both signs (the first
 //    one sets the sign of the scale) and rows ld floats apart;
-//  - matvec_q8 on Q4_K and Q6_K weights against the CPU backend's matmul, which quantizes the activations
+//  - matvec_q8 on Q4_K, Q5_K, Q6_K and IQ4_XS weights against the CPU backend's matmul, which quantizes the activations
 //    to the same Q8_K and sums the same integer products: only the float steps' order differs,
 //    so |err| <= 1e-5 * sum |w x| + 1e-6 (a wrong scale, min or nibble half moves a row by far more);
 //  - matvec_q8_id gives each slot what matvec_q8 gives its expert alone, bit for bit, and NaN
 //    rows for a bad id;
-//  - the 32-element formats (Q8_0, Q4_0, IQ4_NL, MXFP4) on Q8_0 activations against the CPU
-//    backend with the same bound, and per slot bit for bit.
+//  - the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4) on Q8_0 activations against the CPU
+//    backend with the same bound, and per slot bit for bit;
+//  - several tokens at once (a block takes up to 4): every token's row bit-equal to the token
+//    alone, rows ldy apart with the gaps untouched, for 2, 3, 5 and 9 tokens of every type.
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -50,7 +52,7 @@ void check_against_cpu(quant::Type type, const uint8_t* w, size_t rb, int64_t ro
                        const float* x) {
     const quant::Traits& tr = quant::traits(type);
     std::vector<float> y(static_cast<size_t>(rows), -1.0f), want(static_cast<size_t>(rows), -2.0f);
-    cuda::emu::matvec_q8(type, w, rb, rows, cols, xq, y.data(), nullptr);
+    cuda::emu::matvec_q8(type, w, rb, rows, cols, xq, 1, y.data(), 0, nullptr);
     const backend::Mat M{type, cols, rows, w, rb, 0, "expert"};
     cuda::testing::cpu().matmul(M, x, 1, want.data(), 0, 0);
     std::vector<float> deq(static_cast<size_t>(cols));
@@ -92,8 +94,8 @@ TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes")
     CHECK(blocks_of(q, 2, cols)[0].d > 0);   // -7.5 came first: iscale = -127 / -7.5 > 0
 }
 
-TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K and Q6_K on int8 activations against the CPU backend; matvec_q8_id per slot") {
-    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q6_K}) {
+TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K, Q5_K, Q6_K and IQ4_XS on int8 activations against the CPU backend; matvec_q8_id per slot") {
+    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K, quant::Type::IQ4_XS}) {
         const quant::Traits& tr = quant::traits(type);
         for (const int64_t cols : {int64_t(256), int64_t(1024)}) {
             const int64_t rows = 37, E = 4;   // 37 rows: the last warp's second row and the last block are partial
@@ -103,15 +105,15 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K and Q6_K on int8 activations against 
             std::vector<uint8_t> W(slice * size_t(E) + 16);
             uint8_t* w = W.data() + (16 - reinterpret_cast<uintptr_t>(W.data()) % 16) % 16;   // 16-byte aligned rows
             for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
-            INFO("type ", tr.name);
+            INFO("type ", std::string(tr.name));
             REQUIRE(cuda::emu::matvec_q8_supported(type, w, rb, cols));
             CHECK_FALSE(cuda::emu::matvec_q8_supported(type, w + 1, rb, cols));
-            CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q5_K, w, rb, cols));
-            if (type == quant::Type::Q4_K) {   // where a GPU would fault on the 16-byte load, the CPU mode throws
+            CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q2_K, w, rb, cols));
+            if (type == quant::Type::Q4_K || type == quant::Type::Q5_K) {   // where a GPU would fault on the 16-byte load, the CPU mode throws
                 std::vector<uint8_t> xq0(cuda::emu::q8_act_row_bytes(type, cols) + 16, 0);
                 uint8_t* q0 = xq0.data() + (16 - reinterpret_cast<uintptr_t>(xq0.data()) % 16) % 16;
                 std::vector<float> y0(static_cast<size_t>(rows - 1));
-                CHECK_THROWS_AS(cuda::emu::matvec_q8(type, w + 4, rb, rows - 1, cols, q0, y0.data(), nullptr),
+                CHECK_THROWS_AS(cuda::emu::matvec_q8(type, w + 4, rb, rows - 1, cols, q0, 1, y0.data(), 0, nullptr),
                                 std::logic_error);
             }
 
@@ -132,7 +134,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K and Q6_K on int8 activations against 
             for (int64_t s = 0; s < n * K; ++s) {
                 std::vector<float> alone(static_cast<size_t>(rows));
                 cuda::emu::matvec_q8(type, w + size_t(sel[size_t(s)]) * slice, rb, rows, cols, q + size_t(s / K) * cuda::emu::q8_act_row_bytes(type, cols),
-                                     alone.data(), nullptr);
+                                     1, alone.data(), 0, nullptr);
                 differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
             }
             CHECK(differ == 0);
@@ -166,12 +168,12 @@ TEST_CASE("cuda quantize_act, Q8_0 (cpu mode): quant's quantize_row_q8_0 values,
     }
 }
 
-TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activations against the CPU backend; per slot") {
-    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
+TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activations against the CPU backend; per slot") {
+    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q5_0, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
         const quant::Traits& tr = quant::traits(type);
         const int64_t rows = 37, cols = 544, E = 3;   // 17 blocks: the last step of the 8-block stride is partial
         const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
-        INFO("type ", tr.name);
+        INFO("type ", std::string(tr.name));
         const std::vector<float> wf = randn(size_t(E * rows * cols), 9400 + uint32_t(type));
         std::vector<uint8_t> W(slice * size_t(E));
         for (int64_t r = 0; r < E * rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
@@ -191,12 +193,12 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activati
         for (int64_t s = 0; s < 4; ++s) {
             std::vector<float> alone(static_cast<size_t>(rows));
             cuda::emu::matvec_q8(type, W.data() + size_t(sel[size_t(s)]) * slice, rb, rows, cols, xq.data() + size_t(s / 2) * xb,
-                                 alone.data(), nullptr);
+                                 1, alone.data(), 0, nullptr);
             differ += std::memcmp(alone.data(), ys.data() + s * rows, size_t(rows) * sizeof(float)) != 0;
         }
         CHECK(differ == 0);
     }
-    CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q5_K, nullptr, 176, 256));
+    CHECK_FALSE(cuda::emu::matvec_q8_supported(quant::Type::Q3_K, nullptr, 110, 256));
 }
 
 // prmt as PTX defines its generic mode (the nibble lookups rely on the sign-replicate bit).
@@ -204,4 +206,39 @@ TEST_CASE("cuda prmt (cpu mode): byte selection and the sign-replicate selector 
     CHECK(cuda::emu::prmt(0x03020100u, 0x07060504u, 0x7531u) == 0x07050301u);
     CHECK(cuda::emu::prmt(0x80808080u, 0x80808080u, 0x8080u) == 0xff80ff80u);
     CHECK(cuda::emu::prmt(0x7f00ff01u, 0u, 0xba98u) == 0x0000ff00u);   // top bits of bytes 0, 1, 2, 3: 0, 1, 0, 0
+}
+
+TEST_CASE("cuda matvec_q8 (cpu mode): several tokens, each the bits of the token alone") {
+    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K, quant::Type::IQ4_XS, quant::Type::Q8_0, quant::Type::Q5_0,
+                                   quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t rows = 19, cols = 512, ldy = rows + 3;   // 19 rows: the last warp's second row is partial
+        const size_t rb = quant::row_size(tr, cols);
+        INFO("type ", std::string(tr.name));
+        const std::vector<float> wf = randn(size_t(rows * cols), 9600 + uint32_t(type));
+        std::vector<uint8_t> W(rb * size_t(rows) + 16);
+        uint8_t* w = W.data() + (16 - reinterpret_cast<uintptr_t>(W.data()) % 16) % 16;
+        for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
+        REQUIRE(cuda::emu::matvec_q8_supported(type, w, rb, cols));
+        const size_t xb = cuda::emu::q8_act_row_bytes(type, cols);
+        for (const int64_t n : {2, 3, 5, 9}) {
+            INFO(n, " tokens");
+            const std::vector<float> x = randn(size_t(n * cols), 9700 + uint32_t(n));
+            std::vector<uint8_t> xqv(xb * size_t(n) + 16);
+            uint8_t* xq = xqv.data() + (16 - reinterpret_cast<uintptr_t>(xqv.data()) % 16) % 16;
+            cuda::emu::quantize_act(type, x.data(), 0, n, cols, xq, nullptr);
+            std::vector<float> y(size_t(n * ldy), -7.0f);
+            cuda::emu::matvec_q8(type, w, rb, rows, cols, xq, n, y.data(), ldy, nullptr);
+            int differ = 0, gaps = 0;
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<float> alone(static_cast<size_t>(rows));
+                cuda::emu::matvec_q8(type, w, rb, rows, cols, xq + size_t(t) * xb, 1, alone.data(), 0, nullptr);
+                differ += std::memcmp(alone.data(), y.data() + t * ldy, size_t(rows) * sizeof(float)) != 0;
+                for (int64_t r = rows; r < ldy; ++r) gaps += y[size_t(t * ldy + r)] != -7.0f;
+            }
+            CHECK(differ == 0);
+            CHECK(gaps == 0);
+            check_against_cpu(type, w, rb, rows, cols, xq + size_t(n - 1) * xb, x.data() + (n - 1) * cols);   // the last token
+        }
+    }
 }

@@ -132,7 +132,7 @@ TEST_CASE("cuda embed_rows (cpu mode): every table type, the CPU's embed bit for
         const quant::Traits& tr = quant::traits(type);
         const int64_t cols = tr.block_size > 1 ? 512 : 260;
         const size_t rb = quant::row_size(tr, cols);
-        INFO("type ", tr.name);
+        INFO("type ", std::string(tr.name));
         const std::vector<float> wf = randn(size_t(vocab * cols), 7000 + uint32_t(type));
         std::vector<uint8_t> E(rb * size_t(vocab));
         for (int64_t r = 0; r < vocab; ++r) tr.quantize(wf.data() + r * cols, E.data() + size_t(r) * rb, cols);

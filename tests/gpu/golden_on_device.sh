@@ -17,8 +17,8 @@
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread
 # between its default and exact settings on this prompt (noise_floor.tsv: its activation and cache
-# roundings), at least 1e-3. A device keeps fp32 activations in its matvecs and fp16 in its GEMMs
-# where the CPU rounds them to the vec_dot format, which moves the logits by as much as llama.cpp's
+# roundings), at least 1e-3. A device keeps fp16 activations in its GEMMs (32 tokens on) and fp32
+# in its matvecs of the types without an int8 form, where the CPU rounds them to the vec_dot format, which moves the logits by as much as llama.cpp's
 # settings do: the bound is llama.cpp's spread, not the CPU's exact agreement. Those differences
 # can also decide a near tie in a random model's router: when a form is outside its bound and its
 # expert choices differ from its CPU twin's, it runs again with the twin's choices replayed

@@ -478,12 +478,12 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     need(W, "matmul");
     if (!kern::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
-    if (n == 1 && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
-        // Decode on int8 activations (matvec_q8.cu says why): the activation row quantized once
-        // into the scratch buffer, then dp4a.
-        void* xq = scratch(kern::q8_act_row_bytes(W.type, W.cols));
-        kern::quantize_act(W.type, x, ldx, 1, W.cols, xq, compute_);
-        kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, y, compute_);
+    if (n < kern::kGemmMinTokens && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
+        // Decode (and up to kGemmMinTokens tokens) on int8 activations (matvec_q8.cu says why):
+        // the activation rows quantized once into the scratch buffer, then dp4a.
+        void* xq = scratch(kern::q8_act_row_bytes(W.type, W.cols) * size_t(n));
+        kern::quantize_act(W.type, x, ldx, n, W.cols, xq, compute_);
+        kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
         check(cudaGetLastError(), "matmul");
         return;
     }
@@ -555,28 +555,40 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         }
     });
     runs(small, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
-        // One-token tasks of a type with an int8-activation kernel take it, as matmul does (the
-        // same bits as matmul and matmul_id): each distinct input row quantized once, a launch a
-        // task. The others (several tokens) go in one grouped fp32-activation launch.
+        // Tasks of a type with an int8-activation kernel take it, as matmul does (the same bits as
+        // matmul and matmul_id): each distinct input (first row, rows) quantized once, a launch a
+        // task. The others go in one grouped fp32-activation launch.
         std::vector<size_t> q8, run;
         for (size_t i : all) {
             const Mat& W = tasks[i].W;
-            (tasks[i].n == 1 && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
+            (kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
         }
         if (!q8.empty()) {
-            std::vector<const float*> rows_in;
-            std::vector<size_t> row_of;
+            struct In {
+                const float* x;
+                int64_t ld, n;
+                size_t at;   // its first quantized row
+            };
+            std::vector<In> ins;
+            std::vector<size_t> in_of;
+            size_t q_rows = 0;
             for (size_t i : q8) {
-                const auto at = std::find(rows_in.begin(), rows_in.end(), src[i].x);
-                row_of.push_back(size_t(at - rows_in.begin()));
-                if (at == rows_in.end()) rows_in.push_back(src[i].x);
+                const In want{src[i].x, src[i].ld, tasks[i].n, 0};
+                auto at = std::find_if(ins.begin(), ins.end(), [&](const In& o) { return o.x == want.x && o.ld == want.ld && o.n == want.n; });
+                if (at == ins.end()) {
+                    ins.push_back({want.x, want.ld, want.n, q_rows});
+                    q_rows += size_t(want.n);
+                    at = ins.end() - 1;
+                }
+                in_of.push_back(size_t(at - ins.begin()));
             }
             const size_t rb = kern::q8_act_row_bytes(W0.type, W0.cols);
-            auto* xq = static_cast<uint8_t*>(scratch(rb * rows_in.size()));
-            for (size_t k = 0; k < rows_in.size(); ++k) kern::quantize_act(W0.type, rows_in[k], 0, 1, W0.cols, xq + k * rb, compute_);
+            auto* xq = static_cast<uint8_t*>(scratch(rb * q_rows));
+            for (const In& in : ins) kern::quantize_act(W0.type, in.x, in.ld, in.n, W0.cols, xq + in.at * rb, compute_);
             for (size_t j = 0; j < q8.size(); ++j) {
                 const MatTask& t = tasks[q8[j]];
-                kern::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + row_of[j] * rb, t.y, compute_);
+                kern::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + ins[in_of[j]].at * rb, t.n, t.y,
+                                t.ldy, compute_);
             }
         }
         if (run.empty()) return;

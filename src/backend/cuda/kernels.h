@@ -31,19 +31,21 @@ void matvec(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int
 void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                int64_t cols, const int32_t* sel, int64_t slots, const float* x, int64_t x_div, float* y, void* stream);
 
-// Decode on int8 activations (matvec_q8.cu), the types of matvec_q8_supported: Q4_K and Q6_K on
-// Q8_K activations, Q8_0 / Q4_0 / IQ4_NL / MXFP4 on Q8_0 activations, as the CPU pairs them. The
+// Decode on int8 activations (matvec_q8.cu), the types of matvec_q8_supported: Q4_K, Q5_K, Q6_K
+// and IQ4_XS on Q8_K activations, Q8_0 / Q5_0 / Q4_0 / IQ4_NL / MXFP4 on Q8_0 activations, as the CPU pairs them. The
 // activation rows are quantized once (quantize_act: quant's x86 quantize_row_q8_K / q8_0 values,
-// each row q8_act_row_bytes(type, cols) apart), then the weights are dotted with __dp4a, one
-// token (matvec_q8) or one token per slot with the expert ids read on the device (matvec_q8_id,
-// as matvec_id). The integer sums are the CPU's; the float steps agree to fp32 rounding.
-// matvec_q8_supported also checks the alignment the loads need (Q4_K rows 16 bytes, Q6_K and
-// Q8_0 2).
+// each row q8_act_row_bytes(type, cols) apart), then the weights are dotted with __dp4a: n tokens
+// (matvec_q8: y's rows ldy apart, 0 for rows; a block reads its weight rows once for up to 4
+// tokens) or one token per slot with the expert ids read on the device (matvec_q8_id, as
+// matvec_id). The integer sums are the CPU's; the float steps agree to fp32 rounding, and a
+// token's result is the same bits alone, among others or in a slot.
+// matvec_q8_supported also checks the alignment the loads need (Q4_K / Q5_K rows 16 bytes, IQ4_XS
+// 8, Q6_K and Q8_0 2).
 size_t q8_act_row_bytes(quant::Type type, int64_t cols);
 void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream);
 bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int64_t cols);
-void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, float* y,
-               void* stream);
+void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, int64_t n,
+               float* y, int64_t ldy, void* stream);
 void matvec_q8_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                   int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream);
 

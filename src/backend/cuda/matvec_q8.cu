@@ -1,6 +1,6 @@
-// Decode matvec on int8 activations, with __dp4a: Q4_K and Q6_K weights (a Q4_K_M model) on
-// Q8_K activations, and the 32-element formats (Q8_0, Q4_0, IQ4_NL, MXFP4: K3's experts and the
-// rest of an MXFP4_MOE file) on Q8_0 activations, as the CPU pairs them.
+// Decode matvec on int8 activations, with __dp4a: Q4_K, Q5_K, Q6_K (a Q4_K_M model) and IQ4_XS
+// weights on Q8_K activations, and the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4: K3's experts and
+// the rest of an MXFP4_MOE file) on Q8_0 activations, as the CPU pairs them.
 //
 // Why a second form. matvec.cu keeps the activations fp32 and turns every weight into a float:
 // per weight a nibble extract, an int-to-float conversion (a quarter-rate instruction on sm_90)
@@ -48,7 +48,9 @@ constexpr int64_t kQK = bq::QK_K;
 
 // The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
 // Q8_0 for the 32-element formats.
-bool q8_k_acts(quant::Type type) { return type == quant::Type::Q4_K || type == quant::Type::Q6_K; }
+bool q8_k_acts(quant::Type type) {
+    return type == quant::Type::Q4_K || type == quant::Type::Q5_K || type == quant::Type::Q6_K || type == quant::Type::IQ4_XS;
+}
 
 // One row of quantized activations.
 struct Q8Row {
@@ -132,29 +134,48 @@ __device__ __forceinline__ uint4 nibbles(uint4 q, int shift) {
             (q.w >> shift) & 0x0f0f0f0fu};
 }
 
-// What every int8 kernel's warp starts from: its rows [r0, r0 + nr) of the slot's weights, the
-// slot's activation row and output rows. Block (row block, slot); sel nullptr: one slot, W and
-// the activation row as given; otherwise slot s runs expert sel[s] (W + e slice_bytes) on
-// activation row s / x_div into y + s rows. False when the warp has nothing to do: past the last
-// row, or a bad expert id (its rows are then NaN rather than a read past the tensor).
-struct Q8Slot {
+// What every int8 kernel's warp starts from: its rows [r0, r0 + nr) of the weights, and the
+// activation and output rows of its tokens. Two modes:
+//  - by slot (sel non-null; one token a block): block (row block, slot), slot s runs expert
+//    sel[s] (W + e slice_bytes) on activation row s / x_div into y + s rows;
+//  - by token (sel null): block (row block, token group), tokens NT y .. NT y + nt - 1 of n_tok,
+//    activation rows xq_stride apart, output rows ldy apart; the weight rows are read once for
+//    the group's tokens.
+// False when the warp has nothing to do: past the last row, or a bad expert id (its rows are then
+// NaN rather than a read past the tensor).
+struct Q8Tile {
     const uint8_t* W;
-    const uint8_t* x;
-    float* y;
+    const uint8_t* x;   // the first token's activation row
+    size_t x_stride;
+    float* y;           // the first token's output row
+    int64_t ldy;
     int64_t r0;
     int nr;   // warp-uniform
+    int nt;   // tokens, warp-uniform
 };
-__device__ __forceinline__ bool q8_slot(const uint8_t* W, size_t slice_bytes, int64_t n_slices, int64_t rows,
+template <int NT>
+__device__ __forceinline__ bool q8_tile(const uint8_t* W, size_t slice_bytes, int64_t n_slices, int64_t rows,
                                         const int32_t* sel, const uint8_t* xq, size_t xq_stride, int64_t x_div, float* y,
-                                        Q8Slot& s) {
-    const int64_t slot = blockIdx.y;
+                                        int64_t n_tok, int64_t ldy, Q8Tile& s) {
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
     s.r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
-    s.y = y + slot * rows;
+    s.x_stride = xq_stride;
+    s.ldy = ldy;
+    if (sel) {
+        const int64_t slot = blockIdx.y;
+        s.y = y + slot * rows;
+        s.x = xq + size_t(slot / x_div) * xq_stride;
+        s.nt = 1;
+    } else {
+        const int64_t t0 = int64_t(blockIdx.y) * NT;
+        s.y = y + t0 * ldy;
+        s.x = xq + size_t(t0) * xq_stride;
+        s.nt = n_tok - t0 < NT ? int(n_tok - t0) : NT;
+    }
     if (s.r0 >= rows) return false;              // the whole warp leaves together
     s.nr = rows - s.r0 < kQ8RowsPerWarp ? int(rows - s.r0) : kQ8RowsPerWarp;
     if (sel) {
-        const int32_t e = sel[slot];
+        const int32_t e = sel[blockIdx.y];
         if (e < 0 || e >= n_slices) {
             if (lane < s.nr) s.y[s.r0 + lane] = NAN;
             return false;
@@ -162,15 +183,20 @@ __device__ __forceinline__ bool q8_slot(const uint8_t* W, size_t slice_bytes, in
         W += size_t(e) * slice_bytes;
     }
     s.W = W;
-    s.x = xq + size_t(sel ? slot / x_div : 0) * xq_stride;
     return true;
 }
-// The warp's sums into its rows (every lane takes part in the shuffles, also past nr).
-__device__ __forceinline__ void q8_store(const float (&acc)[kQ8RowsPerWarp], const Q8Slot& s) {
+// The warp's sums into its rows, token by token (every lane takes part in the shuffles, also
+// past nr).
+template <int NT>
+__device__ __forceinline__ void q8_store(const float (&acc)[NT][kQ8RowsPerWarp], const Q8Tile& s) {
 #pragma unroll
-    for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-        const float v = warp_sum(acc[r]);
-        if (threadIdx.x % 32 == 0 && r < s.nr) s.y[s.r0 + r] = v;
+    for (int j = 0; j < NT; ++j) {
+        if (j >= s.nt) break;
+#pragma unroll
+        for (int r = 0; r < kQ8RowsPerWarp; ++r) {
+            const float v = warp_sum(acc[j][r]);
+            if (threadIdx.x % 32 == 0 && r < s.nr) s.y[j * s.ldy + s.r0 + r] = v;
+        }
     }
 }
 
@@ -178,16 +204,25 @@ __device__ __forceinline__ void q8_store(const float (&acc)[kQ8RowsPerWarp], con
 // (lane k of them takes piece k), acts() loads a piece's activations once for the warp's rows, and
 // dot() gives a weight row's contribution d_y (...) for its piece of super-block b.
 //
-// Q4_K: 8 lanes a super-block; piece k is the 16 nibble bytes k (64-weight group g = k / 2, half
-// k % 2): weights 64 g + l0 .. + 16 (low nibbles, sub-block 2 g) and 64 g + 32 + l0 .. + 16 (high,
-// 2 g + 1), so the 8 lanes read the block's 128 nibble bytes side by side.
-struct SbQ4_K {
+// Q4_K and Q5_K: 8 lanes a super-block; piece k is the 16 nibble bytes k (64-weight group
+// g = k / 2, half k % 2): weights 64 g + l0 .. + 16 (low nibbles, sub-block 2 g) and
+// 64 g + 32 + l0 .. + 16 (high, 2 g + 1), so the 8 lanes read the block's 128 nibble bytes side by
+// side. Q5_K's fifth bits: weight 64 g + l (32 g + l) has bit 2 g (2 g + 1) of qh[l], l < 32, so the
+// piece's are bits 2 g and 2 g + 1 of qh[l0 .. l0 + 15], one 16-byte load; its levels are 0..31.
+template <bool kFive>
+struct SbK4 {
     static constexpr int kLanes = 8;
-    static constexpr size_t kBytes = sizeof(bq::block_q4_K);
+    static constexpr size_t kBytes = kFive ? sizeof(bq::block_q5_K) : sizeof(bq::block_q4_K);
+    static constexpr int kQs = kFive ? 48 : 16;   // d, dmin, 12 scale bytes (and Q5_K's 32 of qh)
     struct Acts {
         uint4 lo, hi;
         float d;
         int b_lo, b_hi;
+    };
+    struct Weights {   // piece k of one block, decoded once for every token
+        uint4 lo, hi;
+        int sc_a, m_a, sc_b, m_b;
+        float dw, dmin;
     };
     __device__ static Acts acts(const Q8Row& a, int64_t sb, int k) {
         const int g = k / 2, l0 = 16 * (k % 2);
@@ -195,18 +230,35 @@ struct SbQ4_K {
         return {load_aligned<uint4>(yq), load_aligned<uint4>(yq + 32), a.d[sb], a.bsum[sb * 16 + (64 * g + l0) / 16],
                 a.bsum[sb * 16 + (64 * g + 32 + l0) / 16]};
     }
-    __device__ static float dot(const uint8_t* b, const Acts& y, int k) {
+    __device__ static uint4 fifth(uint4 qh, int bit) {   // bit `bit` of each byte, moved to bit 4
+        return {((qh.x >> bit) & 0x01010101u) << 4, ((qh.y >> bit) & 0x01010101u) << 4, ((qh.z >> bit) & 0x01010101u) << 4,
+                ((qh.w >> bit) & 0x01010101u) << 4};
+    }
+    __device__ static uint4 with(uint4 a, uint4 b) { return {a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w}; }
+    __device__ static Weights weights(const uint8_t* b, int k) {
         const int g = k / 2, l0 = 16 * (k % 2);
-        const uint4 q = load_aligned<uint4>(b + 16 + 32 * g + l0);
+        const uint4 q = load_aligned<uint4>(b + kQs + 32 * g + l0);
         const uint32_t dd = load_aligned<uint32_t>(b);
         const uint32_t w0 = load_aligned<uint32_t>(b + 4), w1 = load_aligned<uint32_t>(b + 8), w2 = load_aligned<uint32_t>(b + 12);
-        int sc_a, m_a, sc_b, m_b;
-        scale_min_pair(w0, w1, w2, g, sc_a, m_a, sc_b, m_b);
-        const int s_a = dp4a4(nibbles(q, 0), y.lo, 0), s_b = dp4a4(nibbles(q, 4), y.hi, 0);
-        const float dw = bq::fp16_to_fp32(bq::fp16_t(dd & 0xffff)), dmin = bq::fp16_to_fp32(bq::fp16_t(dd >> 16));
-        return y.d * (dw * float(sc_a * s_a + sc_b * s_b) - dmin * float(m_a * y.b_lo + m_b * y.b_hi));
+        Weights w;
+        scale_min_pair(w0, w1, w2, g, w.sc_a, w.m_a, w.sc_b, w.m_b);
+        w.lo = nibbles(q, 0), w.hi = nibbles(q, 4);
+        if constexpr (kFive) {
+            const uint4 qh = load_aligned<uint4>(b + 16 + l0);
+            w.lo = with(w.lo, fifth(qh, 2 * g)), w.hi = with(w.hi, fifth(qh, 2 * g + 1));
+        }
+        w.dw = bq::fp16_to_fp32(bq::fp16_t(dd & 0xffff)), w.dmin = bq::fp16_to_fp32(bq::fp16_t(dd >> 16));
+        return w;
+    }
+    // Rounded operations (no contraction), so that every instantiation gives the same bits.
+    __device__ static float dot(const Weights& w, const Acts& y) {
+        const int s_a = dp4a4(w.lo, y.lo, 0), s_b = dp4a4(w.hi, y.hi, 0);
+        return __fmul_rn(y.d, __fsub_rn(__fmul_rn(w.dw, float(w.sc_a * s_a + w.sc_b * s_b)),
+                                        __fmul_rn(w.dmin, float(w.m_a * y.b_lo + w.m_b * y.b_hi))));
     }
 };
+using SbQ4_K = SbK4<false>;
+using SbQ5_K = SbK4<true>;
 
 // Q6_K: 16 lanes a super-block; piece c: half h = c / 8 (128 weights), bytes l0 .. l0 + 3
 // (l0 = 4 (c % 8)) of its ql, ql + 32 and qh, which hold elements l, l + 32, l + 64, l + 96 of the
@@ -219,6 +271,11 @@ struct SbQ6_K {
     struct Acts {
         uint32_t w[4];
         int sum32[4];
+        float d;
+    };
+    struct Weights {   // piece c of one block, decoded once for every token
+        uint32_t lv[4];
+        int sc[4];
         float d;
     };
     __device__ static Acts acts(const Q8Row& a, int64_t sb, int c) {
@@ -236,43 +293,57 @@ struct SbQ6_K {
     __device__ static uint32_t word2(const uint8_t* p) {
         return uint32_t(load_aligned<uint16_t>(p)) | uint32_t(load_aligned<uint16_t>(p + 2)) << 16;
     }
-    __device__ static float dot(const uint8_t* b, const Acts& y, int c) {
+    __device__ static Weights weights(const uint8_t* b, int c) {
         const int h = c / 8, l0 = 4 * (c % 8);
         const uint32_t ql = word2(b + 64 * h + l0), ql32 = word2(b + 64 * h + l0 + 32), qh = word2(b + 128 + 32 * h + l0);
-        const uint32_t lv[4] = {(ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u),
-                                (ql32 & 0x0f0f0f0fu) | ((qh << 2) & 0x30303030u),
-                                ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u),
-                                ((ql32 >> 4) & 0x0f0f0f0fu) | ((qh >> 2) & 0x30303030u)};
+        Weights w;
+        w.lv[0] = (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u);
+        w.lv[1] = (ql32 & 0x0f0f0f0fu) | ((qh << 2) & 0x30303030u);
+        w.lv[2] = ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+        w.lv[3] = ((ql32 >> 4) & 0x0f0f0f0fu) | ((qh >> 2) & 0x30303030u);
         const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + l0 / 16;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w.sc[k] = int(sc[2 * k]);
+        w.d = bq::fp16_to_fp32(load_aligned<uint16_t>(b + 208));
+        return w;
+    }
+    __device__ static float dot(const Weights& w, const Acts& y) {
         int sum = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sum += int(sc[2 * k]) * (__dp4a(int(lv[k]), int(y.w[k]), 0) - y.sum32[k]);
-        return y.d * bq::fp16_to_fp32(load_aligned<uint16_t>(b + 208)) * float(sum);
+        for (int k = 0; k < 4; ++k) sum += w.sc[k] * (__dp4a(int(w.lv[k]), int(y.w[k]), 0) - y.sum32[k]);
+        return __fmul_rn(__fmul_rn(y.d, w.d), float(sum));
     }
 };
 
-// Block (row block, slot), q8_slot's rows and slot. Lane F::kLanes s + k takes super-blocks s,
-// s + 32 / kLanes, ... and in each its piece k, for each of the warp's rows.
-template <class F>
+// Block (row block, slot or token group), q8_tile's rows and tokens. Lane F::kLanes s + k takes
+// super-blocks s, s + 32 / kLanes, ... and in each its piece k: the piece's activations for each
+// token, its weights for each of the warp's rows, decoded once and dotted with every token's.
+// A token's sums are the same bits whatever NT and the group it falls in.
+template <class F, int NT>
 __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_sb_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
                         int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                        size_t xq_stride, int64_t x_div, float* __restrict__ y) {
-    Q8Slot sl;
-    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+                        size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy) {
+    Q8Tile tl;
+    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, tl)) return;
     const int lane = int(threadIdx.x % 32), k = lane % F::kLanes;
-    const Q8Row a = q8_row(sl.x, cols);
     const int64_t nb = cols / kQK;
-    float acc[kQ8RowsPerWarp] = {};
+    float acc[NT][kQ8RowsPerWarp] = {};
     for (int64_t sb = lane / F::kLanes; sb < nb; sb += 32 / F::kLanes) {
-        const typename F::Acts act = F::acts(a, sb, k);
+        typename F::Acts act[NT] = {};
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+            if (j < tl.nt) act[j] = F::acts(q8_row(tl.x + size_t(j) * tl.x_stride, cols), sb, k);
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-            if (r >= sl.nr) break;
-            acc[r] += F::dot(sl.W + size_t(sl.r0 + r) * row_bytes + size_t(sb) * F::kBytes, act, k);
+            if (r >= tl.nr) break;
+            const typename F::Weights w = F::weights(tl.W + size_t(tl.r0 + r) * row_bytes + size_t(sb) * F::kBytes, k);
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                if (j < tl.nt) acc[j][r] = __fadd_rn(acc[j][r], F::dot(w, act[j]));
         }
     }
-    q8_store(acc, sl);
+    q8_store<NT>(acc, tl);
 }
 
 // The CPU's x86 quantize_row_q8_0, one lane an element, a warp a block of 32: d = amax / 127
@@ -311,6 +382,52 @@ __device__ __forceinline__ void nibble_levels(uint32_t q, const uint32_t* t, uin
     b = (prmt(t[0], t[1], sb) & ~mb) | (prmt(t[2], t[3], sb) & mb);
 }
 
+// IQ4_XS on Q8_K activations: 8 lanes a super-block; piece k is sub-block k (32 elements), its 16
+// quant bytes (byte i: element i in the low nibble, i + 16 in the high) read as four words
+// (136-byte blocks are only 8-byte aligned), each word's low nibbles looked up as the levels of
+// four consecutive elements and its high nibbles as those 16 further on (the selectors regrouped
+// for nibble_levels), dotted with the activations in their own order; the 6-bit scale ls - 32
+// times the exact sum.
+struct SbIQ4_XS {
+    static constexpr int kLanes = 8;
+    static constexpr size_t kBytes = sizeof(bq::block_iq4_xs);
+    struct Acts {
+        uint4 lo, hi;   // elements 32 k .. + 15 and 32 k + 16 .. + 31
+        float d;
+    };
+    struct Weights {
+        uint32_t lv[8];   // word w's low-nibble levels at 2 w, its high-nibble ones at 2 w + 1
+        int ls;
+        float dw;
+    };
+    __device__ static Acts acts(const Q8Row& a, int64_t sb, int k) {
+        const auto* yq = reinterpret_cast<const uint8_t*>(a.qs + sb * kQK + 32 * k);
+        return {load_aligned<uint4>(yq), load_aligned<uint4>(yq + 16), a.d[sb]};
+    }
+    // The four selectors (nibbles) of x's four bytes, each below 16, as one 16-bit selector.
+    __device__ static uint32_t selectors(uint32_t x) { return ((x | x >> 4) & 0xffu) | ((x >> 16 | x >> 20) & 0xffu) << 8; }
+    __device__ static Weights weights(const uint8_t* b, int k) {
+        constexpr int8_t v[16] = {KINFER_IQ4NL_LEVELS};
+        constexpr uint64_t lo = bq::pack_levels8(v), hi = bq::pack_levels8(v + 8);
+        const uint32_t t[4] = {uint32_t(lo), uint32_t(lo >> 32), uint32_t(hi), uint32_t(hi >> 32)};
+        Weights w;
+        const int scales_h = load_aligned<uint16_t>(b + 2);
+        w.ls = ((b[4 + k / 2] >> (4 * (k % 2))) & 0xf) | (((scales_h >> (2 * k)) & 3) << 4);
+        w.dw = bq::fp16_to_fp32(load_aligned<uint16_t>(b));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t q = load_aligned<uint32_t>(b + 8 + 16 * k + 4 * i);
+            nibble_levels(selectors(q & 0x0f0f0f0fu) | selectors((q >> 4) & 0x0f0f0f0fu) << 16, t, w.lv[2 * i], w.lv[2 * i + 1]);
+        }
+        return w;
+    }
+    __device__ static float dot(const Weights& w, const Acts& y) {
+        const uint4 p{w.lv[0], w.lv[2], w.lv[4], w.lv[6]}, q{w.lv[1], w.lv[3], w.lv[5], w.lv[7]};
+        const int sum = dp4a4(p, y.lo, dp4a4(q, y.hi, 0));
+        return __fmul_rn(__fmul_rn(y.d, w.dw), float((w.ls - 32) * sum));
+    }
+};
+
 // The 32-element formats: piece c (0..3) of a block gives two words of int8 levels, which pair
 // with the two activation words at byte 8c of the block's activations (Q8_0: its quant bytes
 // 8c .. 8c + 7 in order; the nibble formats: quant bytes 4c .. 4c + 3, whose nibbles are elements
@@ -333,95 +450,150 @@ struct PieceNibble {
         nibble_levels(load_u32(b + kQs + 4 * c), t, lo, hi);
     }
 };
+// Q5_0: the nibbles with their fifth bits (element j's is bit j of qh) less 16, levels -16..15;
+// byte k of the piece's quant word holds elements 4c + k (low nibble) and 16 + 4c + k (high).
+struct PieceQ5_0 {
+    static constexpr int kBytes = sizeof(bq::block_q5_0);
+    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
+    __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
+        const uint32_t qh = load_u32(b + 2), q = load_u32(b + 6 + 4 * c);
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t l = ((q >> (8 * k)) & 0x0fu) | ((qh >> (4 * c + k)) & 1u) << 4;
+            const uint32_t h = ((q >> (8 * k + 4)) & 0x0fu) | ((qh >> (16 + 4 * c + k)) & 1u) << 4;
+            w[k / 2] |= (((l - 16u) & 0xffu) | ((h - 16u) & 0xffu) << 8) << (16 * (k % 2));
+        }
+        lo = w[0], hi = w[1];
+    }
+};
 using PieceQ4_0 = PieceNibble<LevelQ4_0, 2>;
 using PieceIQ4_NL = PieceNibble<LevelIQ4_NL, 2>;
 using PieceMXFP4 = PieceNibble<LevelMXFP4, 1>;
 static_assert(PieceQ4_0::kBytes == sizeof(bq::block_q4_0) && PieceIQ4_NL::kBytes == sizeof(bq::block_iq4_nl) &&
               PieceMXFP4::kBytes == sizeof(bq::block_mxfp4));
 
-// Block (row block, slot), q8_slot's rows and slot: lane 4 j + c takes blocks j, j + 8, ... and
-// in each piece c. levels_lo / _hi: the format's 16 levels (nibble formats).
-template <class P>
+// Block (row block, slot or token group), q8_tile's rows and tokens: lane 4 i + c takes blocks i,
+// i + 8, ... and in each piece c, whose levels are looked up once for every token. levels_lo /
+// _hi: the format's 16 levels (nibble formats).
+template <class P, int NT>
 __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
                          int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                         size_t xq_stride, int64_t x_div, float* __restrict__ y, uint64_t levels_lo, uint64_t levels_hi) {
-    Q8Slot sl;
-    if (!q8_slot(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, sl)) return;
+                         size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy,
+                         uint64_t levels_lo, uint64_t levels_hi) {
+    Q8Tile tl;
+    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, tl)) return;
     const int lane = int(threadIdx.x % 32);
-    const auto* aq = reinterpret_cast<const int8_t*>(sl.x);
-    const auto* ad = reinterpret_cast<const float*>(sl.x + cols);
     const uint32_t t[4] = {uint32_t(levels_lo), uint32_t(levels_lo >> 32), uint32_t(levels_hi), uint32_t(levels_hi >> 32)};
-    const int j = lane / 4, c = lane % 4;
+    const int i0 = lane / 4, c = lane % 4;
     const int64_t nb = cols / 32;
-    float acc[kQ8RowsPerWarp] = {};
-    for (int64_t b = j; b < nb; b += 8) {
-        const float dy = ad[b];
+    float acc[NT][kQ8RowsPerWarp] = {};
+    for (int64_t b = i0; b < nb; b += 8) {
+        float dy[NT] = {};
+        uint32_t ya[NT][2] = {};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (j >= tl.nt) break;
+            const uint8_t* xj = tl.x + size_t(j) * tl.x_stride;
+            dy[j] = reinterpret_cast<const float*>(xj + cols)[b];
+            ya[j][0] = load_aligned<uint32_t>(xj + 32 * b + 8 * c);
+            ya[j][1] = load_aligned<uint32_t>(xj + 32 * b + 8 * c + 4);
+        }
 #pragma unroll
         for (int r = 0; r < kQ8RowsPerWarp; ++r) {
-            if (r >= sl.nr) break;
-            const uint8_t* blk = sl.W + size_t(sl.r0 + r) * row_bytes + size_t(b) * P::kBytes;
+            if (r >= tl.nr) break;
+            const uint8_t* blk = tl.W + size_t(tl.r0 + r) * row_bytes + size_t(b) * P::kBytes;
             uint32_t lo, hi;
             P::levels(blk, c, t, lo, hi);
-            const auto* ya = reinterpret_cast<const uint8_t*>(aq + 32 * b + 8 * c);
-            const int sum = __dp4a(int(hi), int(load_aligned<uint32_t>(ya + 4)), __dp4a(int(lo), int(load_aligned<uint32_t>(ya)), 0));
-            acc[r] += P::scale(blk) * dy * float(sum);
+            const float dw = P::scale(blk);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (j >= tl.nt) break;
+                const int sum = __dp4a(int(hi), int(ya[j][1]), __dp4a(int(lo), int(ya[j][0]), 0));
+                acc[j][r] = __fadd_rn(acc[j][r], __fmul_rn(__fmul_rn(dw, dy[j]), float(sum)));
+            }
         }
     }
-    q8_store(acc, sl);
+    q8_store<NT>(acc, tl);
 }
 
 // Q4_0's levels q - 8 (IQ4_NL's and MXFP4's are quant/blocks.h's tables).
 constexpr int8_t kLevelsQ4_0[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
+// Tokens a block takes in the by-token mode (n_tok >= 2): each weight row is read once for them.
+constexpr int kQ8Tokens = 4;
+
+// The grid: (row blocks, slots) by slot, (row blocks, token groups) by token.
+dim3 q8_grid(int64_t rows, const int32_t* sel, int64_t slots, int64_t n_tok, int nt) {
+    return dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(sel ? slots : (n_tok + nt - 1) / nt));
+}
+
 // levels: the format's 16 levels (nullptr for Q8_0, which has none), passed in the launch's
 // parameters as two words of 8 bytes.
-template <class P>
+template <class P, int NT>
 void launch_b32(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
-                const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, void* stream,
-                const int8_t* levels) {
-    auto* kernel = &matvec_b32_q8_kernel<P>;
-    KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
-                  dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq,
-                  q8_act_row_bytes(quant::Type::Q8_0, cols), x_div, y, levels ? bq::pack_levels8(levels) : 0,
-                  levels ? bq::pack_levels8(levels + 8) : 0);
+                const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, int64_t n_tok, int64_t ldy,
+                void* stream, const int8_t* levels) {
+    auto* kernel = &matvec_b32_q8_kernel<P, NT>;
+    KINFER_LAUNCH(kernel, q8_grid(rows, sel, slots, n_tok, NT), dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes,
+                  slice_bytes, n_slices, rows, cols, sel, xq, q8_act_row_bytes(quant::Type::Q8_0, cols), x_div, y, n_tok,
+                  ldy, levels ? bq::pack_levels8(levels) : 0, levels ? bq::pack_levels8(levels + 8) : 0);
 }
 
-template <class F>
+template <class F, int NT>
 void launch_sb(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows, int64_t cols,
-               const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, void* stream) {
-    auto* kernel = &matvec_sb_q8_kernel<F>;
-    KINFER_LAUNCH(kernel, dim3(unsigned((rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock), unsigned(slots)),
-                  dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq,
-                  q8_act_row_bytes(quant::Type::Q4_K, cols), x_div, y);
+               const int32_t* sel, int64_t slots, const uint8_t* xq, int64_t x_div, float* y, int64_t n_tok, int64_t ldy,
+               void* stream) {
+    auto* kernel = &matvec_sb_q8_kernel<F, NT>;
+    KINFER_LAUNCH(kernel, q8_grid(rows, sel, slots, n_tok, NT), dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes,
+                  slice_bytes, n_slices, rows, cols, sel, xq, q8_act_row_bytes(quant::Type::Q4_K, cols), x_div, y, n_tok,
+                  ldy);
 }
 
-void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
-               int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
-    if (rows <= 0 || slots <= 0) return;
-    if (slots > 65535 || x_div < 1)
-        throw std::invalid_argument("cuda matvec_q8: " + std::to_string(slots) + " slots (at most 65535), x_div " +
-                                    std::to_string(x_div));
-    const auto* w = static_cast<const uint8_t*>(W);
-    const auto* q = static_cast<const uint8_t*>(xq);
+// sel non-null: one token a slot (NT 1); otherwise n_tok tokens, kQ8Tokens a block from two on.
+template <int NT>
+void launch_q8_nt(quant::Type type, const uint8_t* w, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+                  int64_t cols, const int32_t* sel, int64_t slots, const uint8_t* q, int64_t x_div, float* y, int64_t n_tok,
+                  int64_t ldy, void* stream) {
     using quant::Type;
     switch (type) {
-        case Type::Q4_K: return launch_sb<SbQ4_K>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream);
-        case Type::Q6_K: return launch_sb<SbQ6_K>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream);
+        case Type::Q4_K: return launch_sb<SbQ4_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
+        case Type::Q5_K: return launch_sb<SbQ5_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
+        case Type::IQ4_XS: return launch_sb<SbIQ4_XS, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
+        case Type::Q6_K: return launch_sb<SbQ6_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
         case Type::Q8_0:
-            return launch_b32<PieceQ8_0>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream, nullptr);
+            return launch_b32<PieceQ8_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                             stream, nullptr);
+        case Type::Q5_0:
+            return launch_b32<PieceQ5_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                             stream, nullptr);
         case Type::Q4_0:
-            return launch_b32<PieceQ4_0>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream, kLevelsQ4_0);
+            return launch_b32<PieceQ4_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                             stream, kLevelsQ4_0);
         case Type::IQ4_NL:
-            return launch_b32<PieceIQ4_NL>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream,
-                                           bq::kvalues_iq4nl);
+            return launch_b32<PieceIQ4_NL, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok,
+                                               ldy, stream, bq::kvalues_iq4nl);
         case Type::MXFP4:
-            return launch_b32<PieceMXFP4>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, stream,
-                                          bq::kvalues_mxfp4);
+            return launch_b32<PieceMXFP4, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                              stream, bq::kvalues_mxfp4);
         default: break;
     }
     const char* name = quant::type_facts(type).name;
     throw std::invalid_argument(std::string("cuda matvec_q8: no int8-activation kernel for weight type ") + (name ? name : "?"));
+}
+
+void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
+               int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, int64_t n_tok,
+               int64_t ldy, void* stream) {
+    if (rows <= 0 || slots <= 0 || n_tok <= 0) return;
+    if (slots > 65535 || x_div < 1 || (n_tok + kQ8Tokens - 1) / kQ8Tokens > 65535)
+        throw std::invalid_argument("cuda matvec_q8: " + std::to_string(slots) + " slots (at most 65535), " +
+                                    std::to_string(n_tok) + " tokens, x_div " + std::to_string(x_div));
+    const auto* w = static_cast<const uint8_t*>(W);
+    const auto* q = static_cast<const uint8_t*>(xq);
+    if (sel || n_tok == 1) return launch_q8_nt<1>(type, w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
+    launch_q8_nt<kQ8Tokens>(type, w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
 }
 
 }  // namespace
@@ -452,23 +624,24 @@ void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, i
 bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int64_t cols) {
     const auto at = reinterpret_cast<uintptr_t>(W);
     switch (type) {
-        case quant::Type::Q4_K: return cols % kQK == 0 && at % 16 == 0 && row_bytes % 16 == 0;
+        case quant::Type::Q4_K: case quant::Type::Q5_K: return cols % kQK == 0 && at % 16 == 0 && row_bytes % 16 == 0;
         case quant::Type::Q6_K: return cols % kQK == 0 && at % 2 == 0 && row_bytes % 2 == 0;
+        case quant::Type::IQ4_XS: return cols % kQK == 0 && at % 8 == 0 && row_bytes % 8 == 0;
         case quant::Type::Q8_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
-        case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
+        case quant::Type::Q5_0: case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
         default: return false;
     }
 }
 
-void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, float* y,
-               void* stream) {
-    launch_q8(type, W, row_bytes, 0, 1, rows, cols, nullptr, 1, xq, 1, y, stream);
+void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, int64_t n,
+               float* y, int64_t ldy, void* stream) {
+    launch_q8(type, W, row_bytes, 0, 1, rows, cols, nullptr, 1, xq, 1, y, n, ldy ? ldy : rows, stream);
 }
 
 void matvec_q8_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                   int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream) {
     if (!sel) throw std::invalid_argument("cuda matvec_q8_id: no expert ids");
-    launch_q8(type, W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, stream);
+    launch_q8(type, W, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, xq, x_div, y, 1, rows, stream);
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
