@@ -11,7 +11,9 @@
 //  - the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4) on Q8_0 activations against the CPU
 //    backend with the same bound, and per slot bit for bit;
 //  - several tokens at once (a block takes up to 4): every token's row bit-equal to the token
-//    alone, rows ldy apart with the gaps untouched, for 2, 3, 5 and 9 tokens of every type.
+//    alone, rows ldy apart with the gaps untouched, for 2, 3, 5 and 9 tokens of every type;
+//  - matvec_q8_group: tasks of different rows and token counts (and an empty one) in one launch,
+//    each bit-equal to matvec_q8 alone, for one token everywhere and for a mix.
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -239,6 +241,49 @@ TEST_CASE("cuda matvec_q8 (cpu mode): several tokens, each the bits of the token
             CHECK(differ == 0);
             CHECK(gaps == 0);
             check_against_cpu(type, w, rb, rows, cols, xq + size_t(n - 1) * xb, x.data() + (n - 1) * cols);   // the last token
+        }
+    }
+}
+
+TEST_CASE("cuda matvec_q8_group (cpu mode): every task the bits of matvec_q8 alone") {
+    for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q6_K, quant::Type::IQ4_XS, quant::Type::Q8_0, quant::Type::Q5_0,
+                                   quant::Type::MXFP4}) {
+        const quant::Traits& tr = quant::traits(type);
+        const int64_t cols = 512;
+        const size_t rb = quant::row_size(tr, cols), xb = cuda::emu::q8_act_row_bytes(type, cols);
+        INFO("type ", std::string(tr.name));
+        const int64_t rows[4] = {9, 0, 17, 8};   // task 1 has no rows: it takes no block
+        std::vector<std::vector<uint8_t>> W(4);
+        for (int i = 0; i < 4; ++i) {
+            W[size_t(i)].resize(rb * size_t(rows[i]) + 16);
+            const std::vector<float> wf = randn(size_t(rows[i] * cols), 9800 + uint32_t(i) + 10 * uint32_t(type));
+            uint8_t* w = W[size_t(i)].data() + (16 - reinterpret_cast<uintptr_t>(W[size_t(i)].data()) % 16) % 16;
+            for (int64_t r = 0; r < rows[i]; ++r) tr.quantize(wf.data() + r * cols, w + size_t(r) * rb, cols);
+        }
+        auto wp = [&](int i) { return W[size_t(i)].data() + (16 - reinterpret_cast<uintptr_t>(W[size_t(i)].data()) % 16) % 16; };
+        const std::vector<float> x = randn(size_t(8 * cols), 9900);
+        std::vector<uint8_t> xqv(xb * 8 + 16);
+        uint8_t* xq = xqv.data() + (16 - reinterpret_cast<uintptr_t>(xqv.data()) % 16) % 16;
+        cuda::emu::quantize_act(type, x.data(), 0, 8, cols, xq, nullptr);
+        for (const bool single : {true, false}) {
+            INFO((single ? "one token a task" : "1, 2, 3 and 5 tokens"));
+            const int64_t n[4] = {single ? 1 : 3, single ? 1 : 2, 1, single ? 1 : 5};
+            const int64_t first[4] = {0, 3, 2, 3};   // activation rows of each task's first token
+            std::vector<std::vector<float>> y(4);
+            cuda::emu::MatvecQ8Group g;
+            for (int i = 0; i < 4; ++i) {
+                y[size_t(i)].assign(size_t(n[i] * (rows[i] + 1)), -7.0f);   // ldy = rows + 1
+                g.task[g.n_tasks++] = {wp(i), xq + size_t(first[i]) * xb, y[size_t(i)].data(), rows[i], n[i], rows[i] + 1};
+            }
+            cuda::emu::matvec_q8_group(type, rb, cols, g, nullptr);
+            int differ = 0;
+            for (int i = 0; i < 4; ++i) {
+                std::vector<float> alone(size_t(n[i] * (rows[i] + 1)), -7.0f);
+                cuda::emu::matvec_q8(type, wp(i), rb, rows[i], cols, xq + size_t(first[i]) * xb, n[i], alone.data(), rows[i] + 1,
+                                     nullptr);
+                differ += alone != y[size_t(i)];
+            }
+            CHECK(differ == 0);
         }
     }
 }

@@ -556,8 +556,8 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     });
     runs(small, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
         // Tasks of a type with an int8-activation kernel take it, as matmul does (the same bits as
-        // matmul and matmul_id): each distinct input (first row, rows) quantized once, a launch a
-        // task. The others go in one grouped fp32-activation launch.
+        // matmul and matmul_id): each distinct input (first row, rows) quantized once, then one
+        // grouped launch for all of them. The others go in one grouped fp32-activation launch.
         std::vector<size_t> q8, run;
         for (size_t i : all) {
             const Mat& W = tasks[i].W;
@@ -585,10 +585,16 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
             const size_t rb = kern::q8_act_row_bytes(W0.type, W0.cols);
             auto* xq = static_cast<uint8_t*>(scratch(rb * q_rows));
             for (const In& in : ins) kern::quantize_act(W0.type, in.x, in.ld, in.n, W0.cols, xq + in.at * rb, compute_);
+            kern::MatvecQ8Group g;
             for (size_t j = 0; j < q8.size(); ++j) {
                 const MatTask& t = tasks[q8[j]];
-                kern::matvec_q8(t.W.type, t.W.data, t.W.row_bytes, t.W.rows, t.W.cols, xq + ins[in_of[j]].at * rb, t.n, t.y,
-                                t.ldy, compute_);
+                g.task[g.n_tasks++] = {t.W.data, xq + ins[in_of[j]].at * rb, t.y, t.W.rows, t.n, t.ldy};
+            }
+            try {
+                kern::matvec_q8_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
+            } catch (const std::exception& ex) {
+                fail("{}: matmul_tasks ({} int8 tasks of {} columns, first {}): {}", name_, g.n_tasks, W0.cols,
+                     tasks[q8[0]].W.name, ex.what());
             }
         }
         if (run.empty()) return;

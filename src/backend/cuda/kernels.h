@@ -49,6 +49,7 @@ void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, 
 void matvec_q8_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                   int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream);
 
+
 // The embedding gather: x[t] = row ids[t] of E (n_rows rows of cols elements, row_bytes apart,
 // any type of matvec_supported()) as fp32, the CPU's dequantized values bit for bit. ids is a
 // host array, checked against n_rows (std::invalid_argument naming the id); it travels in the
@@ -77,6 +78,23 @@ struct MatvecGroup {
 // The group kernel's parameters: the group, the row size and the width.
 static_assert(sizeof(MatvecGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a launch takes at most 4 KiB of parameters");
 void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream);
+// Several int8 matvecs of one weight type, row size and width in one launch, as matvec_group:
+// task i's n rows of quantized activations at xq (q8_act_row_bytes apart), its results in y (rows
+// ldy apart, 0: rows). Each task gets the bits matvec_q8 gives it alone.
+struct MatvecQ8Task {
+    const void* W = nullptr;
+    const void* xq = nullptr;
+    float* y = nullptr;
+    int64_t rows = 0, n = 0, ldy = 0;
+};
+struct MatvecQ8Group {
+    int n_tasks = 0;
+    int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
+    MatvecQ8Task task[kMatvecGroupMax];
+};
+static_assert(sizeof(MatvecQ8Group) + 2 * sizeof(size_t) + sizeof(int64_t) + 2 * sizeof(uint64_t) <= 4096,
+              "a launch takes at most 4 KiB of parameters");
+void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8Group& group, void* stream);
 
 // ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------
 // From this many tokens on, a matmul takes gemm_matmul instead of matvec. The matvec reads a

@@ -153,21 +153,22 @@ struct Q8Tile {
     int nr;   // warp-uniform
     int nt;   // tokens, warp-uniform
 };
+// Block (bx, by): row block bx, and slot or token group by.
 template <int NT>
 __device__ __forceinline__ bool q8_tile(const uint8_t* W, size_t slice_bytes, int64_t n_slices, int64_t rows,
                                         const int32_t* sel, const uint8_t* xq, size_t xq_stride, int64_t x_div, float* y,
-                                        int64_t n_tok, int64_t ldy, Q8Tile& s) {
+                                        int64_t n_tok, int64_t ldy, int64_t bx, int64_t by, Q8Tile& s) {
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-    s.r0 = (int64_t(blockIdx.x) * kQ8Warps + warp) * kQ8RowsPerWarp;
+    s.r0 = (bx * kQ8Warps + warp) * kQ8RowsPerWarp;
     s.x_stride = xq_stride;
     s.ldy = ldy;
     if (sel) {
-        const int64_t slot = blockIdx.y;
+        const int64_t slot = by;
         s.y = y + slot * rows;
         s.x = xq + size_t(slot / x_div) * xq_stride;
         s.nt = 1;
     } else {
-        const int64_t t0 = int64_t(blockIdx.y) * NT;
+        const int64_t t0 = by * NT;
         s.y = y + t0 * ldy;
         s.x = xq + size_t(t0) * xq_stride;
         s.nt = n_tok - t0 < NT ? int(n_tok - t0) : NT;
@@ -175,7 +176,7 @@ __device__ __forceinline__ bool q8_tile(const uint8_t* W, size_t slice_bytes, in
     if (s.r0 >= rows) return false;              // the whole warp leaves together
     s.nr = rows - s.r0 < kQ8RowsPerWarp ? int(rows - s.r0) : kQ8RowsPerWarp;
     if (sel) {
-        const int32_t e = sel[blockIdx.y];
+        const int32_t e = sel[by];
         if (e < 0 || e >= n_slices) {
             if (lane < s.nr) s.y[s.r0 + lane] = NAN;
             return false;
@@ -320,12 +321,13 @@ struct SbQ6_K {
 // token, its weights for each of the warp's rows, decoded once and dotted with every token's.
 // A token's sums are the same bits whatever NT and the group it falls in.
 template <class F, int NT>
-__global__ void __launch_bounds__(kQ8Warps * 32)
-    matvec_sb_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
-                        int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                        size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy) {
+__device__ __forceinline__ void matvec_sb_q8_block(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes,
+                                                   int64_t n_slices, int64_t rows, int64_t cols,
+                                                   const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                                                   size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok,
+                                                   int64_t ldy, int64_t bx, int64_t by) {
     Q8Tile tl;
-    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, tl)) return;
+    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, bx, by, tl)) return;
     const int lane = int(threadIdx.x % 32), k = lane % F::kLanes;
     const int64_t nb = cols / kQK;
     float acc[NT][kQ8RowsPerWarp] = {};
@@ -344,6 +346,14 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
         }
     }
     q8_store<NT>(acc, tl);
+}
+template <class F, int NT>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_sb_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                        int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                        size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy) {
+    matvec_sb_q8_block<F, NT>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq, xq_stride, x_div, y, n_tok, ldy,
+                              blockIdx.x, blockIdx.y);
 }
 
 // The CPU's x86 quantize_row_q8_0, one lane an element, a warp a block of 32: d = amax / 127
@@ -477,13 +487,14 @@ static_assert(PieceQ4_0::kBytes == sizeof(bq::block_q4_0) && PieceIQ4_NL::kBytes
 // i + 8, ... and in each piece c, whose levels are looked up once for every token. levels_lo /
 // _hi: the format's 16 levels (nibble formats).
 template <class P, int NT>
-__global__ void __launch_bounds__(kQ8Warps * 32)
-    matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
-                         int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
-                         size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy,
-                         uint64_t levels_lo, uint64_t levels_hi) {
+__device__ __forceinline__ void matvec_b32_q8_block(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes,
+                                                    int64_t n_slices, int64_t rows, int64_t cols,
+                                                    const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                                                    size_t xq_stride, int64_t x_div, float* __restrict__ y,
+                                                    int64_t n_tok, int64_t ldy, uint64_t levels_lo, uint64_t levels_hi,
+                                                    int64_t bx, int64_t by) {
     Q8Tile tl;
-    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, tl)) return;
+    if (!q8_tile<NT>(W, slice_bytes, n_slices, rows, sel, xq, xq_stride, x_div, y, n_tok, ldy, bx, by, tl)) return;
     const int lane = int(threadIdx.x % 32);
     const uint32_t t[4] = {uint32_t(levels_lo), uint32_t(levels_lo >> 32), uint32_t(levels_hi), uint32_t(levels_hi >> 32)};
     const int i0 = lane / 4, c = lane % 4;
@@ -516,6 +527,50 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
         }
     }
     q8_store<NT>(acc, tl);
+}
+template <class P, int NT>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_b32_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, size_t slice_bytes, int64_t n_slices,
+                         int64_t rows, int64_t cols, const int32_t* __restrict__ sel, const uint8_t* __restrict__ xq,
+                         size_t xq_stride, int64_t x_div, float* __restrict__ y, int64_t n_tok, int64_t ldy,
+                         uint64_t levels_lo, uint64_t levels_hi) {
+    matvec_b32_q8_block<P, NT>(W, row_bytes, slice_bytes, n_slices, rows, cols, sel, xq, xq_stride, x_div, y, n_tok, ldy,
+                               levels_lo, levels_hi, blockIdx.x, blockIdx.y);
+}
+
+// Every task of a MatvecQ8Group in one launch (as matvec.cu's group kernel): block u belongs to
+// the task whose first block is the largest first[i] <= u, and is that task's row block
+// (u - first[i]) % row_blocks, token group / row_blocks; the same block code as a task alone, so
+// the same bits. Rows a block: kQ8RowsPerBlock.
+__device__ __forceinline__ const MatvecQ8Task& q8_group_task(const MatvecQ8Group& g, int64_t& bx, int64_t& by) {
+    const int64_t u = blockIdx.x;
+    int lo = 0, hi = g.n_tasks - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g.first[mid] <= u) lo = mid;
+        else hi = mid - 1;
+    }
+    const MatvecQ8Task& t = g.task[lo];
+    const int64_t row_blocks = (t.rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock, local = u - g.first[lo];
+    bx = local % row_blocks, by = local / row_blocks;
+    return t;
+}
+template <class F, int NT>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_sb_q8_group_kernel(MatvecQ8Group g, size_t row_bytes, int64_t cols, size_t xq_stride) {
+    int64_t bx, by;
+    const MatvecQ8Task& t = q8_group_task(g, bx, by);
+    matvec_sb_q8_block<F, NT>(static_cast<const uint8_t*>(t.W), row_bytes, 0, 1, t.rows, cols, nullptr,
+                              static_cast<const uint8_t*>(t.xq), xq_stride, 1, t.y, t.n, t.ldy, bx, by);
+}
+template <class P, int NT>
+__global__ void __launch_bounds__(kQ8Warps * 32)
+    matvec_b32_q8_group_kernel(MatvecQ8Group g, size_t row_bytes, int64_t cols, size_t xq_stride, uint64_t levels_lo,
+                               uint64_t levels_hi) {
+    int64_t bx, by;
+    const MatvecQ8Task& t = q8_group_task(g, bx, by);
+    matvec_b32_q8_block<P, NT>(static_cast<const uint8_t*>(t.W), row_bytes, 0, 1, t.rows, cols, nullptr,
+                               static_cast<const uint8_t*>(t.xq), xq_stride, 1, t.y, t.n, t.ldy, levels_lo, levels_hi, bx, by);
 }
 
 // Q4_0's levels q - 8 (IQ4_NL's and MXFP4's are quant/blocks.h's tables).
@@ -596,7 +651,71 @@ void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
     launch_q8_nt<kQ8Tokens>(type, w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
 }
 
+// A group: the same weight type, row size and width for every task.
+template <class F, int NT>
+void launch_sb_group(const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, int64_t cols, void* stream) {
+    auto* kernel = &matvec_sb_q8_group_kernel<F, NT>;
+    KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kQ8Warps * 32), 0, as_stream(stream), g, row_bytes, cols,
+                  q8_act_row_bytes(quant::Type::Q4_K, cols));
+}
+template <class P, int NT>
+void launch_b32_group(const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, int64_t cols, void* stream,
+                      const int8_t* levels) {
+    auto* kernel = &matvec_b32_q8_group_kernel<P, NT>;
+    KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kQ8Warps * 32), 0, as_stream(stream), g, row_bytes, cols,
+                  q8_act_row_bytes(quant::Type::Q8_0, cols), levels ? bq::pack_levels8(levels) : 0,
+                  levels ? bq::pack_levels8(levels + 8) : 0);
+}
+template <int NT>
+void launch_q8_group_nt(quant::Type type, const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, int64_t cols,
+                        void* stream) {
+    using quant::Type;
+    switch (type) {
+        case Type::Q4_K: return launch_sb_group<SbQ4_K, NT>(g, blocks, row_bytes, cols, stream);
+        case Type::Q5_K: return launch_sb_group<SbQ5_K, NT>(g, blocks, row_bytes, cols, stream);
+        case Type::Q6_K: return launch_sb_group<SbQ6_K, NT>(g, blocks, row_bytes, cols, stream);
+        case Type::IQ4_XS: return launch_sb_group<SbIQ4_XS, NT>(g, blocks, row_bytes, cols, stream);
+        case Type::Q8_0: return launch_b32_group<PieceQ8_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
+        case Type::Q5_0: return launch_b32_group<PieceQ5_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
+        case Type::Q4_0: return launch_b32_group<PieceQ4_0, NT>(g, blocks, row_bytes, cols, stream, kLevelsQ4_0);
+        case Type::IQ4_NL: return launch_b32_group<PieceIQ4_NL, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_iq4nl);
+        case Type::MXFP4: return launch_b32_group<PieceMXFP4, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_mxfp4);
+        default: break;
+    }
+    const char* name = quant::type_facts(type).name;
+    throw std::invalid_argument(std::string("cuda matvec_q8_group: no int8-activation kernel for weight type ") + (name ? name : "?"));
+}
+
 }  // namespace
+
+void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8Group& group, void* stream) {
+    if (group.n_tasks < 0 || group.n_tasks > kMatvecGroupMax)
+        throw std::invalid_argument("cuda matvec_q8_group: " + std::to_string(group.n_tasks) + " tasks, at most " +
+                                    std::to_string(kMatvecGroupMax));
+    // Tasks without rows or tokens take no block (the kernel's search needs every task to own one).
+    MatvecQ8Group g;
+    bool single = true;
+    for (int i = 0; i < group.n_tasks; ++i) {
+        const MatvecQ8Task& t = group.task[i];
+        if (t.rows <= 0 || t.n <= 0) continue;
+        g.task[g.n_tasks] = t;
+        if (t.ldy == 0) g.task[g.n_tasks].ldy = t.rows;
+        ++g.n_tasks;
+        single = single && t.n == 1;
+    }
+    if (g.n_tasks == 0) return;
+    // One token everywhere (decode) takes the one-token blocks, as matvec_q8 does; otherwise 4.
+    const int64_t per_block = single ? 1 : kQ8Tokens;
+    int64_t blocks = 0;
+    for (int i = 0; i < g.n_tasks; ++i) {
+        const MatvecQ8Task& t = g.task[i];
+        g.first[i] = blocks;
+        blocks += (t.rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock * ((t.n + per_block - 1) / per_block);
+    }
+    if (blocks > 2147483647) throw std::invalid_argument("cuda matvec_q8_group: more than 2^31 - 1 blocks");
+    if (single) launch_q8_group_nt<1>(type, g, blocks, row_bytes, cols, stream);
+    else launch_q8_group_nt<kQ8Tokens>(type, g, blocks, row_bytes, cols, stream);
+}
 
 size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
     const size_t extra = q8_k_acts(type) ? size_t(4 * (cols / kQK) + 64 * (cols / kQK)) : size_t(4 * (cols / 32));
