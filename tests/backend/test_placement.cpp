@@ -5,6 +5,7 @@
 
 #include "backend/registry.h"
 #include "backend/sim_backend.h"
+#include "cli/lib/expert_session.h"
 #include "model/placement.h"
 #include "model/session.h"
 #include "model/tensor_list.h"
@@ -332,5 +333,34 @@ TEST_CASE("several devices in one process (--device sim:..,sim:..): -ngl spreads
                     if (shard) check_expert_shards(pl, bk, hp, ngl, n_dev);
                     else check_layer_runs(pl, bk, L, ngl, n_dev);
                 }
+    }
+}
+
+// --device with -ngl and no expert store flag (cli attach_experts): the routed experts go with
+// their layers when the device layers fit 90 % of the devices' free memory, so a GPU decode step
+// can keep the router's choices on the device; a store when they do not fit, when no layer is on
+// the device, or when a store flag asks for one.
+TEST_CASE("attach_experts: --device -ngl N makes no expert store when the layers fit, one when they do not") {
+    auto m = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
+    struct Case {
+        const char* device;
+        int ngl;
+        const char* dev_cache;
+        bool store;
+    };
+    for (const Case c : {Case{"sim:1GiB", 99, "", false}, Case{"sim:1GiB", 2, "", false}, Case{"sim:1MiB", 99, "", true},
+                         Case{"sim:1GiB", 0, "", true}, Case{"sim:1GiB", 99, "50%", true}}) {
+        CAPTURE(c.device);
+        CAPTURE(c.ngl);
+        CAPTURE(c.dev_cache);
+        runtime::ExpertFlags f;
+        f.device = c.device;
+        f.n_gpu_layers = c.ngl;
+        f.dev_cache = c.dev_cache;
+        model::SessionOptions so;
+        so.n_threads = 2;
+        const auto rd = cli::attach_experts(*m, f, so);
+        CHECK((so.experts != nullptr) == c.store);
+        CHECK(so.n_gpu_layers == c.ngl);
     }
 }

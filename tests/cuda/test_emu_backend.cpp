@@ -6,9 +6,12 @@
 // (emu/runtime.h): a missing synchronization or a host-side touch of device memory fails here.
 //   - F32 golden models (../shared/golden): no activation rounding on either side, so the device
 //     path is held to 1e-4, the CPU's own F32 bound (measured: 7-8e-6, k3 and kl, every form).
-//   - The Q4_K_M models a clone ships: golden_on_device.sh's bound for these files, 0.5. The
-//     device keeps fp16 activations in its GEMMs (the 64-token prefill) and fp32 in the matvecs of
-//     types without an int8 form, where llama.cpp rounds them to the vec_dot formats (measured: k3 0.33 / kl 0.43 max |d logit|, argmax 59-63 of 64).
+//   - The Q4_K_M models a clone ships, prefill: golden_on_device.sh's bound for these files, 0.5.
+//     The device keeps fp16 activations in its GEMMs (the 64-token prefill) and fp32 in the
+//     matvecs of types without an int8 form (kl-tiny-a's Q5_1), where llama.cpp rounds them to the
+//     vec_dot formats (measured: k3 0.19 / kl 0.43 max |d logit|, argmax 60-62 of 64).
+//   - k3-tiny-a Q4_K_M decode: every matmul of it (Q4_K, Q6_K, Q5_0, Q8_0) has an int8 form, which
+//     sums the CPU's own integer products, so it is held to the F32 bound, 1e-4 (measured 2.9e-6).
 #define KINFER_CUDA_EMU_RUNTIME 1   // cuda_backend.h's class as built on the emulated runtime
 #include "backend/cuda/cuda_backend.h"
 #include "backend/registry.h"
@@ -94,8 +97,8 @@ TEST_CASE("CudaBackend on the emulated runtime: the shipped Q4_K_M models within
             const std::string mode = batch ? "batch" : "decode";
             const Diff d = against(on_emu_cuda(*m, ids, batch), data("logits/" + name + "/p64." + mode + ".f32"),
                                    name + " emu-cuda " + mode);
-            CHECK(d.max_abs <= 0.5);
-            CHECK(d.argmax_agree * 10 >= d.rows * 9);   // 90 % (measured: 59-63 of 64, 20 of 20)
+            CHECK(d.max_abs <= (batch ? 0.5 : 1e-4));
+            CHECK(d.argmax_agree * 10 >= d.rows * 9);   // 90 % (measured: 60-62 of 64, 20 of 20)
         }
     }
 }

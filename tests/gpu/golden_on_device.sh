@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Golden logits with the model on a device: every tiny model llama.cpp produced logits for, with
 # every layer on DEVICE (-ngl 99), on the 64-token prompt plus 8 greedy tokens:
-#   all     every layer on the device (decode matvecs, prefill GEMMs, the untiled absorbed MLA)
-#           against llama.cpp's exact-mode logits;
+#   all     every layer on the device, the routed experts with their layers (no expert store: the
+#           models fit), so decode takes the slot form (decode matvecs, prefill GEMMs, the
+#           untiled absorbed MLA) against llama.cpp's exact-mode logits;
 #   tier    the same with the routed experts paged through a device cache of 25 % of them,
 #           against llama.cpp's;
 #   slots   --moe slots: the routed experts by slot with the choices left on the device (what
@@ -12,7 +13,8 @@
 #           decompressed (MHA) form where it costs fewer operations, decode absorbed), against
 #           the CPU running the same form;
 #   mha     --mla decompressed: the untiled decompressed (MHA) form, against the CPU's;
-#   graphs  "all" with --cuda-graphs: the greedy decode steps launched as CUDA graphs.
+#   graphs  "all" with --cuda-graphs: the greedy decode steps launched as CUDA graphs (one graph
+#           a step: the slot form reads nothing back).
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread

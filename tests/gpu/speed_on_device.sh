@@ -46,9 +46,13 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2
     echo "-- $(basename "$m"): decode on $dev, the kernels launched one by one, then as CUDA graphs (--cuda-graphs);"
-    echo "   both with --expert-sync, which --cuda-graphs implies (the store loads its misses on the step's thread)"
-    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --expert-sync | tail -n 1
+    echo "   the experts with their layers (no store: the model fits), the slot form: no read-back to split a graph"
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 1
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --cuda-graphs | tail -n 1
+    echo "-- $(basename "$m"): the same through an expert store holding every expert (--expert-cache 100%, and"
+    echo "   --expert-sync, which --cuda-graphs implies: the store loads its misses on the step's thread)"
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --expert-cache 100% --expert-sync | tail -n 1
+    "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --expert-cache 100% --cuda-graphs | tail -n 1
     echo "-- $(basename "$m"): decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %"
     for c in 10 25 50 100; do
         echo "expert cache $c %:"

@@ -1,10 +1,12 @@
 #include "cli/lib/expert_session.h"
 
 #include "cli/lib/flag_check.h"
+#include "cli/lib/info_report.h"
 #include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "model/tensor_list.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -20,7 +22,9 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
                    "CPU kernels, every pointer checked) or emu-cuda[:SIZE] (the CUDA backend's host code and kernels on "
                    "an emulated GPU, default 2GiB: slow, for tests)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
-                   "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl")
+                   "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl. Their "
+                   "routed experts go with them when the layers fit 90% of the device's free memory, else (and with "
+                   "any expert store flag) through the expert store's device cache")
         ->check(int_in(0, 1 << 20))->group(g);
     app.add_option("--split-mode,--sm", f.split_mode,
                    "how several devices share the model: layer (the -ngl layers in contiguous runs, one device "
@@ -54,6 +58,27 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
                    "route by the trace in FILE instead of the router (benchmarks only: changes the output)")->group(g);
 }
 
+bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk) {
+    const int L = m.hparams().n_layer;
+    const int first = L - std::min(ngl, L);
+    size_t need = 0;
+    for (const gguf::TensorInfo& t : m.file().tensors()) {
+        int il = -1;
+        if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1) need += il >= first ? t.nbytes : 0;
+        else if (ngl >= L && t.name.rfind("output", 0) == 0) need += t.nbytes;   // the head with the last layer
+    }
+    size_t free = 0;
+    for (size_t i = 0; i < bk.n_devices(); ++i) free += bk.device(i)->free_bytes();
+    // A tenth of the free memory for the latent cache, the KDA state and the ops' scratch.
+    const bool fits = need <= free / 10 * 9;
+    if (!fits)
+        std::fprintf(stderr,
+                     "kinfer: the %d device layers take %s, more than 90%% of the %s free on the devices: their "
+                     "routed experts go through an expert store (--expert-cache sets its size)\n",
+                     std::min(ngl, L), human_bytes(need).c_str(), human_bytes(free).c_str());
+    return fits;
+}
+
 std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
                                            model::SessionOptions& so) {
     const auto& hp = m.hparams();
@@ -83,7 +108,13 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
         usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
                    "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
                    "--verbose-experts, --expert-io) choose another placement: give one or the other");
-    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1) && !bare.any_store() ? bare : flags;
+    // --device with -ngl and no store flag: the experts go with their layers (llama.cpp's -ngl) when
+    // the device layers fit the devices' free memory, so a GPU decode step keeps the router's
+    // choices on the device (the slot form, model/moe.cpp) instead of reading them back for a
+    // store every MoE layer. A store when a flag asks for one, when the device holds no layer
+    // (the expert cache is then its only use), or when the layers do not fit.
+    const bool with_layers = ngl > 0 && !bare.any_store() && device_layers_fit(m, ngl, *rd->backends);
+    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1 || with_layers) && !bare.any_store() ? bare : flags;
     // CUDA graphs (so.graphs): the store loads its misses on the step's thread, where a capture
     // can pause for them (Session::forward keeps graphs off for a store with an I/O thread).
     if (so.graphs) store_flags.sync_io = true;
