@@ -346,17 +346,24 @@ TEST_CASE("attach_experts: --device -ngl N makes no expert store when the layers
         const char* device;
         int ngl;
         const char* dev_cache;
+        const char* ot;
         bool store;
     };
-    for (const Case c : {Case{"sim:1GiB", 99, "", false}, Case{"sim:1GiB", 2, "", false}, Case{"sim:1MiB", 99, "", true},
-                         Case{"sim:1GiB", 0, "", true}, Case{"sim:1GiB", 99, "50%", true}}) {
-        CAPTURE(c.device);
-        CAPTURE(c.ngl);
-        CAPTURE(c.dev_cache);
+    // Two devices: the layers go in two runs, the head with the second (k3-tiny-a: 0.7 MiB on the
+    // first, 1.7 MiB on the second); a device too small for its run makes the store.
+    // An -ot rule for token_embd places the table, not experts: no store; one for experts is a tier.
+    for (const Case c : {Case{"sim:1GiB", 99, "", "", false}, Case{"sim:1GiB", 2, "", "", false},
+                         Case{"sim:1MiB", 99, "", "", true}, Case{"sim:1GiB", 0, "", "", true},
+                         Case{"sim:1GiB", 99, "50%", "", true}, Case{"sim:1GiB,sim:1GiB", 99, "", "", false},
+                         Case{"sim:1GiB,sim:1MiB", 99, "", "", true}, Case{"sim:512KiB,sim:1GiB", 99, "", "", true},
+                         Case{"sim:1GiB", 99, "", "token_embd=sim0", false},
+                         Case{"sim:1GiB", 99, "", "ffn_.*_exps=CPU", true}}) {
+        INFO((std::string(c.device) + " -ngl " + std::to_string(c.ngl) + " --expert-cache '" + c.dev_cache + "' -ot '" + c.ot + "'"));
         runtime::ExpertFlags f;
         f.device = c.device;
         f.n_gpu_layers = c.ngl;
         f.dev_cache = c.dev_cache;
+        if (*c.ot) f.overrides = {c.ot};
         model::SessionOptions so;
         so.n_threads = 2;
         const auto rd = cli::attach_experts(*m, f, so);

@@ -13,7 +13,8 @@
 //  - several tokens at once (a block takes up to 4): every token's row bit-equal to the token
 //    alone, rows ldy apart with the gaps untouched, for 2, 3, 5 and 9 tokens of every type;
 //  - matvec_q8_group: tasks of different rows and token counts (and an empty one) in one launch,
-//    each bit-equal to matvec_q8 alone, for one token everywhere and for a mix.
+//    each bit-equal to matvec_q8 alone, for one token everywhere, for a mix, and for a full group
+//    of 48 tasks.
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
@@ -285,5 +286,22 @@ TEST_CASE("cuda matvec_q8_group (cpu mode): every task the bits of matvec_q8 alo
             }
             CHECK(differ == 0);
         }
+        // A full group: kMatvecGroupMax tasks of 1..3 rows and 1..5 tokens (the search over 48 first blocks).
+        cuda::emu::MatvecQ8Group g;
+        std::vector<std::vector<float>> y(cuda::emu::kMatvecGroupMax);
+        for (int i = 0; i < cuda::emu::kMatvecGroupMax; ++i) {
+            const int64_t r = 1 + i % 3, n = 1 + i % 5;
+            y[size_t(i)].assign(size_t(n * r), -7.0f);
+            g.task[g.n_tasks++] = {wp(i % 4 == 1 ? 0 : i % 4), xq + size_t(i % 3) * xb, y[size_t(i)].data(), r, n, 0};
+        }
+        cuda::emu::matvec_q8_group(type, rb, cols, g, nullptr);
+        int differ = 0;
+        for (int i = 0; i < g.n_tasks; ++i) {
+            const cuda::emu::MatvecQ8Task& t = g.task[i];
+            std::vector<float> alone(y[size_t(i)].size(), -7.0f);
+            cuda::emu::matvec_q8(type, t.W, rb, t.rows, cols, t.xq, t.n, alone.data(), 0, nullptr);
+            differ += alone != y[size_t(i)];
+        }
+        CHECK(differ == 0);
     }
 }

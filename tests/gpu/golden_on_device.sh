@@ -79,10 +79,12 @@ for m in "${models[@]}"; do
     # The CPU runs record their expert choices (the same path: recording only reads them).
     for f in cpu cpu-tiled cpu-mha; do run $f --routing-record "$out/$name.$f.route"; done
     for f in all tier slots tiled mha graphs; do run $f; done
-    check() {   # form [NAME]: NAME's logits against the form's reference, its greedy ids against its twin's
-        python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" <<'PY'
+    check() {   # form [NAME [TOKEN]]: NAME's logits against the form's reference, its greedy ids against
+                # its twin's; with TOKEN, also the form's own rows before TOKEN (untouched by a flip there)
+        python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" "${3:--1}" <<'PY'
 import struct, sys
-out, name, want_path, floor, form, as_name, twin = sys.argv[1:8]
+out, name, want_path, floor, form, as_name, twin, flip = sys.argv[1:9]
+flip = int(flip)
 def load(path, n=None):
     b = open(path, "rb").read()
     v = struct.unpack(f"{len(b) // 4}f", b)
@@ -102,8 +104,16 @@ if len(got) != len(want) or len(ref_logits) != len(want):
 worst = max(abs(a - b) for a, b in zip(got, ref_logits))
 same = open(f"{out}/{name}.{as_name}.txt").read() == open(f"{out}/{name}.{twin}.txt").read()
 ok = worst <= bound and same
+before = ""
+if flip >= 0:   # the form as it ran (its own expert choices), rows before the first differing choice
+    vocab = 4352
+    own = load(f"{out}/{name}.{form}.f32", len(want))
+    n = min(flip * vocab, len(want))
+    early = max((abs(a - b) for a, b in zip(own[:n], ref_logits[:n])), default=0.0)
+    ok = ok and early <= bound
+    before = f"; {form} itself before token {flip}: {early:.3g}"
 print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:13s} max |d logit| vs {ref:9s} {worst:.3g} (bound {bound:.3g}), "
-      f"greedy ids {'equal' if same else 'DIFFER'} ({twin})")
+      f"greedy ids {'equal' if same else 'DIFFER'} ({twin}){before}")
 sys.exit(0 if ok else 1)
 PY
     }
@@ -114,23 +124,27 @@ PY
         # takes another expert on the device than on the CPU, and every later position differs by
         # as much as llama.cpp's own settings move it. Where the device's choices differ from its
         # CPU twin's, the form is held to its bound again with the twin's choices replayed: the
-        # same function as the twin, so what remains is the device's arithmetic. (Replaying takes
-        # the grouped MoE form, also for the slots form.)
+        # same function as the twin, so what remains is the device's arithmetic. Replaying (and
+        # recording) takes the grouped MoE form, also where the form ran by slot; the form's own
+        # logits before the first differing choice are held to the bound too, so a fault of its
+        # own path cannot hide behind the replay.
         route="$out/$name.${twin[$f]}.route"
         [ -f "$route" ] || { echo "FAIL $name $f"; bad=1; continue; }
         run $f as $f-routed --routing-record "$out/$name.$f.route" || { bad=1; continue; }
-        first=$(python3 - "$route" "$out/$name.$f.route" <<'PY'
+        first=$(python3 - "$route" "$out/$name.$f.route" <<'PY' || true
 import sys
 a, b = (open(p).read().split("\n")[2:] for p in sys.argv[1:3])
 for x, y in zip(a, b):   # lines "token layer expert..."; the order of a token's experts does not matter
     x, y = x.split(), y.split()
+    if len(x) < 3 or len(y) < 3:
+        break
     if sorted(x[2:]) != sorted(y[2:]):
-        print(f"token {x[0]}, MoE layer {x[1]}: experts {' '.join(x[2:])} on the CPU, {' '.join(y[2:])} here"); break
+        print(f"{x[0]} token {x[0]}, MoE layer {x[1]}: experts {' '.join(x[2:])} on the CPU, {' '.join(y[2:])} here"); break
 PY
 )
         if [ -z "$first" ]; then echo "FAIL $name $f: the same experts as ${twin[$f]}"; bad=1; continue; fi
-        echo "     $name $f: the device chose other experts ($first); again with ${twin[$f]}'s choices replayed:"
-        run $f as $f-replay --routing-replay "$route" && check $f $f-replay || { echo "FAIL $name $f"; bad=1; }
+        echo "     $name $f: the device chose other experts (${first#* }); again with ${twin[$f]}'s choices replayed:"
+        run $f as $f-replay --routing-replay "$route" && check $f $f-replay "${first%% *}" || { echo "FAIL $name $f"; bad=1; }
     done
 done
 [ "$bad" = 0 ] || { echo "golden logits on $dev: some model outside its bound"; exit 1; }

@@ -49,7 +49,6 @@ void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, 
 void matvec_q8_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                   int64_t cols, const int32_t* sel, int64_t slots, const void* xq, int64_t x_div, float* y, void* stream);
 
-
 // The embedding gather: x[t] = row ids[t] of E (n_rows rows of cols elements, row_bytes apart,
 // any type of matvec_supported()) as fp32, the CPU's dequantized values bit for bit. ids is a
 // host array, checked against n_rows (std::invalid_argument naming the id); it travels in the

@@ -21,15 +21,19 @@
 // Layout of the quantized activations, per row (q8_act_row_bytes): qs int8[cols] (16-byte
 // aligned), then for Q8_K d float[cols / 256] and bsum int32[cols / 16], for Q8_0 d float[cols / 32]
 // (the fp16 scale the CPU stores, widened); for the nibble formats each block's 32 qs are stored
-// interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K weight
-// rows must be 16-byte aligned (its blocks are 144 bytes, so a 16-aligned row start is enough),
-// Q6_K and Q8_0 rows 2-byte aligned; the nibble formats are read by bytes (matvec_q8_supported
-// checks it).
+// interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K / Q5_K weight
+// rows must be 16-byte aligned (blocks of 144 / 176 bytes, so a 16-aligned row start is enough),
+// IQ4_XS rows 8-byte aligned (136-byte blocks), Q6_K, Q8_0 and Q5_0 rows 2-byte aligned; Q4_0,
+// IQ4_NL and MXFP4 are read by bytes (matvec_q8_supported checks it).
 //
 // The 32-element formats: four lanes a block, a lane 8 weights (Q8_0: bytes 8c .. 8c + 7 of the
-// quants, 2-byte loads; the nibble formats: quant bytes 4c .. 4c + 3, their 8 levels looked up
-// with byte permutes whose selectors are the nibbles themselves, against activations stored in
-// the nibbles' order), 2 dp4a against the activation words, d_w d_y times the piece's integer sum.
+// quants, 2-byte loads; Q4_0, IQ4_NL, MXFP4: quant bytes 4c .. 4c + 3, their 8 levels looked up
+// with byte permutes whose selectors are the nibbles themselves; Q5_0: the same bytes with their
+// fifth bits, levels formed arithmetically; the nibble formats against activations stored in the
+// nibbles' order), 2 dp4a against the activation words, d_w d_y times the piece's integer sum.
+//
+// Decode is one token; 2 to 31 tokens (an expert's share of a prefill chunk, a few sequences) take
+// the same code with 4 tokens a block, from 32 on a matmul takes the GEMM (gemm.cu).
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
@@ -747,7 +751,8 @@ bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int6
         case quant::Type::Q6_K: return cols % kQK == 0 && at % 2 == 0 && row_bytes % 2 == 0;
         case quant::Type::IQ4_XS: return cols % kQK == 0 && at % 8 == 0 && row_bytes % 8 == 0;
         case quant::Type::Q8_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
-        case quant::Type::Q5_0: case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
+        case quant::Type::Q5_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
+        case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
         default: return false;
     }
 }

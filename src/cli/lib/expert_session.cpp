@@ -5,10 +5,13 @@
 #include "cli/lib/split_session.h"
 #include "common/error.h"
 #include "model/tensor_list.h"
+#include "runtime/expert_placement.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
+#include <vector>
 
 namespace kinfer::cli {
 
@@ -60,23 +63,47 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
 
 bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk) {
     const int L = m.hparams().n_layer;
-    const int first = L - std::min(ngl, L);
-    size_t need = 0;
+    const int n = std::min(ngl, L), first = L - n;
+    const size_t n_dev = bk.n_devices();
+    if (n <= 0 || n_dev == 0) return true;
+    // Placement's assignment (model/placement.cpp): layer first + k on device k * n_dev / n in
+    // contiguous runs, the output head with the last layer. Element-wise vectors go as fp32.
+    auto device_of = [&](int il) { return std::min(n_dev - 1, size_t(int64_t(il - first) * int64_t(n_dev) / n)); };
+    std::vector<size_t> need(n_dev, 0);
     for (const gguf::TensorInfo& t : m.file().tensors()) {
+        const size_t bytes = t.n_dims == 1 ? size_t(t.nelements()) * sizeof(float) : t.nbytes;
         int il = -1;
-        if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1) need += il >= first ? t.nbytes : 0;
-        else if (ngl >= L && t.name.rfind("output", 0) == 0) need += t.nbytes;   // the head with the last layer
+        if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1) {
+            if (il >= first && il < L) need[device_of(il)] += bytes;
+        } else if (ngl >= L && t.name.rfind("output", 0) == 0) {
+            need[device_of(L - 1)] += bytes;
+        }
     }
-    size_t free = 0;
-    for (size_t i = 0; i < bk.n_devices(); ++i) free += bk.device(i)->free_bytes();
-    // A tenth of the free memory for the latent cache, the KDA state and the ops' scratch.
-    const bool fits = need <= free / 10 * 9;
-    if (!fits)
+    // A tenth of each device's free memory for the latent cache, the KDA state and the ops' scratch.
+    for (size_t d = 0; d < n_dev; ++d) {
+        const size_t free = bk.device(d)->free_bytes();
+        if (need[d] <= free / 10 * 9) continue;
         std::fprintf(stderr,
-                     "kinfer: the %d device layers take %s, more than 90%% of the %s free on the devices: their "
-                     "routed experts go through an expert store (--expert-cache sets its size)\n",
-                     std::min(ngl, L), human_bytes(need).c_str(), human_bytes(free).c_str());
-    return fits;
+                     "kinfer: the -ngl layers placed on %s take %s, more than 90%% of its %s free: their routed "
+                     "experts go through an expert store (--expert-cache sets its size)\n",
+                     bk.device(d)->name().c_str(), human_bytes(need[d]).c_str(), human_bytes(free).c_str());
+        return false;
+    }
+    return true;
+}
+
+// Whether an -ot rule names a routed-expert tensor of the model (a tier of the expert store);
+// rules for dense tensors only (token_embd, a layer's attention) place layers, not experts.
+bool overrides_name_experts(const model::Model& m, const std::vector<std::string>& overrides) {
+    if (overrides.empty()) return false;
+    runtime::PlacementRules rules;
+    for (const std::string& s : overrides) rules.add_override(s);
+    for (const auto& rule : rules.overrides) {
+        const std::regex re(rule.first);
+        for (const gguf::TensorInfo& t : m.file().tensors())
+            if (t.name.find("_exps.") != std::string::npos && std::regex_search(t.name, re)) return true;
+    }
+    return false;
 }
 
 std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
@@ -113,8 +140,12 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     // choices on the device (the slot form, model/moe.cpp) instead of reading them back for a
     // store every MoE layer. A store when a flag asks for one, when the device holds no layer
     // (the expert cache is then its only use), or when the layers do not fit.
-    const bool with_layers = ngl > 0 && !bare.any_store() && device_layers_fit(m, ngl, *rd->backends);
-    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1 || with_layers) && !bare.any_store() ? bare : flags;
+    // -ot rules that name no expert tensor place layers only: they ask for no store.
+    runtime::ExpertFlags asked = bare;
+    if (!overrides_name_experts(m, asked.overrides)) asked.overrides.clear();
+    const bool plain = !asked.any_store();
+    const bool with_layers = plain && ngl > 0 && !shard && split_ranks() <= 1 && device_layers_fit(m, ngl, *rd->backends);
+    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1 || with_layers) && plain ? asked : flags;
     // CUDA graphs (so.graphs): the store loads its misses on the step's thread, where a capture
     // can pause for them (Session::forward keeps graphs off for a store with an I/O thread).
     if (so.graphs) store_flags.sync_io = true;
