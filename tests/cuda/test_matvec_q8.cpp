@@ -8,8 +8,9 @@
 //    so |err| <= 1e-5 * sum |w x| + 1e-6 (a wrong scale, min or nibble half moves a row by far more);
 //  - matvec_q8_id gives each slot what matvec_q8 gives its expert alone, bit for bit, and NaN
 //    rows for a bad id;
-//  - the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4) on Q8_0 activations against the CPU
-//    backend with the same bound, and per slot bit for bit;
+//  - the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activations, Q4_1, Q5_1 on
+//    Q8_1: quantize_row_q8_1's values and block sums) against the CPU backend with the same bound,
+//    and per slot bit for bit;
 //  - several tokens at once (a block takes up to 4): every token's row bit-equal to the token
 //    alone, rows ldy apart with the gaps untouched, for 2, 3, 5 and 9 tokens of every type;
 //  - matvec_q8_group: tasks of different rows and token counts (and an empty one) in one launch,
@@ -171,8 +172,33 @@ TEST_CASE("cuda quantize_act, Q8_0 (cpu mode): quant's quantize_row_q8_0 values,
     }
 }
 
-TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 activations against the CPU backend; per slot") {
-    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q5_0, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
+TEST_CASE("cuda quantize_act, Q8_1 (cpu mode): quant's quantize_row_q8_1 values and block sums, nibble order") {
+    const int64_t rows = 2, cols = 320, ld = 333;
+    std::vector<float> x = randn(size_t(rows * ld), 9310);
+    for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 96 + i)] = 0.0f;   // row 1, block 3: zeros
+    const size_t rb = cuda::emu::q8_act_row_bytes(quant::Type::Q5_1, cols);
+    std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
+    cuda::emu::quantize_act(quant::Type::Q5_1, x.data(), ld, rows, cols, q.data(), nullptr);
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<quant::block_q8_1> want(size_t(cols / 32));
+        quant::quantize_row_q8_1(x.data() + r * ld, want.data(), cols);
+        for (size_t b = 0; b < want.size(); ++b) {
+            INFO("row ", r, " block ", b);
+            const uint8_t* qs = q.data() + size_t(r) * rb + 32 * b;
+            int differ = 0;
+            for (int j = 0; j < 32; ++j) differ += int8_t(qs[j < 16 ? 2 * j : 2 * (j - 16) + 1]) != want[b].qs[j];
+            CHECK(differ == 0);
+            float d, sum;
+            std::memcpy(&d, q.data() + size_t(r) * rb + size_t(cols) + 4 * b, 4);
+            std::memcpy(&sum, q.data() + size_t(r) * rb + size_t(cols) + 4 * size_t(cols / 32) + 4 * b, 4);
+            CHECK(d == quant::fp16_to_fp32(want[b].d));
+            CHECK(sum == quant::fp16_to_fp32(want[b].s));
+        }
+    }
+}
+
+TEST_CASE("cuda matvec_q8 (cpu mode): Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4 on Q8_0 and Q4_1, Q5_1 on Q8_1 activations against the CPU backend; per slot") {
+    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q5_0, quant::Type::Q4_1, quant::Type::Q5_1, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
         const quant::Traits& tr = quant::traits(type);
         const int64_t rows = 37, cols = 544, E = 3;   // 17 blocks: the last step of the 8-block stride is partial
         const size_t rb = quant::row_size(tr, cols), slice = rb * size_t(rows);
@@ -213,7 +239,7 @@ TEST_CASE("cuda prmt (cpu mode): byte selection and the sign-replicate selector 
 
 TEST_CASE("cuda matvec_q8 (cpu mode): several tokens, each the bits of the token alone") {
     for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K, quant::Type::IQ4_XS, quant::Type::Q8_0, quant::Type::Q5_0,
-                                   quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
+                                   quant::Type::Q4_1, quant::Type::Q5_1, quant::Type::Q4_0, quant::Type::IQ4_NL, quant::Type::MXFP4}) {
         const quant::Traits& tr = quant::traits(type);
         const int64_t rows = 19, cols = 512, ldy = rows + 3;   // 19 rows: the last warp's second row is partial
         const size_t rb = quant::row_size(tr, cols);
@@ -248,7 +274,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): several tokens, each the bits of the token
 
 TEST_CASE("cuda matvec_q8_group (cpu mode): every task the bits of matvec_q8 alone") {
     for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q6_K, quant::Type::IQ4_XS, quant::Type::Q8_0, quant::Type::Q5_0,
-                                   quant::Type::MXFP4}) {
+                                   quant::Type::Q5_1, quant::Type::MXFP4}) {
         const quant::Traits& tr = quant::traits(type);
         const int64_t cols = 512;
         const size_t rb = quant::row_size(tr, cols), xb = cuda::emu::q8_act_row_bytes(type, cols);

@@ -1,6 +1,7 @@
 // Decode matvec on int8 activations, with __dp4a: Q4_K, Q5_K, Q6_K (a Q4_K_M model) and IQ4_XS
-// weights on Q8_K activations, and the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4: K3's experts and
-// the rest of an MXFP4_MOE file) on Q8_0 activations, as the CPU pairs them.
+// weights on Q8_K activations, the 32-element formats (Q8_0, Q5_0, Q4_0, IQ4_NL, MXFP4: K3's
+// experts and the rest of an MXFP4_MOE file) on Q8_0 activations, and Q4_1 / Q5_1 (ggml's Q4_K_M
+// writes Q5_1 for rows not a multiple of 256) on Q8_1, as the CPU pairs them.
 //
 // Why a second form. matvec.cu keeps the activations fp32 and turns every weight into a float:
 // per weight a nibble extract, an int-to-float conversion (a quarter-rate instruction on sm_90)
@@ -20,11 +21,12 @@
 //
 // Layout of the quantized activations, per row (q8_act_row_bytes): qs int8[cols] (16-byte
 // aligned), then for Q8_K d float[cols / 256] and bsum int32[cols / 16], for Q8_0 d float[cols / 32]
-// (the fp16 scale the CPU stores, widened); for the nibble formats each block's 32 qs are stored
+// (the fp16 scale the CPU stores, widened), for Q8_1 that and s float[cols / 32] (d sum(q), rounded
+// to fp16 as the CPU stores it, widened); for the nibble formats each block's 32 qs are stored
 // interleaved (element j at byte 2j, element 16 + j at 2j + 1), Q8_0's in order. Q4_K / Q5_K weight
 // rows must be 16-byte aligned (blocks of 144 / 176 bytes, so a 16-aligned row start is enough),
 // IQ4_XS rows 8-byte aligned (136-byte blocks), Q6_K, Q8_0 and Q5_0 rows 2-byte aligned; Q4_0,
-// IQ4_NL and MXFP4 are read by bytes (matvec_q8_supported checks it).
+// Q4_1, Q5_1, IQ4_NL and MXFP4 are read by bytes (matvec_q8_supported checks it).
 //
 // The 32-element formats: four lanes a block, a lane 8 weights (Q8_0: bytes 8c .. 8c + 7 of the
 // quants, 2-byte loads; Q4_0, IQ4_NL, MXFP4: quant bytes 4c .. 4c + 3, their 8 levels looked up
@@ -52,6 +54,9 @@ constexpr int64_t kQK = bq::QK_K;
 
 // The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
 // Q8_0 for the 32-element formats.
+// Q4_1 / Q5_1 pair with Q8_1 (the CPU's vec_dot type for them): Q8_0's values plus s = d * sum(q)
+// per block, for their min term.
+bool q8_1_acts(quant::Type type) { return type == quant::Type::Q4_1 || type == quant::Type::Q5_1; }
 bool q8_k_acts(quant::Type type) {
     return type == quant::Type::Q4_K || type == quant::Type::Q5_K || type == quant::Type::Q6_K || type == quant::Type::IQ4_XS;
 }
@@ -365,9 +370,11 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
 // interleave: element j of a block stored at byte 2j (j < 16) or 2(j - 16) + 1, the order in
 // which a nibble format's quant bytes hold their elements (byte k: k low, k + 16 high), so that a
 // lookup of a weight word's 8 nibbles lines up with 8 consecutive activation bytes.
+// with_sum (Q8_1): also s = d * sum(q) after the scales, d the unrounded amax / 127 and s rounded
+// to fp16 (widened here), as quant's quantize_row_q8_1.
 __global__ void __launch_bounds__(256)
     quantize_q8_0_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, uint8_t* __restrict__ out,
-                         size_t out_stride, bool interleave) {
+                         size_t out_stride, bool interleave, bool with_sum) {
     const int64_t b = int64_t(blockIdx.x) * 8 + threadIdx.x / 32, row = blockIdx.y;
     if (b >= cols / 32) return;                  // whole warps
     const int lane = int(threadIdx.x % 32);
@@ -376,8 +383,14 @@ __global__ void __launch_bounds__(256)
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     uint8_t* base = out + size_t(row) * out_stride;
     const int at = interleave ? (lane < 16 ? 2 * lane : 2 * (lane - 16) + 1) : lane;
-    reinterpret_cast<int8_t*>(base)[32 * b + at] = int8_t(nearest_int_of_product(v, id));
-    if (lane == 0) reinterpret_cast<float*>(base + cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(amax / 127.f));
+    const int q = nearest_int_of_product(v, id);
+    reinterpret_cast<int8_t*>(base)[32 * b + at] = int8_t(q);
+    const float d = amax / 127.f;
+    if (lane == 0) reinterpret_cast<float*>(base + cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(d));
+    if (!with_sum) return;
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);
+    if (lane == 0) reinterpret_cast<float*>(base + cols + 4 * (cols / 32))[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(__fmul_rn(d, float(sum))));
 }
 
 // The levels of the 8 nibbles of a quant word q from a 16-entry int8 table (four words t0..t3),
@@ -447,6 +460,7 @@ struct SbIQ4_XS {
 // 8c .. 8c + 7 in order; the nibble formats: quant bytes 4c .. 4c + 3, whose nibbles are elements
 // 4c + i and 16 + 4c + i, against activations stored interleaved: quantize_act does so for them).
 struct PieceQ8_0 {
+    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
     static constexpr int kBytes = sizeof(bq::block_q8_0);
     __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
@@ -458,6 +472,7 @@ struct PieceQ8_0 {
 // Level: block_dot.cuh's (its scale; the levels come from the table the launch passes).
 template <class Level, int kQs>
 struct PieceNibble {
+    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
     static constexpr int kBytes = kQs + 16;
     __device__ static float scale(const uint8_t* b) { return Level::scale(b); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t* t, uint32_t& lo, uint32_t& hi) {
@@ -467,6 +482,7 @@ struct PieceNibble {
 // Q5_0: the nibbles with their fifth bits (element j's is bit j of qh) less 16, levels -16..15;
 // byte k of the piece's quant word holds elements 4c + k (low nibble) and 16 + 4c + k (high).
 struct PieceQ5_0 {
+    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
     static constexpr int kBytes = sizeof(bq::block_q5_0);
     __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
@@ -481,6 +497,33 @@ struct PieceQ5_0 {
         lo = w[0], hi = w[1];
     }
 };
+// Q4_1 / Q5_1: unsigned levels (the nibbles, Q5_1's with their fifth bits from the qh word at
+// byte 4), x = d q + m: the piece's dot is d_w d_y sum(q y), and the block's min term m_w s_y is
+// added once, by the block's first lane (kMin).
+template <bool kFive>
+struct PieceNibbleMin {
+    static constexpr bool kMin = true;
+    static constexpr int kQs = kFive ? 8 : 4;
+    static constexpr int kBytes = kQs + 16;
+    __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_u16(b)); }
+    __device__ static float min(const uint8_t* b) { return bq::fp16_to_fp32(load_u16(b + 2)); }
+    __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
+        const uint32_t q = load_u32(b + kQs + 4 * c);
+        uint32_t l = q & 0x0f0f0f0fu, h = (q >> 4) & 0x0f0f0f0fu;   // elements 4c + k, 16 + 4c + k
+        if constexpr (kFive) {
+            const uint32_t qh = load_u32(b + 4);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                l |= ((qh >> (4 * c + k)) & 1u) << (8 * k + 4);
+                h |= ((qh >> (16 + 4 * c + k)) & 1u) << (8 * k + 4);
+            }
+        }
+        lo = prmt(l, h, 0x5140), hi = prmt(l, h, 0x7362);   // the nibbles' order: l0 h0 l1 h1, l2 h2 l3 h3
+    }
+};
+using PieceQ4_1 = PieceNibbleMin<false>;
+using PieceQ5_1 = PieceNibbleMin<true>;
+static_assert(PieceQ4_1::kBytes == sizeof(bq::block_q4_1) && PieceQ5_1::kBytes == sizeof(bq::block_q5_1));
 using PieceQ4_0 = PieceNibble<LevelQ4_0, 2>;
 using PieceIQ4_NL = PieceNibble<LevelIQ4_NL, 2>;
 using PieceMXFP4 = PieceNibble<LevelMXFP4, 1>;
@@ -505,13 +548,14 @@ __device__ __forceinline__ void matvec_b32_q8_block(const uint8_t* __restrict__ 
     const int64_t nb = cols / 32;
     float acc[NT][kQ8RowsPerWarp] = {};
     for (int64_t b = i0; b < nb; b += 8) {
-        float dy[NT] = {};
+        float dy[NT] = {}, sy[NT] = {};
         uint32_t ya[NT][2] = {};
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             if (j >= tl.nt) break;
             const uint8_t* xj = tl.x + size_t(j) * tl.x_stride;
             dy[j] = reinterpret_cast<const float*>(xj + cols)[b];
+            if constexpr (P::kMin) sy[j] = reinterpret_cast<const float*>(xj + cols + 4 * (cols / 32))[b];
             ya[j][0] = load_aligned<uint32_t>(xj + 32 * b + 8 * c);
             ya[j][1] = load_aligned<uint32_t>(xj + 32 * b + 8 * c + 4);
         }
@@ -527,6 +571,8 @@ __device__ __forceinline__ void matvec_b32_q8_block(const uint8_t* __restrict__ 
                 if (j >= tl.nt) break;
                 const int sum = __dp4a(int(hi), int(ya[j][1]), __dp4a(int(lo), int(ya[j][0]), 0));
                 acc[j][r] = __fadd_rn(acc[j][r], __fmul_rn(__fmul_rn(dw, dy[j]), float(sum)));
+                if constexpr (P::kMin)
+                    if (c == 0) acc[j][r] = __fadd_rn(acc[j][r], __fmul_rn(P::min(blk), sy[j]));
             }
         }
     }
@@ -596,7 +642,7 @@ void launch_b32(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t 
                 void* stream, const int8_t* levels) {
     auto* kernel = &matvec_b32_q8_kernel<P, NT>;
     KINFER_LAUNCH(kernel, q8_grid(rows, sel, slots, n_tok, NT), dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes,
-                  slice_bytes, n_slices, rows, cols, sel, xq, q8_act_row_bytes(quant::Type::Q8_0, cols), x_div, y, n_tok,
+                  slice_bytes, n_slices, rows, cols, sel, xq, q8_act_row_bytes(P::kMin ? quant::Type::Q4_1 : quant::Type::Q8_0, cols), x_div, y, n_tok,
                   ldy, levels ? bq::pack_levels8(levels) : 0, levels ? bq::pack_levels8(levels + 8) : 0);
 }
 
@@ -626,6 +672,12 @@ void launch_q8_nt(quant::Type type, const uint8_t* w, size_t row_bytes, size_t s
                                              stream, nullptr);
         case Type::Q5_0:
             return launch_b32<PieceQ5_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                             stream, nullptr);
+        case Type::Q4_1:
+            return launch_b32<PieceQ4_1, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
+                                             stream, nullptr);
+        case Type::Q5_1:
+            return launch_b32<PieceQ5_1, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
                                              stream, nullptr);
         case Type::Q4_0:
             return launch_b32<PieceQ4_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
@@ -667,7 +719,7 @@ void launch_b32_group(const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, 
                       const int8_t* levels) {
     auto* kernel = &matvec_b32_q8_group_kernel<P, NT>;
     KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kQ8Warps * 32), 0, as_stream(stream), g, row_bytes, cols,
-                  q8_act_row_bytes(quant::Type::Q8_0, cols), levels ? bq::pack_levels8(levels) : 0,
+                  q8_act_row_bytes(P::kMin ? quant::Type::Q4_1 : quant::Type::Q8_0, cols), levels ? bq::pack_levels8(levels) : 0,
                   levels ? bq::pack_levels8(levels + 8) : 0);
 }
 template <int NT>
@@ -681,6 +733,8 @@ void launch_q8_group_nt(quant::Type type, const MatvecQ8Group& g, int64_t blocks
         case Type::IQ4_XS: return launch_sb_group<SbIQ4_XS, NT>(g, blocks, row_bytes, cols, stream);
         case Type::Q8_0: return launch_b32_group<PieceQ8_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
         case Type::Q5_0: return launch_b32_group<PieceQ5_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
+        case Type::Q4_1: return launch_b32_group<PieceQ4_1, NT>(g, blocks, row_bytes, cols, stream, nullptr);
+        case Type::Q5_1: return launch_b32_group<PieceQ5_1, NT>(g, blocks, row_bytes, cols, stream, nullptr);
         case Type::Q4_0: return launch_b32_group<PieceQ4_0, NT>(g, blocks, row_bytes, cols, stream, kLevelsQ4_0);
         case Type::IQ4_NL: return launch_b32_group<PieceIQ4_NL, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_iq4nl);
         case Type::MXFP4: return launch_b32_group<PieceMXFP4, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_mxfp4);
@@ -722,7 +776,9 @@ void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const Mat
 }
 
 size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
-    const size_t extra = q8_k_acts(type) ? size_t(4 * (cols / kQK) + 64 * (cols / kQK)) : size_t(4 * (cols / 32));
+    const size_t extra = q8_k_acts(type)    ? size_t(4 * (cols / kQK) + 64 * (cols / kQK))
+                         : q8_1_acts(type) ? size_t(8 * (cols / 32))
+                                           : size_t(4 * (cols / 32));
     return (size_t(cols) + extra + 15) / 16 * 16;
 }
 
@@ -740,7 +796,7 @@ void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, i
         auto* kernel = &quantize_q8_0_kernel;
         KINFER_LAUNCH(kernel, dim3(unsigned((cols / 32 + 7) / 8), unsigned(rows)), dim3(256), 0, as_stream(stream), x,
                       ldx ? ldx : cols, cols, static_cast<uint8_t*>(out), q8_act_row_bytes(type, cols),
-                      type != quant::Type::Q8_0);
+                      type != quant::Type::Q8_0, q8_1_acts(type));
     }
 }
 
@@ -752,6 +808,7 @@ bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int6
         case quant::Type::IQ4_XS: return cols % kQK == 0 && at % 8 == 0 && row_bytes % 8 == 0;
         case quant::Type::Q8_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
         case quant::Type::Q5_0: return cols % 32 == 0 && at % 2 == 0 && row_bytes % 2 == 0;
+        case quant::Type::Q4_1: case quant::Type::Q5_1: return cols % 32 == 0;
         case quant::Type::Q4_0: case quant::Type::IQ4_NL: case quant::Type::MXFP4: return cols % 32 == 0;
         default: return false;
     }
