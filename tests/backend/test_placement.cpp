@@ -357,7 +357,15 @@ TEST_CASE("attach_experts: --device -ngl N makes no expert store when the layers
                          Case{"sim:1GiB", 99, "50%", "", true}, Case{"sim:1GiB,sim:1GiB", 99, "", "", false},
                          Case{"sim:1GiB,sim:1MiB", 99, "", "", true}, Case{"sim:512KiB,sim:1GiB", 99, "", "", true},
                          Case{"sim:1GiB", 99, "", "token_embd=sim0", false},
-                         Case{"sim:1GiB", 99, "", "ffn_.*_exps=CPU", true}}) {
+                         Case{"sim:1GiB", 99, "", "ffn_.*_exps=CPU", true},
+                         // A dense-only -ot rule moves the last four layers (experts too, without a
+                         // store) onto the 4 MiB device as well, which then does not fit (with their
+                         // latent caches at -c 4096); a rule naming experts is a store tier; a dense
+                         // rule with a store made for another reason is not an expert tier.
+                         Case{"sim:4MiB,sim:1GiB", 99, "", "", false},
+                         Case{"sim:4MiB,sim:1GiB", 99, "", "blk\\.[4-7]\\.(?!ffn_(gate|up|down)_exps)=sim0", true},
+                         Case{"sim:4MiB,sim:1GiB", 99, "", "blk\\.[4-7]\\.=sim0", true},
+                         Case{"sim:1MiB", 99, "", "token_embd=sim0", true}}) {
         INFO((std::string(c.device) + " -ngl " + std::to_string(c.ngl) + " --expert-cache '" + c.dev_cache + "' -ot '" + c.ot + "'"));
         runtime::ExpertFlags f;
         f.device = c.device;

@@ -274,7 +274,7 @@ TEST_CASE("cuda matvec_q8 (cpu mode): several tokens, each the bits of the token
 
 TEST_CASE("cuda matvec_q8_group (cpu mode): every task the bits of matvec_q8 alone") {
     for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q6_K, quant::Type::IQ4_XS, quant::Type::Q8_0, quant::Type::Q5_0,
-                                   quant::Type::Q5_1, quant::Type::MXFP4}) {
+                                   quant::Type::Q4_1, quant::Type::Q5_1, quant::Type::MXFP4}) {
         const quant::Traits& tr = quant::traits(type);
         const int64_t cols = 512;
         const size_t rb = quant::row_size(tr, cols), xb = cuda::emu::q8_act_row_bytes(type, cols);

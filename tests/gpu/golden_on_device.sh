@@ -106,7 +106,7 @@ same = open(f"{out}/{name}.{as_name}.txt").read() == open(f"{out}/{name}.{twin}.
 ok = worst <= bound and same
 before = ""
 if flip >= 0:   # the form as it ran (its own expert choices), rows before the first differing choice
-    vocab = 4352
+    vocab = len(want) // 64   # the 64 prompt positions' rows
     own = load(f"{out}/{name}.{form}.f32", len(want))
     n = min(flip * vocab, len(want))
     early = max((abs(a - b) for a, b in zip(own[:n], ref_logits[:n])), default=0.0)
@@ -127,7 +127,9 @@ PY
         # same function as the twin, so what remains is the device's arithmetic. Replaying (and
         # recording) takes the grouped MoE form, also where the form ran by slot; the form's own
         # logits before the first differing choice are held to the bound too, so a fault of its
-        # own path cannot hide behind the replay.
+        # own path cannot hide behind the replay. (The first differing choice is the grouped
+        # form's; the slot form makes the same ones while both give the same bits, which holds for
+        # the int8 weight types, every quantized type here: the --moe help says when.)
         route="$out/$name.${twin[$f]}.route"
         [ -f "$route" ] || { echo "FAIL $name $f"; bad=1; continue; }
         run $f as $f-routed --routing-record "$out/$name.$f.route" || { bad=1; continue; }

@@ -34,7 +34,7 @@ void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
 // Decode on int8 activations (matvec_q8.cu), the types of matvec_q8_supported: Q4_K, Q5_K, Q6_K
 // and IQ4_XS on Q8_K activations, Q8_0 / Q5_0 / Q4_0 / IQ4_NL / MXFP4 on Q8_0 and Q4_1 / Q5_1 on
 // Q8_1 activations, as the CPU pairs them. The
-// activation rows are quantized once (quantize_act: quant's x86 quantize_row_q8_K / q8_0 values,
+// activation rows are quantized once (quantize_act: quant's x86 quantize_row_q8_K / q8_0 / q8_1 values,
 // each row q8_act_row_bytes(type, cols) apart), then the weights are dotted with __dp4a: n tokens
 // (matvec_q8: y's rows ldy apart, 0 for rows; a block reads its weight rows once for up to 4
 // tokens) or one token per slot with the expert ids read on the device (matvec_q8_id, as

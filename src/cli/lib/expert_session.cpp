@@ -61,49 +61,92 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
                    "route by the trace in FILE instead of the router (benchmarks only: changes the output)")->group(g);
 }
 
-bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk) {
-    const int L = m.hparams().n_layer;
+bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, const std::vector<std::string>& overrides,
+                       int64_t n_ctx, backend::CacheType cache_type) {
+    const model::HParams& hp = m.hparams();
+    const int L = hp.n_layer;
     const int n = std::min(ngl, L), first = L - n;
     const size_t n_dev = bk.n_devices();
-    if (n <= 0 || n_dev == 0) return true;
-    // Placement's assignment (model/placement.cpp): layer first + k on device k * n_dev / n in
-    // contiguous runs, the output head with the last layer. Element-wise vectors go as fp32.
-    auto device_of = [&](int il) { return std::min(n_dev - 1, size_t(int64_t(il - first) * int64_t(n_dev) / n)); };
-    std::vector<size_t> need(n_dev, 0);
-    for (const gguf::TensorInfo& t : m.file().tensors()) {
-        const size_t bytes = t.n_dims == 1 ? size_t(t.nelements()) * sizeof(float) : t.nbytes;
-        int il = -1;
-        if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1) {
-            if (il >= first && il < L) need[device_of(il)] += bytes;
-        } else if (ngl >= L && t.name.rfind("output", 0) == 0) {
-            need[device_of(L - 1)] += bytes;
-        }
+    if (n_dev == 0) return true;
+    // Where model/placement.cpp puts each layer (at[il]), the output head (at[L]) and the table
+    // (at[L + 1]): -ngl's contiguous runs, the head with the last layer, then the -ot rules (a
+    // layer, the head or the table goes where its first matched non-expert tensor's rule says).
+    // A device index, -1 for the CPU (or a name placement will refuse).
+    std::vector<int> at(size_t(L) + 2, -1);
+    for (int il = first; il < L; ++il) at[size_t(il)] = int(std::min(n_dev - 1, size_t(int64_t(il - first) * int64_t(n_dev) / n)));
+    if (ngl >= L && L > 0) at[size_t(L)] = at[size_t(L - 1)];
+    runtime::PlacementRules rules;
+    for (const std::string& o : overrides) rules.add_override(o);
+    std::vector<std::pair<std::regex, int>> res;
+    for (const auto& [re, name] : rules.overrides) {
+        const backend::Backend* b = bk.find(name);
+        int d = -1;
+        for (size_t i = 0; i < n_dev; ++i)
+            if (b && bk.device(i) == b) d = int(i);
+        res.emplace_back(std::regex(re), d);
     }
-    // A tenth of each device's free memory for the latent cache, the KDA state and the ops' scratch.
+    const gguf::File& f = m.file();
+    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+    auto slot = [&](const model::TensorSpec& s) {
+        return s.layer >= 0 ? size_t(s.layer) : s.global_mat == &model::Weights::token_embd ? size_t(L) + 1 : size_t(L);
+    };
+    std::vector<bool> moved(at.size(), false);
+    model::for_each_tensor(hp, has, [&](const model::TensorSpec& s) {
+        const size_t k = slot(s);
+        if (res.empty() || moved[k] || s.name.find("_exps.") != std::string::npos) return;
+        for (const auto& [re, d] : res)
+            if (std::regex_search(s.name, re)) {
+                at[k] = d, moved[k] = true;
+                break;
+            }
+    });
+    // The weights (element-wise vectors go as fp32), then each device layer's state: the latent
+    // cache at -c tokens (grown 256 rows at a time) for an MLA layer, the recurrent and conv state
+    // for a KDA layer.
+    std::vector<uint64_t> need(n_dev, 0);
+    model::for_each_tensor(hp, has, [&](const model::TensorSpec& s) {
+        const int d = at[slot(s)];
+        const gguf::TensorInfo* t = f.find_tensor(s.name);
+        if (d >= 0 && t) need[size_t(d)] += s.is_vector() ? uint64_t(t->nelements()) * sizeof(float) : t->nbytes;
+    });
+    const uint64_t rows = uint64_t((std::max<int64_t>(n_ctx, 1) + 255) / 256 * 256);
+    for (int il = 0; il < L; ++il) {
+        const int d = at[size_t(il)];
+        if (d < 0) continue;
+        need[size_t(d)] += hp.is_kda(il) ? uint64_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim) * 4 +
+                                               uint64_t(3 * hp.d_inner() * std::max<int64_t>(hp.conv_kernel - 1, 0)) * 4
+                                         : rows * backend::cache_row_bytes(cache_type, hp.mla_cache_dim());
+    }
+    // A twentieth of each device's free memory for the ops' scratch.
     for (size_t d = 0; d < n_dev; ++d) {
         const size_t free = bk.device(d)->free_bytes();
-        if (need[d] <= free / 10 * 9) continue;
+        if (need[d] <= free / 20 * 19) continue;
         std::fprintf(stderr,
-                     "kinfer: the -ngl layers placed on %s take %s, more than 90%% of its %s free: their routed "
-                     "experts go through an expert store (--expert-cache sets its size)\n",
-                     bk.device(d)->name().c_str(), human_bytes(need[d]).c_str(), human_bytes(free).c_str());
+                     "kinfer: the layers placed on %s need %s with their state at -c %lld, more than 95%% of its %s "
+                     "free: their routed experts go through an expert store (--expert-cache sets its size)\n",
+                     bk.device(d)->name().c_str(), human_bytes(need[d]).c_str(), (long long)n_ctx, human_bytes(free).c_str());
         return false;
     }
     return true;
 }
 
-// Whether an -ot rule names a routed-expert tensor of the model (a tier of the expert store);
-// rules for dense tensors only (token_embd, a layer's attention) place layers, not experts.
-bool overrides_name_experts(const model::Model& m, const std::vector<std::string>& overrides) {
-    if (overrides.empty()) return false;
+// The -ot rules that name a routed-expert tensor of the model (tiers of the expert store), one
+// "REGEX=DEVICE" each; rules for dense tensors only (token_embd, a layer's attention) place
+// layers, not experts.
+std::vector<std::string> expert_overrides(const model::Model& m, const std::vector<std::string>& overrides) {
+    std::vector<std::string> out;
+    if (overrides.empty()) return out;
     runtime::PlacementRules rules;
-    for (const std::string& s : overrides) rules.add_override(s);
-    for (const auto& rule : rules.overrides) {
-        const std::regex re(rule.first);
+    for (const std::string& o : overrides) rules.add_override(o);
+    for (const auto& [re_text, dev] : rules.overrides) {
+        const std::regex re(re_text);
         for (const gguf::TensorInfo& t : m.file().tensors())
-            if (t.name.find("_exps.") != std::string::npos && std::regex_search(t.name, re)) return true;
+            if (t.name.find("_exps.") != std::string::npos && std::regex_search(t.name, re)) {
+                out.push_back(re_text + "=" + dev);
+                break;
+            }
     }
-    return false;
+    return out;
 }
 
 std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
@@ -129,8 +172,11 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     // --split-mode experts the devices hold them (model/placement.h): --device alone then makes
     // no expert store (the store serves one process and one device tier).
     const bool shard = flags.split_mode == "experts";
+    // The store's own flags: -ot rules that name no expert tensor place layers only (Placement
+    // reads them from so.overrides) and ask for no store.
     runtime::ExpertFlags bare = flags;
     bare.device.clear();
+    bare.overrides = expert_overrides(m, flags.overrides);
     if (shard && bare.any_store())
         usage_fail("--split-mode experts divides the routed experts among the devices; the expert store's flags "
                    "(--expert-cache*, --cpu-moe, --n-cpu-moe, -ot, --expert-profile, --prefetch-next, "
@@ -140,12 +186,11 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     // choices on the device (the slot form, model/moe.cpp) instead of reading them back for a
     // store every MoE layer. A store when a flag asks for one, when the device holds no layer
     // (the expert cache is then its only use), or when the layers do not fit.
-    // -ot rules that name no expert tensor place layers only: they ask for no store.
-    runtime::ExpertFlags asked = bare;
-    if (!overrides_name_experts(m, asked.overrides)) asked.overrides.clear();
-    const bool plain = !asked.any_store();
-    const bool with_layers = plain && ngl > 0 && !shard && split_ranks() <= 1 && device_layers_fit(m, ngl, *rd->backends);
-    runtime::ExpertFlags store_flags = (shard || split_ranks() > 1 || with_layers) && plain ? asked : flags;
+    const bool plain = !bare.any_store();
+    const bool with_layers = plain && ngl > 0 && !shard && split_ranks() <= 1 &&
+                             device_layers_fit(m, ngl, *rd->backends, flags.overrides, so.n_ctx, so.cache_type);
+    runtime::ExpertFlags store_flags = bare;
+    if (!((shard || split_ranks() > 1 || with_layers) && plain)) store_flags.device = flags.device;
     // CUDA graphs (so.graphs): the store loads its misses on the step's thread, where a capture
     // can pause for them (Session::forward keeps graphs off for a store with an I/O thread).
     if (so.graphs) store_flags.sync_io = true;

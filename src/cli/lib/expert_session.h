@@ -27,13 +27,16 @@ struct RunDevices {
 // Declares --device, -ngl, --cpu-moe, -ot and the --expert-* / --routing-* flags on a command.
 void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f);
 
-// Whether the last ngl layers' weights (the output head with them when ngl covers every layer),
-// routed experts included, fit in 90 % of the devices' free memory; says on stderr when not.
-bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk);
+// Whether what placement would put on each device fits 95 % of its free memory: the last ngl
+// layers in contiguous runs (the output head with the last one) as moved by the -ot rules, their
+// routed experts included, and each device layer's state at n_ctx tokens (the latent cache in
+// cache_type, the KDA state). Says on stderr which device does not.
+bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, const std::vector<std::string>& overrides,
+                       int64_t n_ctx, backend::CacheType cache_type);
 
 // With --device, -ngl N and no expert store flag, the routed experts go with their layers when
 // those fit (device_layers_fit), else through an expert store; --device without -ngl, or any store
-// flag, makes the store.
+// flag, makes the store. -ot rules that name no routed-expert tensor are not store flags.
 // so.experts / prefetch_next / routing_record / routing_replay / backends / n_gpu_layers /
 // cpu_moe / n_cpu_moe are set either way (so.n_threads must be set before the call: a device
 // shares the CPU backend's threads; so.graphs, when set before, makes the store load its misses on
