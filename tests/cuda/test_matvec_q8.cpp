@@ -152,47 +152,46 @@ TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K, Q5_K, Q6_K and IQ4_XS on int8 activa
     CHECK_THROWS_AS(cuda::emu::quantize_act(quant::Type::Q4_K, nullptr, 0, 1, 100, nullptr, nullptr), std::invalid_argument);
 }
 
-TEST_CASE("cuda quantize_act, Q8_0 (cpu mode): quant's quantize_row_q8_0 values, the scale widened from fp16") {
-    const int64_t rows = 2, cols = 320, ld = 333;
-    std::vector<float> x = randn(size_t(rows * ld), 9300);
-    for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 64 + i)] = 0.0f;   // row 1, block 2: zeros
-    const size_t rb = cuda::emu::q8_act_row_bytes(quant::Type::Q8_0, cols);
-    std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
-    cuda::emu::quantize_act(quant::Type::Q8_0, x.data(), ld, rows, cols, q.data(), nullptr);
-    for (int64_t r = 0; r < rows; ++r) {
-        std::vector<quant::block_q8_0> want(size_t(cols / 32));
-        quant::quantize_row_q8_0(x.data() + r * ld, want.data(), cols);
-        for (size_t b = 0; b < want.size(); ++b) {
-            INFO("row ", r, " block ", b);
-            CHECK(std::memcmp(q.data() + size_t(r) * rb + 32 * b, want[b].qs, 32) == 0);
-            float d;
-            std::memcpy(&d, q.data() + size_t(r) * rb + size_t(cols) + 4 * b, 4);
-            CHECK(d == quant::fp16_to_fp32(want[b].d));
-        }
-    }
-}
-
-TEST_CASE("cuda quantize_act, Q8_1 (cpu mode): quant's quantize_row_q8_1 values and block sums, nibble order") {
-    const int64_t rows = 2, cols = 320, ld = 333;
-    std::vector<float> x = randn(size_t(rows * ld), 9310);
-    for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 96 + i)] = 0.0f;   // row 1, block 3: zeros
-    const size_t rb = cuda::emu::q8_act_row_bytes(quant::Type::Q5_1, cols);
-    std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
-    cuda::emu::quantize_act(quant::Type::Q5_1, x.data(), ld, rows, cols, q.data(), nullptr);
-    for (int64_t r = 0; r < rows; ++r) {
-        std::vector<quant::block_q8_1> want(size_t(cols / 32));
-        quant::quantize_row_q8_1(x.data() + r * ld, want.data(), cols);
-        for (size_t b = 0; b < want.size(); ++b) {
-            INFO("row ", r, " block ", b);
-            const uint8_t* qs = q.data() + size_t(r) * rb + 32 * b;
-            int differ = 0;
-            for (int j = 0; j < 32; ++j) differ += int8_t(qs[j < 16 ? 2 * j : 2 * (j - 16) + 1]) != want[b].qs[j];
-            CHECK(differ == 0);
-            float d, sum;
-            std::memcpy(&d, q.data() + size_t(r) * rb + size_t(cols) + 4 * b, 4);
-            std::memcpy(&sum, q.data() + size_t(r) * rb + size_t(cols) + 4 * size_t(cols / 32) + 4 * b, 4);
-            CHECK(d == quant::fp16_to_fp32(want[b].d));
-            CHECK(sum == quant::fp16_to_fp32(want[b].s));
+// Q8_0's activations in order (for Q8_0 weights), Q8_1's (for Q5_1) in the nibbles' order with
+// the block sums s = d sum(q) after the scales.
+TEST_CASE("cuda quantize_act, Q8_0 and Q8_1 (cpu mode): quant's quantize_row_q8_0 / _q8_1 values, d and s widened from fp16") {
+    for (const quant::Type type : {quant::Type::Q8_0, quant::Type::Q5_1}) {
+        const bool q8_1 = type == quant::Type::Q5_1;
+        INFO((q8_1 ? "Q8_1" : "Q8_0"));
+        const int64_t rows = 2, cols = 320, ld = 333, nb = cols / 32;
+        std::vector<float> x = randn(size_t(rows * ld), 9300);
+        for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 64 + i)] = 0.0f;   // row 1, block 2: zeros
+        const size_t rb = cuda::emu::q8_act_row_bytes(type, cols);
+        std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
+        cuda::emu::quantize_act(type, x.data(), ld, rows, cols, q.data(), nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+            // quant's blocks as (qs, d, s) per block.
+            std::vector<int8_t> qs(static_cast<size_t>(cols));
+            std::vector<float> d(static_cast<size_t>(nb)), sum(static_cast<size_t>(nb));
+            if (q8_1) {
+                std::vector<quant::block_q8_1> b(static_cast<size_t>(nb));
+                quant::quantize_row_q8_1(x.data() + r * ld, b.data(), cols);
+                for (size_t i = 0; i < b.size(); ++i)
+                    std::memcpy(qs.data() + 32 * i, b[i].qs, 32), d[i] = quant::fp16_to_fp32(b[i].d), sum[i] = quant::fp16_to_fp32(b[i].s);
+            } else {
+                std::vector<quant::block_q8_0> b(static_cast<size_t>(nb));
+                quant::quantize_row_q8_0(x.data() + r * ld, b.data(), cols);
+                for (size_t i = 0; i < b.size(); ++i) std::memcpy(qs.data() + 32 * i, b[i].qs, 32), d[i] = quant::fp16_to_fp32(b[i].d);
+            }
+            const uint8_t* row = q.data() + size_t(r) * rb;
+            for (int64_t i = 0; i < nb; ++i) {
+                INFO("row ", r, " block ", i);
+                int differ = 0;
+                for (int j = 0; j < 32; ++j)
+                    differ += int8_t(row[32 * i + (q8_1 ? (j < 16 ? 2 * j : 2 * (j - 16) + 1) : j)]) != qs[size_t(32 * i + j)];
+                CHECK(differ == 0);
+                float got_d, got_s;
+                std::memcpy(&got_d, row + cols + 4 * i, 4);
+                CHECK(got_d == d[size_t(i)]);
+                if (!q8_1) continue;
+                std::memcpy(&got_s, row + cols + 4 * nb + 4 * i, 4);
+                CHECK(got_s == sum[size_t(i)]);
+            }
         }
     }
 }

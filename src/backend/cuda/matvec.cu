@@ -7,6 +7,7 @@
 // weight bytes, so this is the shape that can run near HBM bandwidth: 4 warps per block (16 rows)
 // keep enough loads in flight. Not measured on a GPU yet (tests/gpu/run.sh prints the table).
 #include "backend/cuda/block_decode.cuh"
+#include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -78,18 +79,12 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_block<F, kT>(W, row_bytes, rows, cols, x, ldx, n, y, ldy, blockIdx.x, blockIdx.y);
 }
 
-// Every task of a MatvecGroup in one launch: block u belongs to the task whose first block is the
-// largest first[i] <= u (a binary search over at most kMatvecGroupMax entries in the kernel's
-// parameters), and is that task's row block (u - first[i]) % row_blocks, token block / row_blocks.
+// Every task of a MatvecGroup in one launch: block u belongs to task group_task(g, u)
+// (group_task.cuh), and is that task's row block (u - first[i]) % row_blocks, token block / row_blocks.
 template <class F, int kT>
 __global__ void __launch_bounds__(kMatvecWarps * 32) matvec_group_kernel(MatvecGroup g, size_t row_bytes, int64_t cols) {
     const int64_t u = blockIdx.x;
-    int lo = 0, hi = g.n_tasks - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (g.first[mid] <= u) lo = mid;
-        else hi = mid - 1;
-    }
+    const int lo = group_task(g, u);
     const MatvecTask& t = g.task[lo];
     const int64_t row_blocks = (t.rows + kRowsPerBlock - 1) / kRowsPerBlock, local = u - g.first[lo];
     matvec_block<F, kT>(static_cast<const uint8_t*>(t.W), row_bytes, t.rows, cols, t.x, t.ldx, t.n, t.y, t.ldy,

@@ -37,6 +37,7 @@
 // Decode is one token; 2 to 31 tokens (an expert's share of a prefill chunk, a few sequences) take
 // the same code with 4 tokens a block, from 32 on a matmul takes the GEMM (gemm.cu).
 #include "backend/cuda/block_dot.cuh"
+#include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 
@@ -222,6 +223,7 @@ __device__ __forceinline__ void q8_store(const float (&acc)[NT][kQ8RowsPerWarp],
 template <bool kFive>
 struct SbK4 {
     static constexpr int kLanes = 8;
+    static constexpr bool kSuperBlock = true;   // matvec_sb_q8_block (the 32-element ones: _b32_)
     static constexpr size_t kBytes = kFive ? sizeof(bq::block_q5_K) : sizeof(bq::block_q4_K);
     static constexpr int kQs = kFive ? 48 : 16;   // d, dmin, 12 scale bytes (and Q5_K's 32 of qh)
     struct Acts {
@@ -277,6 +279,7 @@ using SbQ5_K = SbK4<true>;
 // the warp's rows), times its 16-element group's int8 scale.
 struct SbQ6_K {
     static constexpr int kLanes = 16;
+    static constexpr bool kSuperBlock = true;   // matvec_sb_q8_block (the 32-element ones: _b32_)
     static constexpr size_t kBytes = sizeof(bq::block_q6_K);
     struct Acts {
         uint32_t w[4];
@@ -417,6 +420,7 @@ __device__ __forceinline__ void nibble_levels(uint32_t q, const uint32_t* t, uin
 // times the exact sum.
 struct SbIQ4_XS {
     static constexpr int kLanes = 8;
+    static constexpr bool kSuperBlock = true;   // matvec_sb_q8_block (the 32-element ones: _b32_)
     static constexpr size_t kBytes = sizeof(bq::block_iq4_xs);
     struct Acts {
         uint4 lo, hi;   // elements 32 k .. + 15 and 32 k + 16 .. + 31
@@ -459,8 +463,13 @@ struct SbIQ4_XS {
 // with the two activation words at byte 8c of the block's activations (Q8_0: its quant bytes
 // 8c .. 8c + 7 in order; the nibble formats: quant bytes 4c .. 4c + 3, whose nibbles are elements
 // 4c + i and 16 + 4c + i, against activations stored interleaved: quantize_act does so for them).
-struct PieceQ8_0 {
-    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
+// Piece32: what every such format says of itself (matvec_b32_q8_block; no min term unless it
+// says so, as PieceNibbleMin does).
+struct Piece32 {
+    static constexpr bool kMin = false;
+    static constexpr bool kSuperBlock = false;
+};
+struct PieceQ8_0 : Piece32 {
     static constexpr int kBytes = sizeof(bq::block_q8_0);
     __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
@@ -471,8 +480,7 @@ struct PieceQ8_0 {
 };
 // Level: block_dot.cuh's (its scale; the levels come from the table the launch passes).
 template <class Level, int kQs>
-struct PieceNibble {
-    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
+struct PieceNibble : Piece32 {
     static constexpr int kBytes = kQs + 16;
     __device__ static float scale(const uint8_t* b) { return Level::scale(b); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t* t, uint32_t& lo, uint32_t& hi) {
@@ -481,8 +489,7 @@ struct PieceNibble {
 };
 // Q5_0: the nibbles with their fifth bits (element j's is bit j of qh) less 16, levels -16..15;
 // byte k of the piece's quant word holds elements 4c + k (low nibble) and 16 + 4c + k (high).
-struct PieceQ5_0 {
-    static constexpr bool kMin = false;   // no min term (PieceNibbleMin)
+struct PieceQ5_0 : Piece32 {
     static constexpr int kBytes = sizeof(bq::block_q5_0);
     __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
@@ -501,7 +508,7 @@ struct PieceQ5_0 {
 // byte 4), x = d q + m: the piece's dot is d_w d_y sum(q y), and the block's min term m_w s_y is
 // added once, by the block's first lane (kMin).
 template <bool kFive>
-struct PieceNibbleMin {
+struct PieceNibbleMin : Piece32 {
     static constexpr bool kMin = true;
     static constexpr int kQs = kFive ? 8 : 4;
     static constexpr int kBytes = kQs + 16;
@@ -589,17 +596,12 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
 }
 
 // Every task of a MatvecQ8Group in one launch (as matvec.cu's group kernel): block u belongs to
-// the task whose first block is the largest first[i] <= u, and is that task's row block
-// (u - first[i]) % row_blocks, token group / row_blocks; the same block code as a task alone, so
-// the same bits. Rows a block: kQ8RowsPerBlock.
+// task group_task(g, u) (group_task.cuh), and is that task's row block (u - first[i]) % row_blocks,
+// token group / row_blocks; the same block code as a task alone, so the same bits. Rows a block:
+// kQ8RowsPerBlock.
 __device__ __forceinline__ const MatvecQ8Task& q8_group_task(const MatvecQ8Group& g, int64_t& bx, int64_t& by) {
     const int64_t u = blockIdx.x;
-    int lo = 0, hi = g.n_tasks - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (g.first[mid] <= u) lo = mid;
-        else hi = mid - 1;
-    }
+    const int lo = group_task(g, u);
     const MatvecQ8Task& t = g.task[lo];
     const int64_t row_blocks = (t.rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock, local = u - g.first[lo];
     bx = local % row_blocks, by = local / row_blocks;
@@ -656,42 +658,43 @@ void launch_sb(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t n
                   ldy);
 }
 
+// The one switch over the int8 formats: f(format, levels) with a value of the format's struct
+// (the super-block ones on Q8_K, the 32-element ones on Q8_0 / Q8_1) and its 16 levels where a
+// table lookup needs them (nullptr otherwise).
+template <class F>
+void with_q8_format(quant::Type type, const char* what, F&& f) {
+    using quant::Type;
+    switch (type) {
+        case Type::Q4_K: return f(SbQ4_K{}, nullptr);
+        case Type::Q5_K: return f(SbQ5_K{}, nullptr);
+        case Type::Q6_K: return f(SbQ6_K{}, nullptr);
+        case Type::IQ4_XS: return f(SbIQ4_XS{}, nullptr);
+        case Type::Q8_0: return f(PieceQ8_0{}, nullptr);
+        case Type::Q5_0: return f(PieceQ5_0{}, nullptr);
+        case Type::Q4_1: return f(PieceQ4_1{}, nullptr);
+        case Type::Q5_1: return f(PieceQ5_1{}, nullptr);
+        case Type::Q4_0: return f(PieceQ4_0{}, kLevelsQ4_0);
+        case Type::IQ4_NL: return f(PieceIQ4_NL{}, bq::kvalues_iq4nl);
+        case Type::MXFP4: return f(PieceMXFP4{}, bq::kvalues_mxfp4);
+        default: break;
+    }
+    const char* name = quant::type_facts(type).name;
+    throw std::invalid_argument(std::string("cuda ") + what + ": no int8-activation kernel for weight type " + (name ? name : "?"));
+}
+
 // sel non-null: one token a slot (NT 1); otherwise n_tok tokens, kQ8Tokens a block from two on.
 template <int NT>
 void launch_q8_nt(quant::Type type, const uint8_t* w, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
                   int64_t cols, const int32_t* sel, int64_t slots, const uint8_t* q, int64_t x_div, float* y, int64_t n_tok,
                   int64_t ldy, void* stream) {
-    using quant::Type;
-    switch (type) {
-        case Type::Q4_K: return launch_sb<SbQ4_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
-        case Type::Q5_K: return launch_sb<SbQ5_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
-        case Type::IQ4_XS: return launch_sb<SbIQ4_XS, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
-        case Type::Q6_K: return launch_sb<SbQ6_K, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
-        case Type::Q8_0:
-            return launch_b32<PieceQ8_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                             stream, nullptr);
-        case Type::Q5_0:
-            return launch_b32<PieceQ5_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                             stream, nullptr);
-        case Type::Q4_1:
-            return launch_b32<PieceQ4_1, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                             stream, nullptr);
-        case Type::Q5_1:
-            return launch_b32<PieceQ5_1, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                             stream, nullptr);
-        case Type::Q4_0:
-            return launch_b32<PieceQ4_0, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                             stream, kLevelsQ4_0);
-        case Type::IQ4_NL:
-            return launch_b32<PieceIQ4_NL, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok,
-                                               ldy, stream, bq::kvalues_iq4nl);
-        case Type::MXFP4:
-            return launch_b32<PieceMXFP4, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy,
-                                              stream, bq::kvalues_mxfp4);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda matvec_q8: no int8-activation kernel for weight type ") + (name ? name : "?"));
+    with_q8_format(type, "matvec_q8", [&](auto format, const int8_t* levels) {
+        using P = decltype(format);
+        if constexpr (P::kSuperBlock)
+            launch_sb<P, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream);
+        else
+            launch_b32<P, NT>(w, row_bytes, slice_bytes, n_slices, rows, cols, sel, slots, q, x_div, y, n_tok, ldy, stream,
+                              levels);
+    });
 }
 
 void launch_q8(quant::Type type, const void* W, size_t row_bytes, size_t slice_bytes, int64_t n_slices, int64_t rows,
@@ -725,23 +728,11 @@ void launch_b32_group(const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, 
 template <int NT>
 void launch_q8_group_nt(quant::Type type, const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, int64_t cols,
                         void* stream) {
-    using quant::Type;
-    switch (type) {
-        case Type::Q4_K: return launch_sb_group<SbQ4_K, NT>(g, blocks, row_bytes, cols, stream);
-        case Type::Q5_K: return launch_sb_group<SbQ5_K, NT>(g, blocks, row_bytes, cols, stream);
-        case Type::Q6_K: return launch_sb_group<SbQ6_K, NT>(g, blocks, row_bytes, cols, stream);
-        case Type::IQ4_XS: return launch_sb_group<SbIQ4_XS, NT>(g, blocks, row_bytes, cols, stream);
-        case Type::Q8_0: return launch_b32_group<PieceQ8_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
-        case Type::Q5_0: return launch_b32_group<PieceQ5_0, NT>(g, blocks, row_bytes, cols, stream, nullptr);
-        case Type::Q4_1: return launch_b32_group<PieceQ4_1, NT>(g, blocks, row_bytes, cols, stream, nullptr);
-        case Type::Q5_1: return launch_b32_group<PieceQ5_1, NT>(g, blocks, row_bytes, cols, stream, nullptr);
-        case Type::Q4_0: return launch_b32_group<PieceQ4_0, NT>(g, blocks, row_bytes, cols, stream, kLevelsQ4_0);
-        case Type::IQ4_NL: return launch_b32_group<PieceIQ4_NL, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_iq4nl);
-        case Type::MXFP4: return launch_b32_group<PieceMXFP4, NT>(g, blocks, row_bytes, cols, stream, bq::kvalues_mxfp4);
-        default: break;
-    }
-    const char* name = quant::type_facts(type).name;
-    throw std::invalid_argument(std::string("cuda matvec_q8_group: no int8-activation kernel for weight type ") + (name ? name : "?"));
+    with_q8_format(type, "matvec_q8_group", [&](auto format, const int8_t* levels) {
+        using P = decltype(format);
+        if constexpr (P::kSuperBlock) launch_sb_group<P, NT>(g, blocks, row_bytes, cols, stream);
+        else launch_b32_group<P, NT>(g, blocks, row_bytes, cols, stream, levels);
+    });
 }
 
 }  // namespace

@@ -1,0 +1,24 @@
+// The task of a block in a grouped launch (matvec.cu's matvec_group, matvec_q8.cu's
+// matvec_q8_group): the group (n_tasks, first[]) sits in the kernel's parameters, task i owns the
+// blocks from first[i] on, and block u belongs to the task with the largest first[i] <= u (a
+// binary search over at most kMatvecGroupMax entries). Every task owns at least one block (the
+// launchers drop empty tasks), so the search always lands on a task.
+#pragma once
+#include "backend/cuda/compat.h"
+
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+template <class Group>
+__device__ __forceinline__ int group_task(const Group& g, int64_t u) {
+    int lo = 0, hi = g.n_tasks - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g.first[mid] <= u) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
