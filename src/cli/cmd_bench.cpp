@@ -146,17 +146,17 @@ int run_bench(const BenchArgs& a) {
     so.cache_type = cache_type_of(a.cache_type);
     so.moe_slots = moe_slots_of(a.moe);
     so.graphs = a.graphs;
+    std::vector<std::pair<int, int>> tests;
+    for (int p : a.n_prompt)
+        if (p > 0) tests.push_back({p, 0});
+    for (int g : a.n_gen)
+        if (g > 0) tests.push_back({0, g});
+    int64_t ctx = 1;
+    for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
+    so.n_ctx = ctx;   // before attach_experts: whether the device layers fit counts their latent cache at it
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
     for (int nt : threads) {
-        std::vector<std::pair<int, int>> tests;
-        for (int p : a.n_prompt)
-            if (p > 0) tests.push_back({p, 0});
-        for (int g : a.n_gen)
-            if (g > 0) tests.push_back({0, g});
-        int64_t ctx = 1;
-        for (auto [p, g] : tests) ctx = std::max<int64_t>(ctx, p + g);
-        so.n_ctx = ctx;
         so.n_threads = nt;
         model::Session s(*m, so);
         if (std::any_of(tests.begin(), tests.end(), [](auto t) { return t.second > 0; })) {
