@@ -1,6 +1,7 @@
 // Hyper-parameters of a kimi-k3 / kimi-linear model, read from the GGUF keys of DESIGN.md
 // section 4 and checked for consistency before any weight is touched.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ struct HParams {
     bool is_dense(int il) const { return il < n_layer_dense_lead; }
     bool use_situ() const { return arch == Arch::KimiK3; }
     int64_t d_inner() const { return int64_t(n_head) * kda_head_dim; }
+    // Floats of a KDA layer's state: its recurrent state (a D x D matrix per head) and the causal
+    // conv's last kernel - 1 inputs of q, k and v.
+    int64_t kda_state_floats() const { return int64_t(n_head) * kda_head_dim * kda_head_dim; }
+    int64_t conv_state_floats() const { return 3 * d_inner() * std::max<int64_t>(conv_kernel - 1, 0); }
     int64_t dk_nope() const { return key_length_mla - rope_dim; }
     int64_t mla_cache_dim() const { return kv_lora_rank + rope_dim; }   // [c | k_pe]
     int64_t latent_dim() const { return expert_latent > 0 ? expert_latent : n_embd; }

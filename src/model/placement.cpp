@@ -10,39 +10,50 @@
 
 namespace kinfer::model {
 
-Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptions& o) : w_(m.weights()) {
-    w_.converted.clear();   // the views keep pointing at the model's converted vectors
-    const HParams& hp = m.hparams();
-    const int L = hp.n_layer;
+Placement::Sites Placement::sites(const Model& m, backend::Backends& bk, const PlacementOptions& o) {
+    const int L = m.hparams().n_layer;
     if (o.n_gpu_layers < 0) fail("-ngl {}: the number of layers must be >= 0", o.n_gpu_layers);
     backend::Backend* dev = bk.device(0);
     if (o.n_gpu_layers > 0 && !dev)
         fail("-ngl {}: no device to put layers on (give one with --device; --list-devices shows them)", o.n_gpu_layers);
     const int ngl = std::min(o.n_gpu_layers, L);
-    n_device_layers_ = ngl;
-    embed_ = &bk.cpu();
-    output_ = o.n_gpu_layers >= L && dev ? dev : &bk.cpu();
-    layer_.assign(size_t(L), &bk.cpu());
-    experts_with_layer_.assign(size_t(L), true);
-    shards_.assign(size_t(L), {});
+    Sites w;
+    w.embed = &bk.cpu();
+    w.output = o.n_gpu_layers >= L && dev ? dev : &bk.cpu();
+    w.layer.assign(size_t(L), &bk.cpu());
     // With several devices the -ngl layers go to them in contiguous runs, as even as whole
     // layers allow (the earlier devices take one more), the output head with the last layer.
     // Under shard_experts the dense part stays on the first device (the experts are spread below).
     const int n_dev = o.shard_experts ? 1 : int(bk.n_devices());
     for (int il = L - ngl, k = 0; il < L; ++il, ++k) {
         const int d = n_dev > 1 ? std::min(n_dev - 1, int(int64_t(k) * n_dev / std::max(ngl, 1))) : 0;
-        layer_[size_t(il)] = bk.device(size_t(d));
+        w.layer[size_t(il)] = bk.device(size_t(d));
     }
-    if (output_ != &bk.cpu() && ngl > 0) output_ = layer_[size_t(L - 1)];
-    const gguf::File& f = m.file();
-    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
-    apply_overrides(m, bk, o.overrides);
+    if (w.output != &bk.cpu() && ngl > 0) w.output = w.layer[size_t(L - 1)];
+    apply_overrides(m, bk, o.overrides, w);
     // What another rank runs stays on the CPU's views: this process never runs it.
     const Share& sh = o.share;
     for (int il = 0; il < L; ++il)
-        if (il < sh.first_layer || il >= sh.last_layer) layer_[size_t(il)] = &bk.cpu();
-    if (!sh.head) output_ = &bk.cpu();
-    if (sh.first_layer > 0) embed_ = &bk.cpu();   // a later pipeline stage never embeds: no table copy
+        if (il < sh.first_layer || il >= sh.last_layer) w.layer[size_t(il)] = &bk.cpu();
+    if (!sh.head) w.output = &bk.cpu();
+    if (sh.first_layer > 0) w.embed = &bk.cpu();   // a later pipeline stage never embeds: no table copy
+    return w;
+}
+
+Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptions& o) : w_(m.weights()) {
+    w_.converted.clear();   // the views keep pointing at the model's converted vectors
+    const HParams& hp = m.hparams();
+    const int L = hp.n_layer;
+    Sites where = sites(m, bk, o);   // checks -ngl and -ot
+    backend::Backend* dev = bk.device(0);
+    layer_ = std::move(where.layer);
+    output_ = where.output;
+    embed_ = where.embed;
+    experts_with_layer_.assign(size_t(L), true);
+    shards_.assign(size_t(L), {});
+    const gguf::File& f = m.file();
+    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+    const Share& sh = o.share;
     const int64_t E = hp.n_expert;
     const int64_t e0 = std::clamp<int64_t>(sh.first_expert, 0, E), e1 = std::clamp<int64_t>(sh.last_expert, e0, E);
     n_device_layers_ = 0;
@@ -119,7 +130,7 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
     });
 }
 
-void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs) {
+void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs, Sites& w) {
     if (specs.empty()) return;
     runtime::PlacementRules rules;
     for (const std::string& s : specs) rules.add_override(s);   // checks the form and each regex
@@ -137,7 +148,7 @@ void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std
         backend::Backend* to = nullptr;
         std::string matched, unmatched;
     };
-    std::vector<Seen> seen(layer_.size() + 1);   // the last one: the output head
+    std::vector<Seen> seen(w.layer.size() + 1);   // the last one: the output head
     for_each_tensor(m.hparams(), has, [&](const TensorSpec& s) {
         if (!f.find_tensor(s.name) || s.name.find("_exps.") != std::string::npos) return;
         backend::Backend* to = nullptr;
@@ -147,10 +158,10 @@ void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std
                 break;
             }
         if (s.layer < 0 && s.global_mat == &Weights::token_embd) {
-            if (to) embed_ = to;   // the table and the gather go there (a device's embed op)
+            if (to) w.embed = to;   // the table and the gather go there (a device's embed op)
             return;
         }
-        Seen& e = seen[s.layer >= 0 ? size_t(s.layer) : layer_.size()];
+        Seen& e = seen[s.layer >= 0 ? size_t(s.layer) : w.layer.size()];
         if (!to) {
             if (e.unmatched.empty()) e.unmatched = s.name;
         } else {
@@ -166,9 +177,9 @@ void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std
         if (!e.unmatched.empty())
             fail("-ot: {} matches but {} does not; kinfer runs a layer on one backend, so match all of its "
                  "non-expert tensors (e.g. 'blk\\.{}\\.={}') or none", e.matched, e.unmatched,
-                 i < layer_.size() ? std::to_string(i) : std::string("output"), e.to->name());
-        if (i < layer_.size()) layer_[i] = e.to;
-        else output_ = e.to;
+                 i < w.layer.size() ? std::to_string(i) : std::string("output"), e.to->name());
+        if (i < w.layer.size()) w.layer[i] = e.to;
+        else w.output = e.to;
     }
 }
 

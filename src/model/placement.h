@@ -60,6 +60,16 @@ struct ExpertShard {
 
 class Placement {
 public:
+    // Where each layer, the output head and the token table run (-ngl's runs, -ot, the share),
+    // without copying anything; what the constructor places, and what a caller may check first
+    // (cli's device_layers_fit). Throws on a bad -ngl or -ot as the constructor would.
+    struct Sites {
+        std::vector<backend::Backend*> layer;
+        backend::Backend* output = nullptr;
+        backend::Backend* embed = nullptr;
+    };
+    static Sites sites(const Model& m, backend::Backends& bk, const PlacementOptions& o);
+
     Placement(const Model& m, backend::Backends& bk, const PlacementOptions& o);
     ~Placement();
     Placement(const Placement&) = delete;
@@ -80,7 +90,7 @@ public:
 
 private:
     // -ot for the dense tensors: moves whole layers (and the output head) to the named backend.
-    void apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs);
+    static void apply_overrides(const Model& m, backend::Backends& bk, const std::vector<std::string>& specs, Sites& w);
 
     Weights w_;
     std::vector<backend::Backend*> layer_;

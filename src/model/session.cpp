@@ -82,8 +82,8 @@ Session::Session(const Model& model, SessionOptions opt) : model_(model), opt_(o
         for (int il = 0; il < hp.n_layer; ++il) {
             auto& st = states_[size_t(il)];
             if (st.mla) continue;
-            st.kda = zeros(*st.be, size_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim), "KDA state");
-            st.conv = zeros(*st.be, size_t(3 * hp.d_inner() * (hp.conv_kernel - 1)), "conv state");
+            st.kda = zeros(*st.be, size_t(hp.kda_state_floats()), "KDA state");
+            st.conv = zeros(*st.be, size_t(hp.conv_state_floats()), "conv state");
         }
         if (opt_.split) opt_.split->open(opt_);
     } catch (...) {

@@ -63,10 +63,8 @@ ExpertStore::ExpertStore(const gguf::File& f, const ExpertTensorNames& names, Ex
         size_t budget = opt_.device->capacity();
         if (opt_.device_budget > 0) budget = std::min(budget, opt_.device_budget);
         // Never more slots than experts: a device larger than the model's experts gets one slot
-        // each, not its whole memory in slots (a CUDA device makes each one an allocation).
-        size_t n_experts = 0;
-        for (const auto& L : lay_.layers) n_experts += L.present() ? size_t(lay_.n_expert) : 0;
-        const size_t n = std::min(budget / slot_bytes_, n_experts);
+        // each, not its whole memory in slots (each slot is an allocation of the device tier).
+        const size_t n = std::min(budget / slot_bytes_, size_t(lay_.n_moe_layers()) * size_t(lay_.n_expert));
         for (size_t i = 0; i < n; ++i) {
             DeviceBuffer b = opt_.device->alloc(slot_bytes_);
             if (!b.valid()) break;   // alignment padding ate the last slot

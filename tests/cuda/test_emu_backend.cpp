@@ -7,11 +7,12 @@
 //   - F32 golden models (../shared/golden): no activation rounding on either side, so the device
 //     path is held to 1e-4, the CPU's own F32 bound (measured: 7-8e-6, k3 and kl, every form).
 //   - The Q4_K_M models a clone ships, prefill: golden_on_device.sh's bound for these files, 0.5.
-//     The device keeps fp16 activations in its GEMMs (the 64-token prefill) and fp32 in the
-//     matvecs of types without an int8 form (kl-tiny-a's Q5_1), where llama.cpp rounds them to the
-//     vec_dot formats (measured: k3 0.19 / kl 0.43 max |d logit|, argmax 60-62 of 64).
-//   - k3-tiny-a Q4_K_M decode: every matmul of it (Q4_K, Q6_K, Q5_0, Q8_0) has an int8 form, which
-//     sums the CPU's own integer products, so it is held to the F32 bound, 1e-4 (measured 2.9e-6).
+//     The device keeps fp16 activations in its GEMMs (the 64-token prefill's dense matmuls) where
+//     llama.cpp rounds them to the vec_dot formats (measured: k3 0.19 / kl 0.43 max |d logit|,
+//     argmax 60-62 of 64).
+//   - k3-tiny-a Q4_K_M decode: every matmul (Q4_K, Q6_K, Q5_0, Q8_0) takes an int8 form, which
+//     sums the CPU's own integer products, so it is held to the F32 bound, 1e-4 (measured 2.9e-6),
+//     every argmax equal.
 #define KINFER_CUDA_EMU_RUNTIME 1   // cuda_backend.h's class as built on the emulated runtime
 #include "backend/cuda/cuda_backend.h"
 #include "backend/registry.h"
@@ -91,14 +92,16 @@ TEST_CASE("CudaBackend on the emulated runtime: the shipped Q4_K_M models within
     for (const std::string name : {"k3-tiny-a-Q4_K_M", "kl-tiny-a-Q4_K_M"}) {
         INFO(name);
         auto m = model::Model::load(data("models/" + name + ".gguf"));
-        // Decode for one of them: the F32 case runs both modes of both models.
+        // Decode for k3 only: kl-tiny-a's leaves llama.cpp's at position 16 (a rounding event, as
+        // the CPU's own leaves it at 12), inside the 20 tokens; the F32 case runs both models.
         for (const bool batch : {true, false}) {
             if (!batch && name[1] == 'l') continue;
             const std::string mode = batch ? "batch" : "decode";
             const Diff d = against(on_emu_cuda(*m, ids, batch), data("logits/" + name + "/p64." + mode + ".f32"),
                                    name + " emu-cuda " + mode);
             CHECK(d.max_abs <= (batch ? 0.5 : 1e-4));
-            CHECK(d.argmax_agree * 10 >= d.rows * 9);   // 90 % (measured: 60-62 of 64, 20 of 20)
+            if (batch) CHECK(d.argmax_agree * 10 >= d.rows * 9);   // 90 % (measured: 60-62 of 64)
+            else CHECK(d.argmax_agree == d.rows);                 // 20 of 20 at 1e-4
         }
     }
 }

@@ -273,7 +273,6 @@ void gemm_now(Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t ld
         }
 }
 
-constexpr int kBlasWork = 3;   // cpu_mode::WorkKey::what of a cuBLAS call
 
 }  // namespace
 
@@ -282,7 +281,7 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
     blas_check_shape(m, n, k, lda, ldb, ldc);
     if (m == 0 || n == 0) return;
     cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc); },
-                     cpu_mode::WorkKey{0, kBlasWork});
+                     cpu_mode::WorkKey{0, cpu_mode::kBlas});
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {

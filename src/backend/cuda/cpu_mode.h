@@ -95,11 +95,12 @@ int lane();
 
 // What a piece of queued work is, for a graph update: CUDA updates an instantiated graph from a
 // graph of the same nodes in the same order, each kernel node the same function (its launch shape
-// and arguments may change), each copy node the same kind. fn: the kernel, or 0; what: 0 for a
-// kernel, 3 for a cuBLAS call (blas.cu), 16 and up for the runtime's copies (their kind folded in).
+// and arguments may change), each copy node the same kind. fn: the kernel, or 0; what: kKernel,
+// kBlas for a cuBLAS call (blas.cu), kCopy / kCopy2D plus its cudaMemcpyKind for the runtime's copies.
+enum WorkWhat : int { kKernel = 0, kBlas = 3, kCopy = 16, kCopy2D = 32 };
 struct WorkKey {
     uintptr_t fn = 0;
-    int what = 0;
+    int what = kKernel;
     bool operator==(const WorkKey&) const = default;
 };
 // Queues work on a stream of the emulated runtime (emu/runtime.h): it runs when the host waits
@@ -120,7 +121,7 @@ void launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, si
     auto params = std::make_shared<const std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
     submit(
         stream, [kernel, params, grid, block, shmem] { run([&] { std::apply(kernel, *params); }, grid, block, shmem); },
-        WorkKey{reinterpret_cast<uintptr_t>(kernel), 0});
+        WorkKey{reinterpret_cast<uintptr_t>(kernel), kKernel});
 }
 
 template <class T>

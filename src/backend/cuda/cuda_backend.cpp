@@ -293,9 +293,9 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
 }
 
 bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t bytes) {
-    HostStop stop(*this);
     auto* peer = dynamic_cast<CudaBackend*>(&dst_be);
     if (!peer) return false;
+    HostStop stop(*this);
     need(src, bytes, "copy_to", "src");
     peer->need(dst, bytes, "copy_to", "dst");
     // The peer's queued kernels may still read the buffer being overwritten; this device's
@@ -518,7 +518,8 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     for (size_t i = 0; i < tasks.size(); ++i) {
         const MatTask& t = tasks[i];
         if (t.n <= 0) continue;
-        if (t.input < 0 || size_t(t.input) >= inputs.size() || t.W.cols != inputs[size_t(t.input)].cols)
+        if (t.input < 0 || size_t(t.input) >= inputs.size() || t.W.cols != inputs[size_t(t.input)].cols ||
+            t.row0 < 0 || t.row0 + t.n > inputs[size_t(t.input)].rows)
             fail("{}: matmul_tasks: task {} ({}) does not fit its input", name_, i, t.W.name);
         need(t.W, "matmul_tasks");
         if (!kern::matvec_supported(t.W.type))
@@ -556,39 +557,31 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     });
     runs(small, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
         // Tasks of a type with an int8-activation kernel take it, as matmul does (the same bits as
-        // matmul and matmul_id): each distinct input (first row, rows) quantized once, then one
-        // grouped launch for all of them. The others go in one grouped fp32-activation launch.
+        // matmul and matmul_id): each input they read quantized once, whole (a row's int8 values
+        // do not depend on the rows around it), then one grouped launch for all of them. The
+        // others go in one grouped fp32-activation launch.
         std::vector<size_t> q8, run;
         for (size_t i : all) {
             const Mat& W = tasks[i].W;
             (kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
         }
         if (!q8.empty()) {
-            struct In {
-                const float* x;
-                int64_t ld, n;
-                size_t at;   // its first quantized row
-            };
-            std::vector<In> ins;
-            std::vector<size_t> in_of;
-            size_t q_rows = 0;
-            for (size_t i : q8) {
-                const In want{src[i].x, src[i].ld, tasks[i].n, 0};
-                auto at = std::find_if(ins.begin(), ins.end(), [&](const In& o) { return o.x == want.x && o.ld == want.ld && o.n == want.n; });
-                if (at == ins.end()) {
-                    ins.push_back({want.x, want.ld, want.n, q_rows});
-                    q_rows += size_t(want.n);
-                    at = ins.end() - 1;
-                }
-                in_of.push_back(size_t(at - ins.begin()));
-            }
             const size_t rb = kern::q8_act_row_bytes(W0.type, W0.cols);
-            auto* xq = static_cast<uint8_t*>(scratch(rb * q_rows));
-            for (const In& in : ins) kern::quantize_act(W0.type, in.x, in.ld, in.n, W0.cols, xq + in.at * rb, compute_);
+            std::vector<int64_t> first_row(inputs.size(), -1);   // of each input's rows in the scratch
+            int64_t q_rows = 0;
+            for (size_t i : q8) {
+                int64_t& at = first_row[size_t(tasks[i].input)];
+                if (at < 0) at = q_rows, q_rows += inputs[size_t(tasks[i].input)].rows;
+            }
+            auto* xq = static_cast<uint8_t*>(scratch(rb * size_t(q_rows)));
+            for (size_t k = 0; k < inputs.size(); ++k)
+                if (first_row[k] >= 0)
+                    kern::quantize_act(W0.type, inputs[k].x, inputs[k].ld, inputs[k].rows, W0.cols, xq + size_t(first_row[k]) * rb,
+                                       compute_);
             kern::MatvecQ8Group g;
-            for (size_t j = 0; j < q8.size(); ++j) {
-                const MatTask& t = tasks[q8[j]];
-                g.task[g.n_tasks++] = {t.W.data, xq + ins[in_of[j]].at * rb, t.y, t.W.rows, t.n, t.ldy};
+            for (size_t i : q8) {
+                const MatTask& t = tasks[i];
+                g.task[g.n_tasks++] = {t.W.data, xq + size_t(first_row[size_t(t.input)] + t.row0) * rb, t.y, t.W.rows, t.n, t.ldy};
             }
             try {
                 kern::matvec_q8_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
@@ -796,8 +789,8 @@ void CudaBackend::kda_decay(float* g, const float* dt_bias, const float* a, int6
 
 void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
                                    float* dst) {
+    if (idx.empty()) return;   // most experts of a one-token step: no graph split for them
     HostStop stop(*this);
-    if (idx.empty()) return;
     // The host lists go up as (index, weight of that index) pairs in one scratch upload.
     const size_t rows = idx.size();
     std::vector<uint8_t> lists(rows * (sizeof(int64_t) + sizeof(float)));

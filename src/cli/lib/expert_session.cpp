@@ -4,6 +4,7 @@
 #include "cli/lib/info_report.h"
 #include "cli/lib/split_session.h"
 #include "common/error.h"
+#include "model/placement.h"
 #include "model/tensor_list.h"
 #include "runtime/expert_placement.h"
 
@@ -65,58 +66,33 @@ bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, co
                        int64_t n_ctx, backend::CacheType cache_type) {
     const model::HParams& hp = m.hparams();
     const int L = hp.n_layer;
-    const int n = std::min(ngl, L), first = L - n;
     const size_t n_dev = bk.n_devices();
     if (n_dev == 0) return true;
-    // Where model/placement.cpp puts each layer (at[il]), the output head (at[L]) and the table
-    // (at[L + 1]): -ngl's contiguous runs, the head with the last layer, then the -ot rules (a
-    // layer, the head or the table goes where its first matched non-expert tensor's rule says).
-    // A device index, -1 for the CPU (or a name placement will refuse).
-    std::vector<int> at(size_t(L) + 2, -1);
-    for (int il = first; il < L; ++il) at[size_t(il)] = int(std::min(n_dev - 1, size_t(int64_t(il - first) * int64_t(n_dev) / n)));
-    if (ngl >= L && L > 0) at[size_t(L)] = at[size_t(L - 1)];
-    runtime::PlacementRules rules;
-    for (const std::string& o : overrides) rules.add_override(o);
-    std::vector<std::pair<std::regex, int>> res;
-    for (const auto& [re, name] : rules.overrides) {
-        const backend::Backend* b = bk.find(name);
-        int d = -1;
-        for (size_t i = 0; i < n_dev; ++i)
-            if (b && bk.device(i) == b) d = int(i);
-        res.emplace_back(std::regex(re), d);
-    }
-    const gguf::File& f = m.file();
-    auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
-    auto slot = [&](const model::TensorSpec& s) {
-        return s.layer >= 0 ? size_t(s.layer) : s.global_mat == &model::Weights::token_embd ? size_t(L) + 1 : size_t(L);
-    };
-    std::vector<bool> moved(at.size(), false);
-    model::for_each_tensor(hp, has, [&](const model::TensorSpec& s) {
-        const size_t k = slot(s);
-        if (res.empty() || moved[k] || s.name.find("_exps.") != std::string::npos) return;
-        for (const auto& [re, d] : res)
-            if (std::regex_search(s.name, re)) {
-                at[k] = d, moved[k] = true;
-                break;
-            }
-    });
-    // The weights (element-wise vectors go as fp32), then each device layer's state: the latent
-    // cache at -c tokens (grown 256 rows at a time) for an MLA layer, the recurrent and conv state
-    // for a KDA layer.
+    // Where placement will put each layer, the head and the table (-ngl's runs as -ot moves them),
+    // their experts with them (no store), and each device layer's state: the latent cache at -c
+    // tokens (grown 256 rows at a time) for an MLA layer, the recurrent and conv state for a KDA one.
+    model::PlacementOptions po;
+    po.n_gpu_layers = ngl;
+    po.overrides = overrides;
+    const model::Placement::Sites at = model::Placement::sites(m, bk, po);
     std::vector<uint64_t> need(n_dev, 0);
-    model::for_each_tensor(hp, has, [&](const model::TensorSpec& s) {
-        const int d = at[slot(s)];
-        const gguf::TensorInfo* t = f.find_tensor(s.name);
-        if (d >= 0 && t) need[size_t(d)] += s.is_vector() ? uint64_t(t->nelements()) * sizeof(float) : t->nbytes;
-    });
+    auto add = [&](const backend::Backend* b, uint64_t bytes) {
+        for (size_t d = 0; d < n_dev; ++d)
+            if (bk.device(d) == b) need[d] += bytes;
+    };
+    const gguf::File& f = m.file();
+    model::for_each_tensor(hp, [&](const std::string& name) { return f.find_tensor(name) != nullptr; },
+                           [&](const model::TensorSpec& s) {
+                               const backend::Backend* b = s.layer >= 0                                 ? at.layer[size_t(s.layer)]
+                                                           : s.global_mat == &model::Weights::token_embd ? at.embed
+                                                                                                         : at.output;
+                               const gguf::TensorInfo* t = f.find_tensor(s.name);
+                               if (t) add(b, s.is_vector() ? uint64_t(t->nelements()) * sizeof(float) : t->nbytes);   // vectors go as fp32
+                           });
     const uint64_t rows = uint64_t((std::max<int64_t>(n_ctx, 1) + 255) / 256 * 256);
-    for (int il = 0; il < L; ++il) {
-        const int d = at[size_t(il)];
-        if (d < 0) continue;
-        need[size_t(d)] += hp.is_kda(il) ? uint64_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim) * 4 +
-                                               uint64_t(3 * hp.d_inner() * std::max<int64_t>(hp.conv_kernel - 1, 0)) * 4
-                                         : rows * backend::cache_row_bytes(cache_type, hp.mla_cache_dim());
-    }
+    for (int il = 0; il < L; ++il)
+        add(at.layer[size_t(il)], hp.is_kda(il) ? uint64_t(hp.kda_state_floats() + hp.conv_state_floats()) * sizeof(float)
+                                                : rows * backend::cache_row_bytes(cache_type, hp.mla_cache_dim()));
     // A twentieth of each device's free memory for the ops' scratch.
     for (size_t d = 0; d < n_dev; ++d) {
         const size_t free = bk.device(d)->free_bytes();

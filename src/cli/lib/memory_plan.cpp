@@ -82,8 +82,8 @@ nlohmann::ordered_json memory_plan(const gguf::File& f, const PlanOptions& opt) 
     const uint64_t rows = uint64_t((opt.n_ctx + 255) / 256 * 256);
     const uint64_t latent = rows * per_type[backend::cache_type_name(opt.cache_type)].get<uint64_t>();
     p["latent_cache_bytes"] = latent;
-    const uint64_t kda = uint64_t(n_kda) * uint64_t(hp.n_head * hp.kda_head_dim * hp.kda_head_dim) * 4;
-    const uint64_t conv = uint64_t(n_kda) * uint64_t(3 * hp.d_inner() * std::max<int64_t>(hp.conv_kernel - 1, 0)) * 4;
+    const uint64_t kda = uint64_t(n_kda) * uint64_t(hp.kda_state_floats()) * 4;
+    const uint64_t conv = uint64_t(n_kda) * uint64_t(hp.conv_state_floats()) * 4;
     p["kda_state_bytes"] = kda;
     p["conv_state_bytes"] = conv;
     // One chunk's activations, plus the untiled attention's contiguous copy of up to 1024 rows

@@ -7,8 +7,8 @@ void add_moe_flag(CLI::App& app, std::string& value) {
                    "routed experts: grouped (tokens grouped by expert, the choices read on the host), slots (one row "
                    "per chosen expert, the choices left on the backend: what a GPU decode step runs without waiting "
                    "for the router), or auto (slots on a GPU for up to 64 slots, grouped elsewhere); the logits are "
-                   "the same bits either way on the CPU, and on a GPU for the weight types with an int8 kernel (every "
-                   "quantized type the CUDA backend runs: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, MXFP4) while no expert has 32 tokens of a chunk (from 32 on "
+                   "the same bits either way on the CPU, and on a GPU for the weight types with an int8 kernel (the "
+                   "quantized ones) while no expert has 32 tokens of a chunk (from 32 on "
                    "the grouped form multiplies an expert's tokens as a GEMM on 16-bit operands)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "grouped", "slots"}));

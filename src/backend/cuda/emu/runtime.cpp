@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -27,7 +26,6 @@ struct CUstream_st {
         CUstream_st* wait_for = nullptr;      // a wait: that stream up to wait_seq first
         uint64_t wait_seq = 0;
     };
-    int device = 0;
     std::deque<Item> queue;
     uint64_t submitted = 0, executed = 0;
     bool draining = false;
@@ -83,7 +81,9 @@ State& state() {
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
 
-cudaError_t fail(cudaError_t e) {
+constexpr size_t page_up(size_t n) { return (n + 4095) & ~size_t(4095); }   // whole 4 KiB pages
+
+cudaError_t set_error(cudaError_t e) {
     last_error = e;
     return e;
 }
@@ -171,6 +171,14 @@ bool refused_in_capture() {
     return refused;
 }
 
+// A call that stream s (if any) may not take while it captures (it invalidates that capture),
+// and, when `sync`, one that stops the host (refused_in_capture's captures too).
+bool refused_on(CUstream_st* s, bool sync) {
+    bool refused = sync && refused_in_capture();
+    if (s && s->graph) s->invalidated = refused = true;
+    return refused;
+}
+
 void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey& key) {
     if (s->graph) {
         if (!s->invalidated) {
@@ -183,24 +191,21 @@ void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey
     ++s->submitted;
 }
 
-// WorkKey::what of a copy: kCopy or kCopy2D plus its cudaMemcpyKind.
-enum CopyWhat { kCopy = 16, kCopy2D = 32 };
 
 }  // namespace
 
 int emu_add_device(size_t bytes) {
     std::lock_guard lock(state().m);
-    bytes = std::max<size_t>((bytes + 4095) & ~size_t(4095), 1 << 20);
+    bytes = std::max<size_t>(page_up(bytes), 1 << 20);
     void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("emulated cuda: cannot reserve " + std::to_string(bytes) + " bytes");
     auto d = std::make_unique<Device>(bytes);
     d->base = static_cast<uint8_t*>(p);
     state().devices.push_back(std::move(d));
-    if (state().open_depth > 0) protect_all(PROT_READ | PROT_WRITE);
     return int(state().devices.size()) - 1;
 }
 
-int emu_device_count() {
+static int emu_device_count() {
     std::lock_guard lock(state().m);
     return int(state().devices.size());
 }
@@ -214,7 +219,6 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNotReady: return "device not ready";
-        case cudaErrorLaunchFailure: return "unspecified launch failure";
         case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
         case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
         case cudaErrorStreamCaptureIsolation: return "operation would make the legacy stream depend on a capturing blocking stream";
@@ -231,15 +235,14 @@ cudaError_t cudaGetLastError() {
     return e;
 }
 
-cudaError_t cudaPeekAtLastError() { return last_error; }
 
 cudaError_t cudaGetDeviceCount(int* n) {
     *n = emu_device_count();
-    return *n == 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+    return *n == 0 ? set_error(cudaErrorNoDevice) : cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-    if (device < 0 || device >= emu_device_count()) return fail(cudaErrorInvalidDevice);
+    if (device < 0 || device >= emu_device_count()) return set_error(cudaErrorInvalidDevice);
     current_device = device;
     return cudaSuccess;
 }
@@ -251,7 +254,7 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
     std::lock_guard lock(state().m);
-    if (device < 0 || device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    if (device < 0 || device >= int(state().devices.size())) return set_error(cudaErrorInvalidDevice);
     *p = cudaDeviceProp{};
     std::snprintf(p->name, sizeof p->name, "emulated GPU (CPU execution mode)");
     p->totalGlobalMem = state().devices[size_t(device)]->size;
@@ -263,32 +266,25 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     std::lock_guard lock(state().m);
-    if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    if (current_device >= int(state().devices.size())) return set_error(cudaErrorInvalidDevice);
     const Device& d = *state().devices[size_t(current_device)];
     *free_bytes = d.ranges.free_bytes();
     *total_bytes = d.size;
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() {
-    std::lock_guard lock(state().m);
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    drain_all();
-    return cudaSuccess;
-}
-
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     std::lock_guard lock(state().m);
     *p = nullptr;
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    if (current_device >= int(state().devices.size())) return fail(cudaErrorInvalidDevice);
+    if (refused_in_capture()) return set_error(cudaErrorStreamCaptureUnsupported);
+    if (current_device >= int(state().devices.size())) return set_error(cudaErrorInvalidDevice);
     Device& d = *state().devices[size_t(current_device)];
     const size_t need = runtime::RangeAllocator::rounded(std::max<size_t>(bytes, 1));
     const auto off = d.ranges.alloc(need);
-    if (!off) return fail(cudaErrorMemoryAllocation);
+    if (!off) return set_error(cudaErrorMemoryAllocation);
     d.used[*off] = need;
     *p = d.base + *off;
-    const size_t end = (*off + need + 4095) & ~size_t(4095), page = *off & ~size_t(4095);
+    const size_t end = page_up(*off + need), page = *off & ~size_t(4095);
     if (end > d.span) {
         if (state().open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
         d.span = end;
@@ -303,11 +299,11 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
     std::lock_guard lock(state().m);
     if (!p) return cudaSuccess;
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+    if (refused_in_capture()) return set_error(cudaErrorStreamCaptureUnsupported);
     Device* d = device_of(p);
-    if (!d) return fail(cudaErrorInvalidValue);
+    if (!d) return set_error(cudaErrorInvalidValue);
     const auto it = d->used.find(size_t(static_cast<uint8_t*>(p) - d->base));
-    if (it == d->used.end()) return fail(cudaErrorInvalidValue);
+    if (it == d->used.end()) return set_error(cudaErrorInvalidValue);
     drain_all();                              // cudaFree waits for the device, as CUDA's does
     d->ranges.free(it->first, it->second);
     d->used.erase(it);
@@ -317,10 +313,10 @@ cudaError_t cudaFree(void* p) {
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
     std::lock_guard lock(state().m);
     *p = nullptr;
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    const size_t n = std::max<size_t>((bytes + 4095) & ~size_t(4095), 4096);
+    if (refused_in_capture()) return set_error(cudaErrorStreamCaptureUnsupported);
+    const size_t n = std::max<size_t>(page_up(bytes), 4096);
     void* q = std::aligned_alloc(4096, n);
-    if (!q) return fail(cudaErrorMemoryAllocation);
+    if (!q) return set_error(cudaErrorMemoryAllocation);
     state().pinned[static_cast<const uint8_t*>(q)] = n;
     *p = q;
     return cudaSuccess;
@@ -329,8 +325,8 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
 cudaError_t cudaFreeHost(void* p) {
     std::lock_guard lock(state().m);
     if (!p) return cudaSuccess;
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    if (!state().pinned.erase(static_cast<const uint8_t*>(p))) return fail(cudaErrorInvalidValue);
+    if (refused_in_capture()) return set_error(cudaErrorStreamCaptureUnsupported);
+    if (!state().pinned.erase(static_cast<const uint8_t*>(p))) return set_error(cudaErrorInvalidValue);
     drain_all();                              // queued copies may still read it
     std::free(p);
     return cudaSuccess;
@@ -352,7 +348,6 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
     std::lock_guard lock(state().m);
     auto* st = new CUstream_st;
-    st->device = current_device;
     state().streams.insert(st);
     *s = st;
     return cudaSuccess;
@@ -361,7 +356,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (!st) return set_error(cudaErrorInvalidResourceHandle);
     drain(st);                                // its work still completes, as on a GPU
     state().streams.erase(st);
     delete st->graph;
@@ -371,11 +366,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard lock(state().m);
-    if (s && !checked(s)) return fail(cudaErrorInvalidResourceHandle);
-    if (refused_in_capture() || (s && s->graph)) {
-        if (s && s->graph) s->invalidated = true;
-        return fail(cudaErrorStreamCaptureUnsupported);
-    }
+    if (s && !checked(s)) return set_error(cudaErrorInvalidResourceHandle);
+    if (refused_on(s, true)) return set_error(cudaErrorStreamCaptureUnsupported);
     if (s) drain(s);
     return cudaSuccess;
 }
@@ -383,13 +375,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
+    if (!st || !e) return set_error(cudaErrorInvalidResourceHandle);
     if (!e->stream || !state().streams.count(e->stream)) return cudaSuccess;   // never recorded, or its stream is gone (drained)
     if (st->graph) {
         // A captured wait on work outside the capture: CUDA refuses it and the capture is lost.
         if (!e->captured || e->stream != st) {
             st->invalidated = true;
-            return fail(cudaErrorStreamCaptureIsolation);
+            return set_error(cudaErrorStreamCaptureIsolation);
         }
         return cudaSuccess;                   // an event of this same capture: already in order
     }
@@ -412,25 +404,34 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
+    if (!st || !e) return set_error(cudaErrorInvalidResourceHandle);
     e->stream = st;
     e->seq = st->submitted;
     e->captured = st->graph != nullptr;
     return cudaSuccess;
 }
 
-// Query and synchronize are one here: the emulated device is infinitely fast once asked, so the
-// work up to the event runs now and the event is complete either way.
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+namespace {
+
+// Synchronize and query: the work up to the event runs now (the emulated device is infinitely fast
+// once asked). A query of an event whose work had not run yet says cudaErrorNotReady all the same
+// (not a recorded error, as on a GPU): a caller that polls must poll again, as it would on a GPU
+// where the copy is still in flight; the next query finds it complete.
+cudaError_t event_wait(cudaEvent_t e, bool query) {
     std::lock_guard lock(state().m);
-    if (!e) return fail(cudaErrorInvalidResourceHandle);
-    if (refused_in_capture()) return fail(cudaErrorStreamCaptureUnsupported);
-    if (e->captured) return fail(cudaErrorCapturedEvent);   // recorded in a capture: nothing to wait for
-    if (e->stream && state().streams.count(e->stream)) drain(e->stream, e->seq);
-    return cudaSuccess;
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    if (refused_in_capture()) return set_error(cudaErrorStreamCaptureUnsupported);
+    if (e->captured) return set_error(cudaErrorCapturedEvent);   // recorded in a capture: nothing to wait for
+    if (!e->stream || !state().streams.count(e->stream)) return cudaSuccess;
+    const bool pending = e->stream->executed < std::min(e->seq, e->stream->submitted);
+    drain(e->stream, e->seq);
+    return query && pending ? cudaErrorNotReady : cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+}  // namespace
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_wait(e, false); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return event_wait(e, true); }
 
 namespace {
 
@@ -439,24 +440,21 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
                       cudaMemcpyKind kind, cudaStream_t s, int what) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (!st) return set_error(cudaErrorInvalidResourceHandle);
     if (width == 0 || height == 0) return cudaSuccess;
     const size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
     const bool dst_dev = device_of(dst, dspan) != nullptr, src_dev = device_of(src, sspan) != nullptr;
     const bool want_dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     const bool want_src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost || dst_dev != want_dst_dev || src_dev != want_src_dev)
-        return fail(cudaErrorInvalidValue);   // also a device pointer outside any allocation's range
+        return set_error(cudaErrorInvalidValue);   // also a device pointer outside any allocation's range
     auto* d = static_cast<uint8_t*>(dst);
     auto* q = static_cast<const uint8_t*>(src);
     const cpu_mode::WorkKey key{0, what + int(kind)};
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, sspan)) {
         // Pageable memory: staged when queued, so the caller may reuse it on return. A capture
         // cannot hold such a copy.
-        if (st->graph) {
-            st->invalidated = true;
-            return fail(cudaErrorStreamCaptureUnsupported);
-        }
+        if (refused_on(st, false)) return set_error(cudaErrorStreamCaptureUnsupported);
         auto staged = std::make_shared<std::vector<uint8_t>>(width * height);
         for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, q + r * spitch, width);
         enqueue(st, [d, dpitch, width, height, staged] {
@@ -469,10 +467,7 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
     };
     if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, dspan)) {
         // Into pageable memory: returns once the copy is done, so the stream runs up to it.
-        if (st->graph || refused_in_capture()) {
-            if (st->graph) st->invalidated = true;
-            return fail(cudaErrorStreamCaptureUnsupported);
-        }
+        if (refused_on(st, true)) return set_error(cudaErrorStreamCaptureUnsupported);
         enqueue(st, rows, key);
         drain(st);
         return cudaSuccess;
@@ -484,13 +479,13 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
 }  // namespace
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-    return copy_rows(dst, bytes, src, bytes, bytes, 1, kind, s, kCopy);
+    return copy_rows(dst, bytes, src, bytes, bytes, 1, kind, s, cpu_mode::kCopy);
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t s) {
-    if (dpitch < width || spitch < width) return fail(cudaErrorInvalidValue);
-    return copy_rows(dst, dpitch, src, spitch, width, height, kind, s, kCopy2D);
+    if (dpitch < width || spitch < width) return set_error(cudaErrorInvalidValue);
+    return copy_rows(dst, dpitch, src, spitch, width, height, kind, s, cpu_mode::kCopy2D);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
@@ -500,16 +495,16 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
         auto& devs = state().devices;
         if (dst_device < 0 || src_device < 0 || dst_device >= int(devs.size()) || src_device >= int(devs.size()) ||
             device_of(dst, bytes) != devs[size_t(dst_device)].get() || device_of(src, bytes) != devs[size_t(src_device)].get())
-            return fail(cudaErrorInvalidValue);
+            return set_error(cudaErrorInvalidValue);
     }
-    return copy_rows(dst, bytes, src, bytes, bytes, 1, cudaMemcpyDeviceToDevice, s, kCopy);
+    return copy_rows(dst, bytes, src, bytes, bytes, 1, cudaMemcpyDeviceToDevice, s, cpu_mode::kCopy);
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st) return fail(cudaErrorInvalidResourceHandle);
-    if (st->graph) return fail(cudaErrorStreamCaptureUnsupported);
+    if (!st) return set_error(cudaErrorInvalidResourceHandle);
+    if (st->graph) return set_error(cudaErrorStreamCaptureUnsupported);
     st->graph = new EmuGraph;
     st->invalidated = false;
     st->capture_mode = mode;
@@ -521,14 +516,14 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
     std::lock_guard lock(state().m);
     *g = nullptr;
     CUstream_st* st = checked(s);
-    if (!st || !st->graph) return fail(cudaErrorInvalidValue);
+    if (!st || !st->graph) return set_error(cudaErrorInvalidValue);
     if (st->capture_mode != cudaStreamCaptureModeRelaxed && st->capture_thread != std::this_thread::get_id())
-        return fail(cudaErrorStreamCaptureWrongThread);
+        return set_error(cudaErrorStreamCaptureWrongThread);
     std::unique_ptr<EmuGraph> graph(st->graph);
     st->graph = nullptr;
     if (st->invalidated) {
         st->invalidated = false;
-        return fail(cudaErrorStreamCaptureInvalidated);
+        return set_error(cudaErrorStreamCaptureInvalidated);
     }
     *g = graph.release();
     return cudaSuccess;
@@ -537,29 +532,29 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    if (!st) return set_error(cudaErrorInvalidResourceHandle);
     *status = !st->graph ? cudaStreamCaptureStatusNone
               : st->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
     return cudaSuccess;
 }
 
 cudaError_t cudaGraphGetNodes(cudaGraph_t g, void** nodes, size_t* count) {
-    if (!g || nodes || !count) return fail(cudaErrorInvalidValue);
+    if (!g || nodes || !count) return set_error(cudaErrorInvalidValue);
     *count = g->work.size();
     return cudaSuccess;
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
-    if (!g) return fail(cudaErrorInvalidValue);
+    if (!g) return set_error(cudaErrorInvalidValue);
     *exec = new EmuGraphExec{*g};
     return cudaSuccess;
 }
 
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) {
-    if (!exec || !g) return fail(cudaErrorInvalidValue);
+    if (!exec || !g) return set_error(cudaErrorInvalidValue);
     const bool same = exec->g.keys == g->keys;   // CUDA's rule (cpu_mode::WorkKey)
     if (info) info->result = same ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateError;
-    if (!same) return fail(cudaErrorGraphExecUpdateFailure);
+    if (!same) return set_error(cudaErrorGraphExecUpdateFailure);
     exec->g.work = g->work;                   // the new arguments and shapes, the same kernels
     return cudaSuccess;
 }
@@ -567,7 +562,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t g, cudaGraphEx
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     std::lock_guard lock(state().m);
     CUstream_st* st = checked(s);
-    if (!exec || !st) return fail(cudaErrorInvalidResourceHandle);
+    if (!exec || !st) return set_error(cudaErrorInvalidResourceHandle);
     for (size_t i = 0; i < exec->g.work.size(); ++i) enqueue(st, exec->g.work[i], exec->g.keys[i]);
     return cudaSuccess;
 }
@@ -588,15 +583,14 @@ namespace kinfer::cuda::cpu_mode {
 
 void submit(cudaStream_t stream, std::function<void()> work, const WorkKey& key) {
     using namespace kinfer::cuda::emu_rt;
-    std::unique_lock lock(state().m);
     if (!stream) {
-        // The legacy default stream, as the kernel tests use it: run now. Device memory is
-        // opened only when the emulated runtime has devices (the tests' buffers are host memory).
-        std::optional<Open> open;
-        if (!state().devices.empty()) open.emplace();
+        // The legacy default stream, as the kernel tests use it on host memory: run now. Nothing
+        // queues on it with device memory (CudaBackend has its own streams), which stays closed:
+        // such a kernel would fault, as a host read of device memory does.
         work();
         return;
     }
+    std::unique_lock lock(state().m);
     CUstream_st* st = checked(stream);
     if (!st) throw std::invalid_argument("emulated cuda: work queued on a stream that does not exist");
     enqueue(st, std::move(work), key);

@@ -6,7 +6,7 @@
 //
 // The emulation keeps what a GPU makes true and host code can get wrong:
 //   - Streams are queues. Work (kernels, copies, cuBLAS calls) runs when the host waits for it
-//     (cudaStreamSynchronize, cudaEventSynchronize / Query, cudaDeviceSynchronize, a copy to
+//     (cudaStreamSynchronize, cudaEventSynchronize / Query, a copy to
 //     pageable host memory, cudaFree), in stream order; a stream that waits on an event first
 //     runs the other stream up to that event's record. So host code that reads a result it did
 //     not wait for, or a stream that reads what another stream writes without an event between
@@ -44,7 +44,6 @@ enum cudaError_t : int {
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
-    cudaErrorLaunchFailure = 719,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureIsolation = 905,
@@ -104,20 +103,16 @@ using cudaGraphExec_t = EmuGraphExec*;
 // ---- the emulation's own controls ----
 // A new emulated device of `bytes` of memory; returns its index (cudaSetDevice's argument).
 int emu_add_device(size_t bytes);
-// Every device added so far (cudaGetDeviceCount counts them).
-int emu_device_count();
 
 // ---- the runtime API subset ----
 const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
-cudaError_t cudaDeviceSynchronize();
 
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
