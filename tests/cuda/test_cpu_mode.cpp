@@ -170,3 +170,53 @@ TEST_CASE("cuda cpu mode: a barrier the live threads can never complete is an er
 }
 
 }  // namespace
+
+namespace {
+
+namespace cm = kinfer::cuda::cpu_mode;
+
+// Each thread writes its slot, then reads the slot of the thread before it (thread 0: the last
+// one), with or without the barrier between. Without it the kernel races: what a thread reads
+// depends on whether its neighbour ran first. Block b also writes done[b] and reads done[b + 1]
+// (a later block's word: no GPU orders blocks).
+__global__ void neighbour_kernel(int* out, int* done, int sync) {
+    KINFER_DYNAMIC_SHARED(int, slot);
+    const int t = int(threadIdx.x), n = int(blockDim.x), b = int(blockIdx.x);
+    slot[t] = 100 * b + t;
+    if (sync) __syncthreads();
+    out[b * n + t] = slot[(t + n - 1) % n];
+    if (t == 0) {
+        done[b] = 1;
+        if (!sync && b + 1 < int(gridDim.x)) out[b * n] += 1000 * done[b + 1];
+    }
+}
+
+std::vector<int> run_neighbours(cm::Schedule s, int sync) {
+    const int threads = 64, blocks = 3;
+    std::vector<int> out(threads * blocks, -7), done(blocks, 0);
+    const cm::Schedule before = cm::schedule();
+    cm::set_schedule(s);
+    auto* k = &neighbour_kernel;
+    KINFER_LAUNCH(k, dim3(blocks), dim3(threads), threads * sizeof(int), nullptr, out.data(), done.data(), sync);
+    cm::set_schedule(before);
+    return out;
+}
+
+TEST_CASE("cuda cpu mode: the reverse schedule exposes a missing __syncthreads and a dependence on block order") {
+    // With the barrier: the same result in either order.
+    const std::vector<int> fwd = run_neighbours(cm::Schedule::forward, 1), rev = run_neighbours(cm::Schedule::reverse, 1);
+    CHECK(fwd == rev);
+    for (int b = 0; b < 3; ++b)
+        for (int t = 0; t < 64; ++t) CHECK(fwd[size_t(b * 64 + t)] == 100 * b + (t + 63) % 64);
+    // Without it: forward lets thread t see thread t - 1's write (thread 0 reads the 0xff fill,
+    // -1); reverse runs thread t - 1 after t, so every thread but 0 reads the fill, and block b
+    // sees block b + 1's done word (1000 added).
+    const std::vector<int> rf = run_neighbours(cm::Schedule::forward, 0), rr = run_neighbours(cm::Schedule::reverse, 0);
+    CHECK(rf != rr);
+    CHECK(rf[1] == 0);
+    CHECK(rr[1] == -1);
+    CHECK(rf[0] == -1);
+    CHECK(rr[0] == 63 + 1000);
+}
+
+}  // namespace

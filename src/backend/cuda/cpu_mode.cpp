@@ -30,6 +30,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -253,6 +254,17 @@ Fiber& fiber(unsigned i) {
     return *pool[i];
 }
 
+// KINFER_CPU_MODE_SCHEDULE, read at the first launch or schedule() (-1: not read yet).
+std::atomic<int> g_schedule{-1};
+
+Schedule schedule_from_env() {
+    const char* env = std::getenv("KINFER_CPU_MODE_SCHEDULE");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "forward") return Schedule::forward;
+    if (v == "reverse") return Schedule::reverse;
+    throw std::invalid_argument("KINFER_CPU_MODE_SCHEDULE=" + v + ": expected forward or reverse");
+}
+
 std::mutex& launch_mutex() {
     static std::mutex m;
     return m;
@@ -266,10 +278,12 @@ void run_block(Launch& L) {
         t.waiting = nullptr;
         t.exchanges = 0;
     }
+    const bool reverse = schedule() == Schedule::reverse;
     unsigned left = L.n_threads;
     while (left > 0) {
         bool progressed = false;
-        for (unsigned t = 0; t < L.n_threads; ++t) {
+        for (unsigned k = 0; k < L.n_threads; ++k) {
+            const unsigned t = reverse ? L.n_threads - 1 - k : k;
             Thread& th = L.threads[t];
             if (th.done) continue;
             if (th.waiting) {
@@ -289,6 +303,18 @@ void run_block(Launch& L) {
 }
 
 }  // namespace
+
+void set_schedule(Schedule s) { g_schedule.store(int(s)); }
+
+Schedule schedule() {
+    int s = g_schedule.load();
+    if (s < 0) {
+        // Two threads reading the environment at once agree on what they store.
+        s = int(schedule_from_env());
+        g_schedule.store(s);
+    }
+    return Schedule(s);
+}
 
 unsigned char* dynamic_shared() { return current().shared.data(); }
 
@@ -368,7 +394,9 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     active = &L;
     blockDim = block;
     gridDim = grid;
-    for (uint64_t b = 0; b < nb && !L.error; ++b) {
+    const bool reverse = schedule() == Schedule::reverse;
+    for (uint64_t k = 0; k < nb && !L.error; ++k) {
+        const uint64_t b = reverse ? nb - 1 - k : k;
         blockIdx = uint3{unsigned(b % grid.x), unsigned((b / grid.x) % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
         // A GPU's shared memory holds whatever the SM's last block left there: each block here
         // starts on 0xff bytes (a NaN as a float, -1 as an integer), so a kernel that reads dynamic

@@ -93,6 +93,19 @@ unsigned ballot(bool pred);
 // This thread's lane within its warp.
 int lane();
 
+// The order in which the CPU mode runs a block's threads between barriers, and a grid's blocks.
+// A GPU gives no order at all, so a kernel whose result depends on it has a race: a shared-memory
+// value read without a __syncthreads after the other thread's write (or written while another
+// may still read the old one), or a block that reads what a later block writes. In one order
+// such a kernel may pass; for any two threads, one of forward and reverse runs the reader first,
+// so a race between two of them shows in one of the two. forward: thread 0 first (the default);
+// reverse: the last thread, and the last block, first. The environment variable
+// KINFER_CPU_MODE_SCHEDULE (forward or reverse) sets it for a whole process, so that a test binary
+// can be run both ways (tests/CMakeLists.txt runs test_cuda's kernel cases reversed).
+enum class Schedule { forward, reverse };
+void set_schedule(Schedule s);
+Schedule schedule();
+
 // What a piece of queued work is, for a graph update: CUDA updates an instantiated graph from a
 // graph of the same nodes in the same order, each kernel node the same function (its launch shape
 // and arguments may change), each copy node the same kind. fn: the kernel, or 0; what: kKernel,
