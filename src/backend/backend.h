@@ -155,9 +155,12 @@ public:
     virtual void synchronize() {}
     // A forward step of n tokens begins / ends (Session::forward, when SessionOptions::graphs
     // asks): a GPU backend may record the step's queued work as CUDA graphs and launch them
-    // (CudaBackend says when). step_end also ends a step that threw.
+    // (CudaBackend says when). step_abort ends a step that threw instead: what it queued since
+    // the last launch is dropped, not run (a graph of half a step would run its first ops on
+    // inputs the failed ones never wrote).
     virtual void step_begin(int64_t /*n_tokens*/) {}
     virtual void step_end() {}
+    virtual void step_abort() {}
     // For a library that queues work on this device itself (NCCL, dist/nccl): the device ordinal
     // and the stream (a cudaStream_t) this backend's ops run on in order; -1 and nullptr for a
     // backend without them (the CPU, the simulated device).

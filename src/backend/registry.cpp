@@ -82,6 +82,10 @@ void Backends::step_end() {
     for (auto& d : devices_) d->step_end();
 }
 
+void Backends::step_abort() {
+    for (auto& d : devices_) d->step_abort();
+}
+
 std::string Backends::specs() const {
     std::string out;
     for (const std::string& s : specs_) out += (out.empty() ? "" : ",") + s;

@@ -37,9 +37,10 @@ public:
 
     CpuBackend& cpu() { return *cpu_; }
     size_t n_devices() const { return devices_.size(); }
-    // Backend::step_begin / step_end on every device.
+    // Backend::step_begin / step_end / step_abort on every device.
     void step_begin(int64_t n_tokens);
     void step_end();
+    void step_abort();
     Backend* device(size_t i = 0) { return i < devices_.size() ? devices_[i].get() : nullptr; }
     // "CPU" / "cpu" or a device name ("sim0"); nullptr when none is called that.
     Backend* find(std::string_view name);

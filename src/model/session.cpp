@@ -189,12 +189,7 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
         if (want_all) std::memcpy(logits_.data(), host + (rows - 1) * hp.n_vocab, size_t(hp.n_vocab) * sizeof(float));
         if (graphs) backends_->step_end();
     } catch (const std::exception& e) {
-        if (graphs) {
-            try {
-                backends_->step_end();
-            } catch (const std::exception&) {   // the step's own error is the one to report
-            }
-        }
+        if (graphs) backends_->step_abort();
         // Some layers' states may have advanced: never compute on from them.
         failure_ = e.what();
         throw;

@@ -152,6 +152,40 @@ TEST_CASE("CudaBackend on the emulated runtime: decode steps as CUDA graphs, the
     CHECK(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) == 0);
 }
 
+// A step that throws part-way under --cuda-graphs (Session::forward calls step_abort): the ops it
+// had captured since its last launch are dropped. step_end would launch them, running the first
+// half of a step on inputs the failed half never wrote.
+TEST_CASE("CudaBackend on the emulated runtime: an aborted graph step runs none of what it captured") {
+    for (const bool abort : {false, true}) {
+        INFO((abort ? "step_abort" : "step_end"));
+        backend::Backends bk(1);
+        bk.add_device("emu-cuda:64MiB");
+        auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+        REQUIRE(cu != nullptr);
+        const int64_t n = 64;
+        const size_t bytes = size_t(n) * sizeof(float);
+        std::vector<float> a(size_t(n), 1.5f), y(size_t(n), 2.0f), got(size_t(n), 0.0f);
+        backend::Buffer by = cu->alloc(bytes, "y"), ba = cu->alloc(bytes, "a");
+        cu->upload(by.ptr, y.data(), bytes);
+        cu->upload(ba.ptr, a.data(), bytes);
+        bk.step_begin(1);
+        cu->add(reinterpret_cast<float*>(by.ptr), reinterpret_cast<const float*>(ba.ptr), n);
+        if (abort) bk.step_abort();
+        else bk.step_end();
+        cu->download(got.data(), by.ptr, bytes);
+        for (float v : got) CHECK(v == (abort ? 2.0f : 3.5f));
+        CHECK(cu->graphs_launched() == (abort ? 0u : 1u));
+        // The backend is usable after it: the next step captures and launches.
+        bk.step_begin(1);
+        cu->add(reinterpret_cast<float*>(by.ptr), reinterpret_cast<const float*>(ba.ptr), n);
+        bk.step_end();
+        cu->download(got.data(), by.ptr, bytes);
+        for (float v : got) CHECK(v == (abort ? 3.5f : 5.0f));
+        cu->free(by);
+        cu->free(ba);
+    }
+}
+
 // The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens
 // in one matmul_tasks matmul) and by slot (the choices left on the device, one row a token and
 // expert: matvec_q8_id / matvec_id). For the int8 weight types an expert's tokens (fewer than

@@ -472,6 +472,20 @@ void CudaBackend::step_end() {
     if (capturing_) end_segment();
 }
 
+void CudaBackend::step_abort() {
+    if (!step_) return;
+    step_ = false;
+    if (!capturing_) return;
+    // The capture's work is thrown away; an error here (an invalidated capture) is not the
+    // step's, which is the one the caller reports. It must not throw.
+    capturing_ = false;
+    select();
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_of(compute_), &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+}
+
 // ---- ops with kernels ----
 
 void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy) {

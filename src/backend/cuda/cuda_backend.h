@@ -75,6 +75,7 @@ public:
     // launches, whatever it does. Longer steps (prefill) run as before.
     void step_begin(int64_t n_tokens) override;
     void step_end() override;
+    void step_abort() override;
     // Graphs launched and built (instantiated rather than updated) so far.
     uint64_t graphs_launched() const { return graph_launches_; }
     uint64_t graphs_built() const { return graph_builds_; }
