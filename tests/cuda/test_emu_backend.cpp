@@ -15,6 +15,7 @@
 //     every argmax equal.
 #define KINFER_CUDA_EMU_RUNTIME 1   // cuda_backend.h's class as built on the emulated runtime
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/emu/runtime.h"
 #include "backend/registry.h"
 #include "model/parity_util.h"
 #include "test_util.h"
@@ -184,6 +185,54 @@ TEST_CASE("CudaBackend on the emulated runtime: an aborted graph step runs none 
         cu->free(by);
         cu->free(ba);
     }
+}
+
+// The scratch buffer grows without a wait: the old one is retired, freed once the compute stream
+// is known idle (a download, synchronize). A matmul of more tokens than the scratch holds, queued
+// behind an add, leaves the add unrun (an event after it still pending) until the host waits.
+TEST_CASE("CudaBackend on the emulated runtime: growing the scratch buffer does not wait for queued work") {
+    namespace rt = kinfer::cuda::emu_rt;
+    backend::Backends bk(1);
+    bk.add_device("emu-cuda:64MiB");
+    auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    REQUIRE(cu != nullptr);
+    const int64_t K = 256, rows = 8;
+    const quant::Traits& q8 = quant::traits(quant::Type::Q8_0);
+    std::vector<float> w(size_t(rows * K)), x(size_t(8 * K));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 13) - 6) * 0.25f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 7) - 3) * 0.5f;
+    const size_t rb = quant::row_size(q8, K);
+    std::vector<uint8_t> wq(rb * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) q8.from_float_ref(w.data() + r * K, wq.data() + size_t(r) * rb, K);
+    backend::Buffer bw = cu->alloc(wq.size(), "w"), bx = cu->alloc(x.size() * 4, "x"), by = cu->alloc(size_t(8 * rows) * 4, "y");
+    cu->upload(bw.ptr, wq.data(), wq.size());
+    cu->upload(bx.ptr, x.data(), x.size() * 4);
+    backend::Mat W{quant::Type::Q8_0, K, rows, bw.ptr, rb, 0, "w"};
+    auto* xd = reinterpret_cast<const float*>(bx.ptr);
+    auto* yd = reinterpret_cast<float*>(by.ptr);
+    cu->matmul(W, xd, 1, yd, K, rows);   // scratch for one token's int8 activations
+    cu->synchronize();
+    auto* stream = static_cast<cudaStream_t>(cu->native_stream());
+    rt::cudaEvent_t after_add = nullptr;
+    REQUIRE(rt::cudaEventCreateWithFlags(&after_add, rt::cudaEventDisableTiming) == rt::cudaSuccess);
+    cu->add(yd, yd, rows);
+    REQUIRE(rt::cudaEventRecord(after_add, stream) == rt::cudaSuccess);
+    cu->matmul(W, xd, 8, yd, K, rows);   // eight tokens: the scratch grows
+    CHECK(rt::cudaEventQuery(after_add) == rt::cudaErrorNotReady);
+    std::vector<float> y(size_t(8 * rows));
+    cu->download(y.data(), by.ptr, y.size() * 4);
+    CHECK(rt::cudaEventQuery(after_add) == rt::cudaSuccess);
+    for (int64_t t = 0; t < 8; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+            INFO("token ", t, " row ", r);
+            const float* xr = x.data() + t * K;
+            const float* wr = w.data() + r * K;
+            double want = 0;
+            for (int64_t k = 0; k < K; ++k) want += double(wr[k]) * xr[k];
+            CHECK(y[size_t(t * rows + r)] == doctest::Approx(want).epsilon(0.02));
+        }
+    rt::cudaEventDestroy(after_add);
+    for (backend::Buffer* b : {&bw, &bx, &by}) cu->free(*b);
 }
 
 // The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens

@@ -236,12 +236,29 @@ void CudaBackend::need(const Mat& W, const char* op) const {
     if (!owns(W.data, W.bytes())) fail("{}: op {} was handed weight {} outside this device's memory", name_, op, W.name);
 }
 
-void* CudaBackend::scratch(size_t bytes) {
-    if (scratch_.bytes < bytes) {
-        synchronize();                                      // the old buffer may still be in use
-        free(scratch_);
-        scratch_ = alloc(bytes, "op scratch");
+// The scratch buffer and the GEMM workspace grow by half at least (a prefill's ops ask a little
+// more, chunk after chunk). The old buffer may still be read by queued work: it is retired (freed
+// when the compute stream is next known idle) rather than freed after a wait, so growing never
+// stops the host in the middle of a step.
+void CudaBackend::grow(Buffer& b, size_t bytes, const char* what) {
+    const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
+    retire(b, false);
+    b = Buffer{};
+    try {
+        b = alloc(grown, what);
+    } catch (const std::exception&) {
+        // Without the extra half, and then with the retired buffers freed (after a wait).
+        try {
+            b = alloc(bytes, what);
+        } catch (const std::exception&) {
+            synchronize();
+            b = alloc(bytes, what);
+        }
     }
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+    if (scratch_.bytes < bytes) grow(scratch_, bytes, "op scratch");
     return scratch_.ptr;
 }
 
@@ -259,11 +276,7 @@ void* CudaBackend::blas() {
 }
 
 void* CudaBackend::gemm_workspace(size_t bytes) {
-    if (gemm_ws_.bytes < bytes) {
-        synchronize();                                      // a queued GEMM may still read the old one
-        free(gemm_ws_);
-        gemm_ws_ = alloc(bytes, "prefill GEMM workspace");
-    }
+    if (gemm_ws_.bytes < bytes) grow(gemm_ws_, bytes, "prefill GEMM workspace");
     return gemm_ws_.ptr;
 }
 
@@ -283,6 +296,7 @@ void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
     select();
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(compute_)), "download");
     check(cudaStreamSynchronize(stream_of(compute_)), "download");
+    free_retired();   // the compute stream, the only one reading them, is idle
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {

@@ -169,8 +169,11 @@ private:
         size_t cap = 0;
         size_t n = 0;                     // entries the pinned copy holds, and the device's after the queued copies
     };
-    // Buffers a queued copy or kernel may still use: freed at the next synchronize().
+    // Buffers a queued copy or kernel may still use: freed at the next synchronize() or download().
     void retire(Buffer b, bool pinned);
+    // b replaced by a buffer of at least `bytes` (half as large again as b when that fits), the
+    // old one retired.
+    void grow(Buffer& b, size_t bytes, const char* what);
     void free_retired();
 
     int device_;
