@@ -219,4 +219,47 @@ TEST_CASE("cuda cpu mode: the reverse schedule exposes a missing __syncthreads a
     CHECK(rr[0] == 63 + 1000);
 }
 
+// Each thread writes its slot, then reads the slot 32 threads on (the other warp's), after a
+// block barrier or only a warp barrier: the latter races with the other warp's write.
+__global__ void cross_warp_kernel(int* out, int block_sync) {
+    KINFER_DYNAMIC_SHARED(int, slot);
+    const int t = int(threadIdx.x), n = int(blockDim.x);
+    slot[t] = t;
+    if (block_sync) __syncthreads();
+    else __syncwarp();
+    out[t] = slot[(t + 32) % n];
+}
+
+std::vector<int> run_cross_warp(cm::Schedule s, int block_sync) {
+    std::vector<int> out(64, -7);
+    const cm::Schedule before = cm::schedule();
+    cm::set_schedule(s);
+    auto* k = &cross_warp_kernel;
+    KINFER_LAUNCH(k, dim3(1), dim3(64), 64 * sizeof(int), nullptr, out.data(), block_sync);
+    cm::set_schedule(before);
+    return out;
+}
+
+TEST_CASE("cuda cpu mode: the warp-by-warp schedules expose a value of another warp read after only a warp barrier") {
+    using S = cm::Schedule;
+    std::vector<int> fresh(64);
+    for (int t = 0; t < 64; ++t) fresh[size_t(t)] = (t + 32) % 64;
+    for (const S s : {S::forward, S::reverse, S::warps, S::warps_reverse}) CHECK(run_cross_warp(s, 1) == fresh);
+    // Sweeps hold a warp at its __syncwarp until the sweep is over, except the lane that arrives
+    // last, which goes on at once: the race shows in that one thread only.
+    for (const S s : {S::forward, S::reverse}) {
+        const std::vector<int> o = run_cross_warp(s, 0);
+        int stale = 0;
+        for (int t = 0; t < 64; ++t) stale += o[size_t(t)] != fresh[size_t(t)];
+        CHECK(stale == 1);
+    }
+    // Warp by warp: the first warp to run reads the other's slots unwritten (the 0xff fill, -1).
+    const std::vector<int> w = run_cross_warp(S::warps, 0), wr = run_cross_warp(S::warps_reverse, 0);
+    for (int t = 0; t < 64; ++t) {
+        INFO("thread ", t);
+        CHECK(w[size_t(t)] == (t < 32 ? -1 : fresh[size_t(t)]));
+        CHECK(wr[size_t(t)] == (t < 32 ? fresh[size_t(t)] : -1));
+    }
+}
+
 }  // namespace

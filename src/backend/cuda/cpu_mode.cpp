@@ -262,7 +262,9 @@ Schedule schedule_from_env() {
     const std::string v = env ? env : "";
     if (v.empty() || v == "forward") return Schedule::forward;
     if (v == "reverse") return Schedule::reverse;
-    throw std::invalid_argument("KINFER_CPU_MODE_SCHEDULE=" + v + ": expected forward or reverse");
+    if (v == "warps") return Schedule::warps;
+    if (v == "warps-reverse") return Schedule::warps_reverse;
+    throw std::invalid_argument("KINFER_CPU_MODE_SCHEDULE=" + v + ": expected forward, reverse, warps or warps-reverse");
 }
 
 std::mutex& launch_mutex() {
@@ -278,23 +280,39 @@ void run_block(Launch& L) {
         t.waiting = nullptr;
         t.exchanges = 0;
     }
-    const bool reverse = schedule() == Schedule::reverse;
+    const Schedule sched = schedule();
+    const bool reverse = sched == Schedule::reverse || sched == Schedule::warps_reverse;
+    const bool by_warp = sched == Schedule::warps || sched == Schedule::warps_reverse;
     unsigned left = L.n_threads;
+    // Resumes thread t up to its next barrier, if it can go on; false if it cannot.
+    auto resume = [&](unsigned t) {
+        Thread& th = L.threads[t];
+        if (th.done) return false;
+        if (th.waiting) {
+            if (th.waiting->generation == th.wait_generation) return false;   // its phase is not complete
+            th.waiting = nullptr;
+        }
+        L.current = t;
+        threadIdx = th.idx;
+        to_fiber(*pool[t]);
+        if (th.done) --left;
+        return true;
+    };
+    // One sweep over threads [first, first + count), in the schedule's direction.
+    auto sweep = [&](unsigned first, unsigned count) {
+        bool any = false;
+        for (unsigned k = 0; k < count; ++k) any |= resume(first + (reverse ? count - 1 - k : k));
+        return any;
+    };
     while (left > 0) {
         bool progressed = false;
-        for (unsigned k = 0; k < L.n_threads; ++k) {
-            const unsigned t = reverse ? L.n_threads - 1 - k : k;
-            Thread& th = L.threads[t];
-            if (th.done) continue;
-            if (th.waiting) {
-                if (th.waiting->generation == th.wait_generation) continue;   // its phase is not complete
-                th.waiting = nullptr;
+        if (!by_warp) {
+            progressed = sweep(0, L.n_threads);
+        } else {
+            for (unsigned k = 0; k < L.n_warps; ++k) {
+                const unsigned w = reverse ? L.n_warps - 1 - k : k;
+                while (sweep(w * 32, L.lanes_in(w))) progressed = true;   // until its lanes all wait or are done
             }
-            L.current = t;
-            threadIdx = th.idx;
-            to_fiber(*pool[t]);
-            progressed = true;
-            if (th.done) --left;
         }
         if (!progressed && left > 0)
             throw std::logic_error("cuda cpu mode: deadlock: " + std::to_string(left) +
@@ -394,7 +412,8 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     active = &L;
     blockDim = block;
     gridDim = grid;
-    const bool reverse = schedule() == Schedule::reverse;
+    const Schedule sched = schedule();
+    const bool reverse = sched == Schedule::reverse || sched == Schedule::warps_reverse;
     for (uint64_t k = 0; k < nb && !L.error; ++k) {
         const uint64_t b = reverse ? nb - 1 - k : k;
         blockIdx = uint3{unsigned(b % grid.x), unsigned((b / grid.x) % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};

@@ -97,12 +97,19 @@ int lane();
 // A GPU gives no order at all, so a kernel whose result depends on it has a race: a shared-memory
 // value read without a __syncthreads after the other thread's write (or written while another
 // may still read the old one), or a block that reads what a later block writes. In one order
-// such a kernel may pass; for any two threads, one of forward and reverse runs the reader first,
-// so a race between two of them shows in one of the two. forward: thread 0 first (the default);
-// reverse: the last thread, and the last block, first. The environment variable
-// KINFER_CPU_MODE_SCHEDULE (forward or reverse) sets it for a whole process, so that a test binary
-// can be run both ways (tests/CMakeLists.txt runs test_cuda's kernel cases reversed).
-enum class Schedule { forward, reverse };
+// such a kernel may pass; for any two threads, one of forward and reverse runs the reader first.
+//   forward        sweeps: every thread in turn runs to its next barrier, thread 0 first (the
+//                  default). A warp barrier or shuffle then holds a warp until the sweep is
+//                  over, as if it were a block barrier.
+//   reverse        the same from the last thread (and the last block) down.
+//   warps          warp by warp: a warp runs through its own shuffles and __syncwarps until its
+//                  lanes wait at a __syncthreads or return, then the next warp. A value another
+//                  warp writes and this one reads after only warp-level barriers is stale here.
+//   warps-reverse  the same from the last warp and lane, and the last block, down.
+// Each is a schedule a GPU may run. The environment variable KINFER_CPU_MODE_SCHEDULE sets it for
+// a whole process, so that a test binary can be run every way (tests/CMakeLists.txt runs
+// test_cuda's kernel cases under each).
+enum class Schedule { forward, reverse, warps, warps_reverse };
 void set_schedule(Schedule s);
 Schedule schedule();
 
