@@ -262,4 +262,40 @@ TEST_CASE("cuda cpu mode: the warp-by-warp schedules expose a value of another w
     }
 }
 
+__global__ void fill_kernel(int* out, int n) {
+    KINFER_DYNAMIC_SHARED(int, buf);
+    const int t = int(threadIdx.x);
+    buf[t] = t;
+    __syncthreads();
+    if (t < n) out[t] = buf[n - 1 - t];
+}
+__global__ void opted_in_kernel(int* out) {
+    KINFER_DYNAMIC_SHARED(int, buf);
+    buf[threadIdx.x] = 5;
+    out[threadIdx.x] = buf[threadIdx.x];
+}
+
+TEST_CASE("cuda cpu mode: launches a GPU refuses (grid extents, dynamic shared memory past 48 KiB without opt-in)") {
+    std::vector<int> out(32, 0);
+    auto* k = &fill_kernel;
+    for (const dim3 grid : {dim3(0), dim3(1, 0), dim3(1, 1, 0), dim3(1, 65536), dim3(1, 1, 65536), dim3(0x80000000u)})
+        CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, grid, dim3(32), 32 * sizeof(int), nullptr, out.data(), 32),
+                             doctest::Contains("blocks"), std::invalid_argument);
+    CHECK(out[0] == 0);   // nothing ran
+    KINFER_LAUNCH(k, dim3(1, 65535), dim3(32), 32 * sizeof(int), nullptr, out.data(), 32);
+    CHECK(out[0] == 31);
+    // 64 KiB: refused until the kernel opts in to it; never more than 227 KiB.
+    auto* big = &opted_in_kernel;
+    CHECK_THROWS_WITH_AS(KINFER_LAUNCH(big, dim3(1), dim3(32), 64 * 1024, nullptr, out.data()),
+                         doctest::Contains("opts in"), std::invalid_argument);
+    CHECK(cudaFuncSetAttribute(big, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == 0);
+    KINFER_LAUNCH(big, dim3(1), dim3(32), 64 * 1024, nullptr, out.data());
+    CHECK(out[0] == 5);
+    CHECK_THROWS_WITH_AS(KINFER_LAUNCH(big, dim3(1), dim3(32), 64 * 1024 + 4, nullptr, out.data()),
+                         doctest::Contains("opts in"), std::invalid_argument);
+    CHECK_THROWS_AS(cudaFuncSetAttribute(big, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024), std::invalid_argument);
+    // Another kernel's opt-in is not this one's.
+    CHECK_THROWS_AS(KINFER_LAUNCH(k, dim3(1), dim3(32), 64 * 1024, nullptr, out.data(), 32), std::invalid_argument);
+}
+
 }  // namespace

@@ -32,6 +32,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -366,6 +367,43 @@ unsigned ballot(bool pred) {
     unsigned bits = 0;
     for (unsigned i = 0; i < L.lanes_in(warp); ++i) bits |= unsigned(slots[base + i] != 0) << i;
     return bits;
+}
+
+namespace {
+std::mutex& opt_in_mutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<uintptr_t, size_t>& opt_ins() {   // kernel -> its cudaFuncAttributeMaxDynamicSharedMemorySize
+    static std::map<uintptr_t, size_t> m;
+    return m;
+}
+constexpr size_t kDefaultDynamicShared = 48 * 1024, kMaxDynamicShared = 227 * 1024;
+}  // namespace
+
+void set_max_dynamic_shared(uintptr_t kernel, int bytes) {
+    if (bytes < 0 || size_t(bytes) > kMaxDynamicShared)
+        throw std::invalid_argument("cuda cpu mode: cudaFuncSetAttribute: " + std::to_string(bytes) +
+                                    " bytes of dynamic shared memory (a GPU allows 227 KiB)");
+    std::lock_guard lock(opt_in_mutex());
+    opt_ins()[kernel] = size_t(bytes);
+}
+
+void check_launch(uintptr_t kernel, dim3 grid, size_t shmem) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        throw std::invalid_argument("cuda cpu mode: a grid of " + std::to_string(grid.x) + " x " + std::to_string(grid.y) +
+                                    " x " + std::to_string(grid.z) +
+                                    " blocks (a GPU launches 1..2^31-1 x 1..65535 x 1..65535)");
+    if (shmem <= kDefaultDynamicShared) return;
+    size_t allowed = kDefaultDynamicShared;
+    {
+        std::lock_guard lock(opt_in_mutex());
+        if (auto it = opt_ins().find(kernel); it != opt_ins().end()) allowed = std::max(allowed, it->second);
+    }
+    if (shmem > allowed)
+        throw std::invalid_argument("cuda cpu mode: " + std::to_string(shmem) + " bytes of dynamic shared memory, " +
+                                    std::to_string(allowed) +
+                                    " allowed (past 48 KiB a kernel opts in with cudaFuncSetAttribute)");
 }
 
 void check_block(dim3 block) {

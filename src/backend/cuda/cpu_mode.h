@@ -130,6 +130,14 @@ void submit(cudaStream_t stream, std::function<void()> work, const WorkKey& key)
 // Throws std::invalid_argument for a block shape no GPU launches (checked when queued, as a GPU
 // refuses the launch, and again when run).
 void check_block(dim3 block);
+// Throws std::invalid_argument for a launch a GPU (sm_90) refuses with an invalid configuration:
+// a grid with a zero extent, x past 2^31 - 1, y or z past 65535; more than 48 KiB of dynamic
+// shared memory for a kernel that did not opt in to that much (cudaFuncSetAttribute below), or
+// more than 227 KiB at all.
+void check_launch(uintptr_t kernel, dim3 grid, size_t shmem);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): what the
+// kernel may take from then on (check_launch).
+void set_max_dynamic_shared(uintptr_t kernel, int bytes);
 
 // kernel<<<grid, block, shmem, stream>>>(args...): the arguments are converted to the kernel's
 // parameter types once, as a launch copies them, and every thread calls the kernel with those
@@ -138,6 +146,7 @@ template <class... P, class... A>
 void launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, A&&... args) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
     check_block(block);
+    check_launch(reinterpret_cast<uintptr_t>(kernel), grid, shmem);
     auto params = std::make_shared<const std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
     submit(
         stream, [kernel, params, grid, block, shmem] { run([&] { std::apply(kernel, *params); }, grid, block, shmem); },
@@ -161,6 +170,15 @@ T from_bits(uint64_t b) {
 }  // namespace kinfer::cuda::cpu_mode
 
 // ---- the CUDA device functions the kernels use -------------------------------------------------
+
+// The one function attribute the launchers set (the opt-in to more than 48 KiB of dynamic shared
+// memory), as the runtime's cudaFuncSetAttribute; returns 0 (cudaSuccess).
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class... P>
+int cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute, int value) {
+    kinfer::cuda::cpu_mode::set_max_dynamic_shared(reinterpret_cast<uintptr_t>(kernel), value);
+    return 0;
+}
 
 inline void __syncthreads() { kinfer::cuda::cpu_mode::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { kinfer::cuda::cpu_mode::sync_warp(); }

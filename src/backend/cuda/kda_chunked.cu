@@ -310,12 +310,11 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
         throw std::invalid_argument("cuda kda_chunked: chunk " + std::to_string(C) + " at head dim " +
                                     std::to_string(D) + " needs " + std::to_string(bytes) + " bytes of shared memory");
     auto* kern = &kda_chunked_kernel<D, C>;
-#if defined(__CUDACC__)
     // Past 48 KiB of dynamic shared memory a kernel must opt in, on each device it runs on, so at
     // every launch (a host call, next to a launch that covers a whole chunk of prefill). A failure
-    // leaves the error for the launch to report, which the caller checks.
+    // leaves the error for the launch to report, which the caller checks. (The CPU mode refuses
+    // a launch past 48 KiB without it, as a GPU does.)
     if (bytes > 48 * 1024) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-#endif
     const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(4 * J / kColsPerGroup<D>)};
     KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
 }
