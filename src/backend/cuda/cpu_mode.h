@@ -17,7 +17,8 @@
 //                                               shared array; launches are serialised.
 //   dynamic shared memory                       KINFER_DYNAMIC_SHARED (compat.h) over a buffer
 //                                               of the launch's size, which each block finds
-//                                               filled with 0xff bytes (cpu_mode.cpp says why).
+//                                               filled with 0xff bytes (0x7f under the warp-by-
+//                                               warp schedules; cpu_mode.cpp says why).
 //   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
 //   __dp4a, uint4, __float_as_int                                plain C++.
 //   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h): queued on

@@ -126,9 +126,11 @@ __global__ void __launch_bounds__(kMlaThreads)
         for (int k = 0; k < kGroupDims; ++k) acc[g][k] = 0.0f;
     for (int64_t jt = j0; jt < j1; jt += kGroupRows) {
         const int tl = int(j1 - jt < kGroupRows ? j1 - jt : kGroupRows);
-        __syncthreads();                                   // the previous tile's readers are done
         // Row by row, the threads across the row: each row's address is found once (a page
-        // lookup divides), and the reads of a row are neighbours (coalesced).
+        // lookup divides), and the reads of a row are neighbours (coalesced). No barrier before:
+        // a thread overwrites only the columns it read itself in the last tile's sums (threadIdx.x
+        // + kMlaThreads k), and the score loop, which reads every column, ended at the barrier
+        // before those sums.
         for (int j = 0; j < kGroupRows; ++j) {
             const typename Rows::Row row = cache.row(j < tl ? jt + j : jt);
             for (int64_t i = threadIdx.x; i < kGroupLanes * 32; i += blockDim.x)
