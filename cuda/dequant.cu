@@ -23,7 +23,8 @@ __global__ void dequant_q8_0_kernel(const block_q8_0* x, float* y, int64_t n) {
 }  // namespace
 
 int dequant_q8_0(const void* host_blocks, float* host_out, int64_t n) {
-    if (n % kQK8_0) return -1;
+    if (n % kQK8_0 || n < 0) return -1;
+    if (n == 0) return 0;   // a launch of no blocks is an error on a GPU
     const size_t in_bytes = size_t(n / kQK8_0) * sizeof(block_q8_0);
     void* d_in = nullptr;
     float* d_out = nullptr;
@@ -32,7 +33,8 @@ int dequant_q8_0(const void* host_blocks, float* host_out, int64_t n) {
     cudaMemcpy(d_in, host_blocks, in_bytes, cudaMemcpyHostToDevice);
     const int threads = 256;
     dequant_q8_0_kernel<<<unsigned((n + threads - 1) / threads), threads>>>(static_cast<const block_q8_0*>(d_in), d_out, n);
-    cudaError_t err = cudaMemcpy(host_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaError_t err = cudaGetLastError();   // a refused launch, which the copy below would not report
+    if (err == cudaSuccess) err = cudaMemcpy(host_out, d_out, n * sizeof(float), cudaMemcpyDeviceToHost);
     cudaFree(d_in);
     cudaFree(d_out);
     return err == cudaSuccess ? 0 : -3;

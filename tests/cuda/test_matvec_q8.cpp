@@ -98,6 +98,27 @@ TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes")
     CHECK(blocks_of(q, 2, cols)[0].d > 0);   // -7.5 came first: iscale = -127 / -7.5 > 0
 }
 
+// A MoE prefill's gathered input has n x K rows: 65536 at 8192 tokens and top-8, one more than a
+// grid's y extent. quantize_act launches the rows in slices; rows on both sides of the cut and the
+// last one are quant's bytes. Row r holds r's own values, so a slice placed at the wrong rows shows.
+TEST_CASE("cuda quantize_act (cpu mode): past 65535 rows, every row where it belongs") {
+    const int64_t rows = 65537, cols = 256;
+    std::vector<float> x(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < cols; ++i) x[size_t(r * cols + i)] = float((r * 7 + i * 13) % 251) - 125.0f + float(r % 5) * 0.25f;
+    const size_t rb = cuda::emu::q8_act_row_bytes(quant::Type::Q4_K, cols);
+    std::vector<uint8_t> q(rb * size_t(rows), 0xAA);
+    cuda::emu::quantize_act(quant::Type::Q4_K, x.data(), cols, rows, cols, q.data(), nullptr);
+    for (const int64_t r : {int64_t(0), int64_t(65534), int64_t(65535), int64_t(65536)}) {
+        INFO("row ", r);
+        quant::block_q8_K want;
+        quant::quantize_row_q8_K_ref(x.data() + r * cols, &want, cols);
+        const auto got = blocks_of(q, r, cols);
+        CHECK(std::memcmp(got[0].qs, want.qs, quant::QK_K) == 0);
+        CHECK(std::memcmp(&got[0].d, &want.d, 4) == 0);
+    }
+}
+
 TEST_CASE("cuda matvec_q8 (cpu mode): Q4_K, Q5_K, Q6_K and IQ4_XS on int8 activations against the CPU backend; matvec_q8_id per slot") {
     for (const quant::Type type : {quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K, quant::Type::IQ4_XS}) {
         const quant::Traits& tr = quant::traits(type);

@@ -152,6 +152,19 @@ TEST_CASE("cuda scatter_weighted (cpu mode): rows land at their index, weighted,
     check_close(dst, want, 0, 0, "scatter_weighted (exact)");
 }
 
+TEST_CASE("cuda gather_rows (cpu mode): each row from its index / div, exactly as on the CPU") {
+    const int64_t cols = 300, n_src = 7;
+    for (const int64_t div : {int64_t(1), int64_t(3)}) {
+        INFO("div ", div);
+        const std::vector<int64_t> idx = {6 * div, 0, 2 * div + div - 1, 6 * div + 1 % div, 3 * div, 3 * div};
+        const std::vector<float> src = randn(size_t(n_src * cols), 60);
+        std::vector<float> dst(idx.size() * size_t(cols), -1.0f), want(dst.size(), -2.0f);
+        cuda::emu::gather_rows(src.data(), cols, idx.data(), div, int64_t(idx.size()), dst.data(), nullptr);
+        cpu().gather_rows(src.data(), cols, idx, div, want.data());
+        check_close(dst, want, 0, 0, "gather_rows (exact)");
+    }
+}
+
 TEST_CASE("cuda attn_res_mix (cpu mode): no banked block and three of them, within 1e-5 of the CPU op") {
     const int64_t n = 3, d = 700;
     const std::vector<float> p = randn(size_t(n * d), 52), w = randn(size_t(d), 53, 0.1f);

@@ -8,6 +8,7 @@
 #include "quant/types.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 using namespace kinfer;
@@ -77,6 +78,32 @@ TEST_CASE("cuda route (cpu mode): the same experts as the CPU op, weights and sc
         CHECK(sel == want_sel);
         check_close(w, want_w, 1e-6, 0, "route weights");
         check_close(probs, want_probs, 1e-6, 0, "sigmoid scores");
+    }
+}
+
+// NaN logits (an overflow upstream): every token still gets K distinct experts in range (a NaN
+// once left the argmax at id E: a shared-memory write past the scores, an expert E for the host).
+TEST_CASE("cuda route (cpu mode): NaN scores still give K distinct experts in range") {
+    const int64_t n = 3, E = 64, K = 8;
+    std::vector<float> logits = randn(size_t(n * E), 77, 2.0f);
+    const std::vector<float> bias(size_t(E), 0.0f);
+    for (int64_t e = 0; e < E; ++e) logits[size_t(e)] = NAN;                 // token 0: all NaN
+    for (int64_t e = 0; e < E; e += 2) logits[size_t(E + e)] = NAN;          // token 1: half
+    logits[size_t(2 * E + 5)] = NAN;                                          // token 2: one
+    std::vector<int32_t> sel(size_t(n * K), -1);
+    std::vector<float> w(sel.size());
+    cuda::emu::route(logits.data(), bias.data(), n, E, K, true, 1.0f, sel.data(), w.data(), nullptr);
+    for (int64_t t = 0; t < n; ++t) {
+        INFO("token ", t);
+        std::vector<int32_t> s(sel.begin() + t * K, sel.begin() + (t + 1) * K);
+        for (int32_t e : s) CHECK((e >= 0 && e < E));
+        std::sort(s.begin(), s.end());
+        CHECK(std::adjacent_find(s.begin(), s.end()) == s.end());
+        if (t == 0) CHECK(s == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});   // all -inf: the lowest ids
+        if (t == 1)
+            for (int32_t e : s) CHECK(e % 2 == 1);                                 // the numbers before any NaN
+        if (t == 2)
+            for (int32_t e : s) CHECK(e != 5);
     }
 }
 

@@ -572,6 +572,43 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         }
     };
     select();
+    // The int8 tasks' activations (the small tasks of a type with an int8 kernel, which take it
+    // as matmul does: the same bits as matmul and matmul_id): each input quantized once a call
+    // per activation format, only its rows from the first to the last such a task reads. (A MoE
+    // prefill's experts read ranges of one gathered input of n x K rows: quantized whole for
+    // every run of kMatvecGroupMax tasks, that was tens of passes over it a layer.)
+    struct Quantized {
+        int input, format;
+        quant::Type type;   // one weight type of the format
+        int64_t lo, hi;     // the input rows quantized
+        size_t at = 0, rb = 0;
+    };
+    std::vector<Quantized> quantized;
+    std::vector<int> q8_of(tasks.size(), -1);   // a small int8 task's entry in `quantized`
+    for (size_t i : small) {
+        const MatTask& t = tasks[i];
+        if (!kern::matvec_q8_supported(t.W.type, t.W.data, t.W.row_bytes, t.W.cols)) continue;
+        const int f = kern::q8_act_format(t.W.type);
+        size_t k = 0;
+        while (k < quantized.size() && !(quantized[k].input == t.input && quantized[k].format == f)) ++k;
+        if (k == quantized.size()) quantized.push_back({t.input, f, t.W.type, t.row0, t.row0 + t.n});
+        quantized[k].lo = std::min(quantized[k].lo, t.row0);
+        quantized[k].hi = std::max(quantized[k].hi, t.row0 + t.n);
+        q8_of[i] = int(k);
+    }
+    size_t q8_bytes = 0;
+    for (Quantized& q : quantized) {
+        q.rb = kern::q8_act_row_bytes(q.type, inputs[size_t(q.input)].cols);   // a multiple of 16
+        q.at = q8_bytes;
+        q8_bytes += q.rb * size_t(q.hi - q.lo);
+    }
+    auto* xq = q8_bytes ? static_cast<uint8_t*>(scratch(q8_bytes)) : nullptr;
+    for (const Quantized& q : quantized) {
+        const MatInput& in = inputs[size_t(q.input)];
+        const int64_t ld = in.ld ? in.ld : in.cols;
+        kern::quantize_act(q.type, in.x + q.lo * ld, ld, q.hi - q.lo, in.cols, xq + q.at, compute_);
+    }
+    check(cudaGetLastError(), "matmul_tasks");
     runs(large, large.size(), [&](std::span<const size_t> run, const Mat& W0) {
         std::vector<kern::GemmTask> group;
         for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
@@ -584,32 +621,17 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         }
     });
     runs(small, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> all, const Mat& W0) {
-        // Tasks of a type with an int8-activation kernel take it, as matmul does (the same bits as
-        // matmul and matmul_id): each input they read quantized once, whole (a row's int8 values
-        // do not depend on the rows around it), then one grouped launch for all of them. The
-        // others go in one grouped fp32-activation launch.
+        // The int8 tasks in one grouped launch on the activations quantized above (a row's int8
+        // values do not depend on the rows around it), the others in one grouped fp32-activation
+        // launch.
         std::vector<size_t> q8, run;
-        for (size_t i : all) {
-            const Mat& W = tasks[i].W;
-            (kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols) ? q8 : run).push_back(i);
-        }
+        for (size_t i : all) (q8_of[i] >= 0 ? q8 : run).push_back(i);
         if (!q8.empty()) {
-            const size_t rb = kern::q8_act_row_bytes(W0.type, W0.cols);
-            std::vector<int64_t> first_row(inputs.size(), -1);   // of each input's rows in the scratch
-            int64_t q_rows = 0;
-            for (size_t i : q8) {
-                int64_t& at = first_row[size_t(tasks[i].input)];
-                if (at < 0) at = q_rows, q_rows += inputs[size_t(tasks[i].input)].rows;
-            }
-            auto* xq = static_cast<uint8_t*>(scratch(rb * size_t(q_rows)));
-            for (size_t k = 0; k < inputs.size(); ++k)
-                if (first_row[k] >= 0)
-                    kern::quantize_act(W0.type, inputs[k].x, inputs[k].ld, inputs[k].rows, W0.cols, xq + size_t(first_row[k]) * rb,
-                                       compute_);
             kern::MatvecQ8Group g;
             for (size_t i : q8) {
                 const MatTask& t = tasks[i];
-                g.task[g.n_tasks++] = {t.W.data, xq + size_t(first_row[size_t(t.input)] + t.row0) * rb, t.y, t.W.rows, t.n, t.ldy};
+                const Quantized& q = quantized[size_t(q8_of[i])];
+                g.task[g.n_tasks++] = {t.W.data, xq + q.at + size_t(t.row0 - q.lo) * q.rb, t.y, t.W.rows, t.n, t.ldy};
             }
             try {
                 kern::matvec_q8_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
@@ -658,11 +680,25 @@ void CudaBackend::copy_rows(float* dst, int64_t ldd, const float* src, int64_t l
 }
 
 void CudaBackend::gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) {
+    if (idx.empty()) return;
     select();
-    for (size_t j = 0; j < idx.size(); ++j)
-        check(cudaMemcpyAsync(dst + int64_t(j) * cols, src + (idx[j] / div) * cols, size_t(cols) * 4,
-                              cudaMemcpyDeviceToDevice, stream_of(compute_)),
-              "gather_rows");
+    if (idx.size() <= size_t(kGatherCopiesMax)) {
+        // A decode step's few rows: device copies, which a CUDA graph holds (an upload of the
+        // list would end the capture).
+        for (size_t j = 0; j < idx.size(); ++j)
+            check(cudaMemcpyAsync(dst + int64_t(j) * cols, src + (idx[j] / div) * cols, size_t(cols) * 4,
+                                  cudaMemcpyDeviceToDevice, stream_of(compute_)),
+                  "gather_rows");
+        return;
+    }
+    // A prefill chunk's n x K rows (65536 at 8192 tokens and top-8): the list uploaded once and
+    // one kernel, instead of a copy call of microseconds per row.
+    HostStop stop(*this);
+    auto* d_idx = static_cast<int64_t*>(scratch(idx.size() * sizeof(int64_t)));
+    check(cudaMemcpyAsync(d_idx, idx.data(), idx.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_of(compute_)),
+          "gather_rows");   // pageable: staged before it returns
+    kern::gather_rows(src, cols, d_idx, div, int64_t(idx.size()), dst, compute_);
+    check(cudaGetLastError(), "gather_rows");
 }
 
 void CudaBackend::kda_scan(const KdaScan& s) {

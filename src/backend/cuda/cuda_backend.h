@@ -10,7 +10,8 @@
 // mla_attend_absorbed, the decompressed (MHA) prefill forms mla_attend_decompressed and
 // mla_attend_tiled_mha (has_tiled_mha() is true: long prefill chunks take it), the paged latent
 // cache (mla_cache_store / load, mla_attend_tiled: the absorbed form through the pages),
-// copy_rows and gather_rows (device copies), embed (the table stays on the CPU unless -ot puts
+// copy_rows (a device copy), gather_rows (device copies; a kernel over the uploaded list past 64
+// rows), embed (the table stays on the CPU unless -ot puts
 // token_embd on the device).
 //
 // Plain C++ on purpose: this header and cuda_backend.cpp are built by the host compiler against
@@ -117,6 +118,9 @@ public:
     bool has_tiled_mha() const override { return true; }
     void route(float* probs, const float* bias, int64_t n, const RouteParams& p, int32_t* sel, float* w,
                const RouteHook& hook) override;
+    // Up to kGatherCopiesMax rows as device copies (a CUDA graph holds them), more through a
+    // kernel over the uploaded list (which ends a capture).
+    static constexpr int64_t kGatherCopiesMax = 64;
     void gather_rows(const float* src, int64_t cols, std::span<const int64_t> idx, int64_t div, float* dst) override;
     void scatter_weighted(const float* src, int64_t cols, std::span<const int64_t> idx, const float* w,
                           float* dst) override;

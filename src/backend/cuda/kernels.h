@@ -43,6 +43,8 @@ void matvec_id(quant::Type type, const void* W, size_t row_bytes, size_t slice_b
 // matvec_q8_supported also checks the alignment the loads need (Q4_K / Q5_K rows 16 bytes, IQ4_XS
 // 8, Q6_K and Q8_0 2).
 size_t q8_act_row_bytes(quant::Type type, int64_t cols);
+// Weight types with the same id get the same quantize_act bytes.
+int q8_act_format(quant::Type type);
 void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream);
 bool matvec_q8_supported(quant::Type type, const void* W, size_t row_bytes, int64_t cols);
 void matvec_q8(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, int64_t n,
@@ -183,6 +185,8 @@ void scale_rows(float* y, const float* w, int64_t rows, int64_t cols, void* stre
 void route(float* probs, const float* bias, int64_t n, int64_t E, int64_t K, bool norm, float scale, int32_t* sel,
            float* w, void* stream);
 
+// dst row j = src row idx[j] / div for j < rows (rows of cols; idx: a device array).
+void gather_rows(const float* src, int64_t cols, const int64_t* idx, int64_t div, int64_t rows, float* dst, void* stream);
 // dst row idx[j] = src row j * wj[j] for j < rows (rows of cols; idx, wj: device arrays).
 void scatter_weighted(const float* src, int64_t cols, const int64_t* idx, const float* wj, int64_t rows, float* dst,
                       void* stream);

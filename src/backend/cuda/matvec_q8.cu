@@ -773,21 +773,35 @@ size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
     return (size_t(cols) + extra + 15) / 16 * 16;
 }
 
+int q8_act_format(quant::Type type) {
+    // The arguments quantize_act's kernels differ by: Q8_K, or Q8_0's values interleaved (every
+    // type but Q8_0) and with Q8_1's sums.
+    return q8_k_acts(type) ? 3 : (type != quant::Type::Q8_0 ? 1 : 0) + (q8_1_acts(type) ? 2 : 0);
+}
+
 void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream) {
     if (rows <= 0 || cols <= 0) return;
     const int64_t block = q8_k_acts(type) ? kQK : 32;
-    if (cols % block != 0 || rows > 65535)
+    if (cols % block != 0)
         throw std::invalid_argument("cuda quantize_act: " + std::to_string(cols) + " columns (whole blocks of " +
-                                    std::to_string(block) + "), " + std::to_string(rows) + " rows (at most 65535)");
-    if (q8_k_acts(type)) {
-        auto* kernel = &quantize_q8_K_kernel;
-        KINFER_LAUNCH(kernel, dim3(unsigned(cols / kQK), unsigned(rows)), dim3(32), 0, as_stream(stream), x,
-                      ldx ? ldx : cols, cols, static_cast<uint8_t*>(out), q8_act_row_bytes(type, cols));
-    } else {
-        auto* kernel = &quantize_q8_0_kernel;
-        KINFER_LAUNCH(kernel, dim3(unsigned((cols / 32 + 7) / 8), unsigned(rows)), dim3(256), 0, as_stream(stream), x,
-                      ldx ? ldx : cols, cols, static_cast<uint8_t*>(out), q8_act_row_bytes(type, cols),
-                      type != quant::Type::Q8_0, q8_1_acts(type));
+                                    std::to_string(block) + ")");
+    const int64_t ld = ldx ? ldx : cols;
+    const size_t rb = q8_act_row_bytes(type, cols);
+    // Rows on grid.y, at most 65535 a launch (a MoE prefill's gathered input has n x K rows:
+    // 65536 at 8192 tokens and top-8).
+    constexpr int64_t kMaxRows = 65535;
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+        const unsigned nr = unsigned(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
+        const float* xs = x + r0 * ld;
+        uint8_t* o = static_cast<uint8_t*>(out) + size_t(r0) * rb;
+        if (q8_k_acts(type)) {
+            auto* kernel = &quantize_q8_K_kernel;
+            KINFER_LAUNCH(kernel, dim3(unsigned(cols / kQK), nr), dim3(32), 0, as_stream(stream), xs, ld, cols, o, rb);
+        } else {
+            auto* kernel = &quantize_q8_0_kernel;
+            KINFER_LAUNCH(kernel, dim3(unsigned((cols / 32 + 7) / 8), nr), dim3(256), 0, as_stream(stream), xs, ld, cols, o,
+                          rb, type != quant::Type::Q8_0, q8_1_acts(type));
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-// The MoE scatter and the AttnRes mix (DESIGN.md 3.1 / 3.4).
+// The MoE gather and scatter and the AttnRes mix (DESIGN.md 3.1 / 3.4).
+//  - gather_rows: dst row j = src row idx[j] / div, one block a row (idx in device memory).
 //  - scatter_weighted: dst row idx[j] = src row j * wj[j] (idx and wj in device memory; the
 //    backend uploads the host lists).
 //  - attn_res_mix: one block per token. Each source (the banked blocks, then the partial sum p)
@@ -21,6 +22,14 @@ __global__ void scatter_weighted_kernel(const float* src, int64_t cols, const in
         const int64_t j = i / cols, c = i % cols;
         dst[idx[j] * cols + c] = src[i] * wj[j];
     }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ src, int64_t cols, const int64_t* __restrict__ idx,
+                                   int64_t div, float* __restrict__ dst) {
+    const int64_t j = blockIdx.x;
+    const float* s = src + (idx[j] / div) * cols;
+    float* d = dst + j * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
 }
 
 __global__ void __launch_bounds__(kMixThreads)
@@ -54,6 +63,13 @@ __global__ void __launch_bounds__(kMixThreads)
 }
 
 }  // namespace
+
+void gather_rows(const float* src, int64_t cols, const int64_t* idx, int64_t div, int64_t rows, float* dst, void* stream) {
+    if (rows <= 0 || cols <= 0) return;
+    if (div < 1 || rows > 0x7fffffff) throw std::invalid_argument("cuda gather_rows: div >= 1 and at most 2^31 - 1 rows");
+    auto* k = &gather_rows_kernel;
+    KINFER_LAUNCH(k, dim3(unsigned(rows)), dim3(kMixThreads), 0, as_stream(stream), src, cols, idx, div, dst);
+}
 
 void scatter_weighted(const float* src, int64_t cols, const int64_t* idx, const float* wj, int64_t rows, float* dst,
                       void* stream) {

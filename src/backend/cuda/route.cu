@@ -7,6 +7,7 @@
 #include "backend/cuda/reduce.cuh"
 
 #include <stdexcept>
+#include <string>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
@@ -14,6 +15,10 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kMaxUsed = 64;
+// The static shared memory below (best_v, best_id, chosen), next to E floats of dynamic: together
+// at most 48 KiB, what a kernel may take without opting in.
+constexpr int64_t kStaticSmem = (32 + 32 + kMaxUsed) * 4;
+constexpr int64_t kMaxExperts = (48 * 1024 - kStaticSmem) / 4;
 
 // (value, id) ordered by value descending, then id ascending.
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
@@ -36,10 +41,15 @@ __global__ void __launch_bounds__(kRouteThreads)
     __shared__ int best_id[32];
     __shared__ int chosen[kMaxUsed];
     float* p = probs + int64_t(blockIdx.x) * E;
+    // A NaN score (a NaN logit: an overflow upstream) ranks as -inf, below every number; a
+    // winner is struck out with a NaN, which no comparison picks again. So each round picks a
+    // valid expert not yet chosen, even from a row of NaNs (one of them, the lowest id first).
+    const float struck = __uint_as_float(0x7fc00000u);
     for (int e = int(threadIdx.x); e < E; e += int(blockDim.x)) {
         const float s = 1.0f / (1.0f + expf(-p[e]));
         p[e] = s;
-        biased[e] = s + bias[e];
+        const float b = s + bias[e];
+        biased[e] = b != b ? -INFINITY : b;
     }
     __syncthreads();
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), n_warps = int(blockDim.x / 32);
@@ -63,7 +73,7 @@ __global__ void __launch_bounds__(kRouteThreads)
             warp_argmax(v, id);
             if (lane == 0) {
                 chosen[k] = id;
-                biased[id] = -INFINITY;
+                biased[id] = struck;
             }
         }
         __syncthreads();
@@ -91,8 +101,9 @@ __global__ void __launch_bounds__(kRouteThreads)
 void route(float* probs, const float* bias, int64_t n, int64_t E, int64_t K, bool norm, float scale, int32_t* sel,
            float* w, void* stream) {
     if (n <= 0) return;
-    if (K < 1 || K > kMaxUsed || K > E || E > 12288)   // 48 KiB of shared memory
-        throw std::invalid_argument("cuda route: needs 1 <= K <= min(E, 64) and E <= 12288");
+    if (K < 1 || K > kMaxUsed || K > E || E > kMaxExperts)
+        throw std::invalid_argument("cuda route: needs 1 <= K <= min(E, 64) and E <= " + std::to_string(kMaxExperts) +
+                                    " (48 KiB of shared memory)");
     auto* k = &route_kernel;
     KINFER_LAUNCH(k, dim3(unsigned(n)), dim3(kRouteThreads), size_t(E) * sizeof(float), as_stream(stream), probs, bias,
                   int(E), int(K), norm, scale, sel, w);
