@@ -3,6 +3,7 @@
 // line. Exit codes: 0 success, 1 runtime error (a file, the model, the machine), 2 usage error
 // (an unknown command or flag, a value out of range); a signal ends it with 128 + the signal.
 #include "cli/command.h"
+#include "cli/lib/expert_session.h"
 #include "cli/lib/habits.h"
 #include "cli/lib/split_session.h"
 #include "common/error.h"
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.footer(kFooter);
     app.set_version_flag("--version", std::string("kinfer ") + KINFER_VERSION);
+    app.add_flag_callback("--list-devices", [] { list_devices_and_exit(""); },
+                          "print the backends found (CPU, every CUDA GPU with its free memory) and exit");
 
     std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
     for (const auto& p : kPlanned) {

@@ -25,7 +25,6 @@ struct ExpertFlags {
     std::string dev_cache;          // --expert-cache SIZE (per device)
     std::string device;             // --device sim:SIZE[,GBps] (created by the caller's backend set)
     int n_gpu_layers = 0;           // -ngl / --n-gpu-layers: the last N layers on the device
-    bool list_devices = false;      // --list-devices
     std::string io = "mmap";        // --expert-io
     std::string policy = "lfu-decay";
     double half_life = 32;

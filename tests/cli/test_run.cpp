@@ -237,3 +237,19 @@ TEST_CASE("run: the model's general.sampling.* fill the flags left at their defa
     CHECK(v.out.find("sampling from the model: temp 0, top_k 7") != std::string::npos);
     std::filesystem::remove_all(tmp);
 }
+
+// --list-devices needs no model: it exits while the line is parsed, as llama.cpp's does, with the
+// CPU, the --device ones and every CUDA GPU (or why there is none).
+TEST_CASE("run: --list-devices without a model, at the top and in a command, with a --device") {
+    for (const std::string& args : {std::string("--list-devices"), std::string("run --list-devices"),
+                                   std::string("bench --device sim:64MiB --list-devices")}) {
+        CAPTURE(args);
+        auto r = run_command(std::string(KINFER_BIN) + " " + args + " 2>&1");
+        REQUIRE_MESSAGE(r.rc == 0, r.out);
+        CHECK(r.out.rfind("cpu: host memory", 0) == 0);
+        CHECK((r.out.find("sim0: simulated device") != std::string::npos) == (args.find("sim:") != std::string::npos));
+    }
+    auto bad = run_command(std::string(KINFER_BIN) + " run --device bogus --list-devices 2>&1");
+    CHECK(bad.rc == 1);
+    CHECK(bad.out.find("--device 'bogus'") != std::string::npos);
+}

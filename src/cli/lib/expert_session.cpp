@@ -16,6 +16,19 @@
 
 namespace kinfer::cli {
 
+void list_devices_and_exit(const std::string& devices) {
+    try {
+        backend::Backends b(1);
+        if (!devices.empty()) b.add_devices(devices);
+        for (const std::string& line : b.list()) std::printf("%s\n", line.c_str());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kinfer: error: %s\n", e.what());
+        std::exit(1);
+    }
+    std::fflush(stdout);
+    std::exit(0);
+}
+
 void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
     const char* g = "Expert store";
     app.add_option("--expert-cache-ram", f.ram_cache, "host RAM budget for routed experts (e.g. 8GiB, or 25% of them)")->group(g);
@@ -27,7 +40,7 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
                    "an emulated GPU, default 2GiB: slow, for tests)")->group(g);
     app.add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
                    "put the last N layers (and the output when N >= layers) on the device; llama.cpp's -ngl. Their "
-                   "routed experts go with them when the layers fit 90% of the device's free memory, else (and with "
+                   "routed experts go with them when the layers fit 95% of the device's free memory, else (and with "
                    "any expert store flag) through the expert store's device cache")
         ->check(int_in(0, 1 << 20))->group(g);
     app.add_option("--split-mode,--sm", f.split_mode,
@@ -42,7 +55,11 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
             },
             "layer|experts"))
         ->group(g);
-    app.add_flag("--list-devices", f.list_devices, "print the backends found (CPU, devices, every CUDA GPU with its free memory) and exit")->group(g);
+    // A callback: it runs once the line is parsed (--device with it), before the command asks for
+    // its model, so `kinfer run --list-devices` needs none.
+    app.add_flag_callback("--list-devices", [&f] { list_devices_and_exit(f.device); },
+                          "print the backends found (CPU, the --device ones, every CUDA GPU with its free memory) and exit")
+        ->group(g);
     app.add_option("--expert-io", f.io, "how experts are read: mmap, pread or direct (O_DIRECT)")->group(g);
     app.add_option("--expert-policy", f.policy, "cache policy: lfu-decay or lru")->group(g);
     app.add_option("--expert-half-life", f.half_life, "LFU decay half-life in tokens")->group(g);
@@ -130,13 +147,9 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     const auto& hp = m.hparams();
     auto rd = std::make_unique<RunDevices>();
     if (flags.n_gpu_layers < 0) fail("--n-gpu-layers {}: expected a number of layers >= 0", flags.n_gpu_layers);
-    if (!flags.device.empty() || flags.list_devices) {
+    if (!flags.device.empty()) {
         rd->backends = std::make_unique<backend::Backends>(so.n_threads);
-        if (!flags.device.empty()) rd->backends->add_devices(flags.device);
-        if (flags.list_devices) {
-            for (const std::string& line : rd->backends->list()) std::printf("%s\n", line.c_str());
-            std::exit(0);
-        }
+        rd->backends->add_devices(flags.device);
     }
     int ngl = flags.n_gpu_layers;
     if (ngl > 0 && (!rd->backends || rd->backends->n_devices() == 0)) {

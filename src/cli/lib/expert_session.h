@@ -26,6 +26,9 @@ struct RunDevices {
 
 // Declares --device, -ngl, --cpu-moe, -ot and the --expert-* / --routing-* flags on a command.
 void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f);
+// --list-devices: prints the backends found (the CPU, those `devices` names, every CUDA GPU with
+// its free memory) and exits (1 when a device cannot be opened).
+[[noreturn]] void list_devices_and_exit(const std::string& devices);
 
 // Whether what placement would put on each device fits 95 % of its free memory: the last ngl
 // layers in contiguous runs (the output head with the last one) as moved by the -ot rules, their
@@ -40,7 +43,7 @@ bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, co
 // so.experts / prefetch_next / routing_record / routing_replay / backends / n_gpu_layers /
 // cpu_moe / n_cpu_moe are set either way (so.n_threads must be set before the call: a device
 // shares the CPU backend's threads; so.graphs, when set before, makes the store load its misses on
-// the calling thread, as --expert-sync). --list-devices prints the backends and exits.
+// the calling thread, as --expert-sync). (--list-devices exits while the line is parsed.)
 std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime::ExpertFlags& flags,
                                            model::SessionOptions& so);
 
