@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
         skipped += !r.skips.empty();
         failed += r.failed;
     }
-    // A second ctest run of the same executable (cuda_reversed) names its own report.
+    // Another ctest run of the same executable (cuda_reverse, cuda_warps, ...) names its own report.
     const char* report_name = std::getenv("KINFER_TEST_REPORT_NAME");
     const std::string exe = report_name && *report_name ? report_name : std::filesystem::path(argv[0]).filename().string();
     if (skipped) {

@@ -716,14 +716,26 @@ int main() {
     }
     backend::CpuBackend cpu(0);
     // Each part on its own: an exception (a launch the GPU refused, a bound the code asserts) is
-    // one failure, and the parts after it still run (a lent GPU's minutes are few).
+    // one failure, and the parts after it still run (a lent GPU's minutes are few), unless the
+    // context is lost: a sticky error (an illegal address) fails every later call, which would
+    // then be blamed on the wrong parts. The device is synchronised first so that a fault of
+    // this part's work surfaces here, not in the next part.
+    bool lost = false;
     auto part = [&](const char* name, const std::function<void()>& f) {
+        if (lost) {
+            std::printf("SKIP %s: the CUDA context was lost in an earlier part\n", name);
+            return;
+        }
         try {
             f();
         } catch (const std::exception& e) {
             std::printf("FAIL %s: %s\n", name, e.what());
             ++failures;
-            cudaGetLastError();   // a sticky launch error would fail the next part too
+            if (const cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
+                std::printf("FAIL %s: the device reports %s; the CUDA context is lost\n", name, cudaGetErrorString(err));
+                lost = true;
+            }
+            cudaGetLastError();   // a non-sticky launch error is cleared for the next part
         }
     };
     part("matvec table", [&] { matvec_table(*gpu, cpu); });

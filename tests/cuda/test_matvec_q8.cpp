@@ -98,6 +98,28 @@ TEST_CASE("cuda quantize_act, Q8_K (cpu mode): quant's quantize_row_q8_K bytes")
     CHECK(blocks_of(q, 2, cols)[0].d > 0);   // -7.5 came first: iscale = -127 / -7.5 > 0
 }
 
+// matmul_tasks quantizes an input once per q8_act_format and hands the bytes to every task of that
+// format: two types share an id exactly when quantize_act writes them the same bytes (Q4_1 and
+// Q4_K once shared one: a Q8_1 row read as a Q8_K one).
+TEST_CASE("cuda q8_act_format (cpu mode): the same id exactly when quantize_act writes the same bytes") {
+    using T = quant::Type;
+    const std::vector<T> types = {T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS, T::Q8_0, T::Q5_0,
+                                  T::Q4_0, T::IQ4_NL, T::MXFP4, T::Q4_1, T::Q5_1};
+    const int64_t rows = 2, cols = 512;
+    const std::vector<float> x = randn(size_t(rows * cols), 9300);
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const T t : types) {
+        std::vector<uint8_t> q(cuda::emu::q8_act_row_bytes(t, cols) * size_t(rows), 0);
+        cuda::emu::quantize_act(t, x.data(), cols, rows, cols, q.data(), nullptr);
+        bytes.push_back(std::move(q));
+    }
+    for (size_t a = 0; a < types.size(); ++a)
+        for (size_t b = a + 1; b < types.size(); ++b) {
+            INFO(quant::traits(types[a]).name, " and ", quant::traits(types[b]).name);
+            CHECK((cuda::emu::q8_act_format(types[a]) == cuda::emu::q8_act_format(types[b])) == (bytes[a] == bytes[b]));
+        }
+}
+
 // A MoE prefill's gathered input has n x K rows: 65536 at 8192 tokens and top-8, one more than a
 // grid's y extent. quantize_act launches the rows in slices; rows on both sides of the cut and the
 // last one are quant's bytes. Row r holds r's own values, so a slice placed at the wrong rows shows.

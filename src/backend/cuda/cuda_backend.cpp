@@ -241,6 +241,9 @@ void CudaBackend::need(const Mat& W, const char* op) const {
 // when the compute stream is next known idle) rather than freed after a wait, so growing never
 // stops the host in the middle of a step.
 void CudaBackend::grow(Buffer& b, size_t bytes, const char* what) {
+    // The capture ends here, outside the fallbacks below: an error of the graph itself (an
+    // invalidated capture, a refused launch) must reach the caller, not pass for a full device.
+    HostStop stop(*this);
     const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
     retire(b, false);
     b = Buffer{};

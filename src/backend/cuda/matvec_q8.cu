@@ -774,9 +774,10 @@ size_t q8_act_row_bytes(quant::Type type, int64_t cols) {
 }
 
 int q8_act_format(quant::Type type) {
-    // The arguments quantize_act's kernels differ by: Q8_K, or Q8_0's values interleaved (every
-    // type but Q8_0) and with Q8_1's sums.
-    return q8_k_acts(type) ? 3 : (type != quant::Type::Q8_0 ? 1 : 0) + (q8_1_acts(type) ? 2 : 0);
+    // What quantize_act's kernels differ by, one bit each: Q8_0's values interleaved (every
+    // 32-element type but Q8_0), with Q8_1's sums, or Q8_K.
+    if (q8_k_acts(type)) return 4;
+    return (type != quant::Type::Q8_0 ? 1 : 0) | (q8_1_acts(type) ? 2 : 0);
 }
 
 void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream) {
