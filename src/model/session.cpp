@@ -170,8 +170,12 @@ void Session::forward(const int32_t* tokens, int64_t n, bool want_all, float* ou
     FwdEnv env{hp, *placement_, *backends_, ws_, states_, opt_, n_past_, n};
     // A device may launch the step as CUDA graphs; not where another thread queues work of the
     // step (an expert store's I/O thread: --cuda-graphs makes the CLI's store synchronous) or
-    // another library does (--split's transfers), which a capture cannot hold.
-    const bool graphs = opt_.graphs && (!opt_.experts || !opt_.experts->options().async) && !opt_.split;
+    // another library does (--split's transfers), which a capture cannot hold, nor with several
+    // devices: their captures run on this one thread, and an allocation for one device (which
+    // ends only its own capture) is refused while another's is open (CUDA's thread-local
+    // capture mode), invalidating it.
+    const bool graphs = opt_.graphs && (!opt_.experts || !opt_.experts->options().async) && !opt_.split &&
+                        backends_->n_devices() <= 1;
     try {
         if (graphs) backends_->step_begin(n);
         // Logits of every row (eval) or only the last one (generation).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 namespace kinfer::runtime {
@@ -89,11 +90,16 @@ ExpertStore::~ExpertStore() {
     }
     cv_.notify_all();
     if (io_.joinable()) io_.join();
-    // Copies read host buffers: let them land before the buffers go.
+    // Copies read host buffers: let them land before the buffers go. Not throwing from here: a
+    // device whose context is lost fails every call (its error was reported when it happened).
     if (dev_on_) {
-        for (const auto& x : entries_)
-            if (x.dev_st == St::loading) opt_.device->wait(x.ticket);
-        for (const auto& b : slots_) opt_.device->free(b);
+        try {
+            for (const auto& x : entries_)
+                if (x.dev_st == St::loading) opt_.device->wait(x.ticket);
+            for (const auto& b : slots_) opt_.device->free(b);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "kinfer: the expert store's device: %s\n", e.what());
+        }
     }
     for (size_t k = 0; k < entries_.size(); ++k)
         if (entries_[k].ram) host_delete(entries_[k].ram, lay_.layers[k / size_t(lay_.n_expert)].bytes);

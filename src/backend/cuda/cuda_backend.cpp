@@ -124,7 +124,7 @@ CudaBackend::~CudaBackend() {
     expert_device_.reset();   // it synchronizes the compute stream and frees its slots: before the streams go
     for (void* e : execs_)
         if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
-    for (auto& [ticket, ev] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+    for (auto& [ticket, e] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e.ev));
     if (scratch_.valid()) cudaFree(scratch_.ptr);
     if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
     kern::blas_destroy(static_cast<kern::Blas*>(blas_));
@@ -204,6 +204,7 @@ void CudaBackend::free_retired() {
 
 Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
     HostStop stop(*this);
+    select();   // the pinned memory belongs to the current device's context
     void* p = nullptr;
     if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
@@ -214,6 +215,7 @@ Buffer CudaBackend::alloc_pinned_host(size_t bytes, std::string_view what) {
 
 void CudaBackend::free_pinned_host(Buffer& b) {
     HostStop stop(*this);
+    select();
     if (b.valid()) cudaFreeHost(b.ptr);
     b = Buffer{};
 }
@@ -326,29 +328,34 @@ bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t by
 
 Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
     HostStop stop(*this);
-    need(dst, bytes, "upload_async", "dst");
     select();
+    need(dst, bytes, "upload_async", "dst");
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(copy_)), "upload_async");
     return Event{record_copy("upload_async")};
 }
 
 uint64_t CudaBackend::record_copy(const char* op) {
+    std::lock_guard lock(events_mu_);
     reap();
     cudaEvent_t ev = nullptr;
     check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), op);
-    check(cudaEventRecord(ev, stream_of(copy_)), op);
+    const cudaError_t recorded = cudaEventRecord(ev, stream_of(copy_));
+    if (recorded != cudaSuccess) cudaEventDestroy(ev);
+    check(recorded, op);
     const uint64_t ticket = next_ticket_++;
-    events_[ticket] = ev;
+    events_[ticket] = CopyEvent{ev, 0};
     return ticket;
 }
 
 // Copies on the copy stream complete in the order they were queued: the oldest events that have
-// fired are released, and a ticket older than every remaining event is complete.
+// fired are released, and a ticket older than every remaining event is complete. An event a
+// host thread is blocked on stays (and the ones after it) until that thread is done with it.
+// Called with events_mu_ held.
 void CudaBackend::reap() {
     while (!events_.empty()) {
         const auto it = events_.begin();
-        if (cudaEventQuery(static_cast<cudaEvent_t>(it->second)) != cudaSuccess) break;
-        cudaEventDestroy(static_cast<cudaEvent_t>(it->second));
+        if (it->second.host_waiters > 0 || cudaEventQuery(static_cast<cudaEvent_t>(it->second.ev)) != cudaSuccess) break;
+        cudaEventDestroy(static_cast<cudaEvent_t>(it->second.ev));
         events_.erase(it);
     }
     cudaGetLastError();   // cudaErrorNotReady is not an error
@@ -357,18 +364,21 @@ void CudaBackend::reap() {
 // The compute stream waits on the GPU; the host thread goes on.
 void CudaBackend::wait(Event e) {
     if (e.ticket == 0) return;
+    HostStop stop(*this);                                   // a wait on the copy stream: not in a capture
+    std::lock_guard lock(events_mu_);                       // the event stays while the wait is queued
     const auto it = events_.find(e.ticket);
     if (it == events_.end()) return;                        // reaped: the copy is complete
-    HostStop stop(*this);                                   // a wait on the copy stream: not in a capture
     select();
-    check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second), 0), "wait");
+    check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second.ev), 0), "wait");
 }
 
 bool CudaBackend::copy_done(uint64_t ticket) {
+    HostStop stop(*this);
+    std::lock_guard lock(events_mu_);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return true;
-    HostStop stop(*this);
-    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second));
+    select();
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second.ev));
     if (e == cudaErrorNotReady) {
         cudaGetLastError();
         return false;
@@ -378,16 +388,30 @@ bool CudaBackend::copy_done(uint64_t ticket) {
 }
 
 void CudaBackend::copy_host_wait(uint64_t ticket) {
-    const auto it = events_.find(ticket);
-    if (it == events_.end()) return;
     HostStop stop(*this);
-    check(cudaEventSynchronize(static_cast<cudaEvent_t>(it->second)), "copy_host_wait");
+    void* ev = nullptr;
+    {
+        // Blocking under the lock would hold up the I/O thread's next copies: the event is
+        // marked instead, so that reap() leaves it alone meanwhile.
+        std::lock_guard lock(events_mu_);
+        const auto it = events_.find(ticket);
+        if (it == events_.end()) return;
+        ev = it->second.ev;
+        ++it->second.host_waiters;
+    }
+    select();
+    const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(ev));
+    {
+        std::lock_guard lock(events_mu_);
+        --events_.at(ticket).host_waiters;
+    }
+    check(e, "copy_host_wait");
 }
 
 uint64_t CudaBackend::upload_after_compute(void* dst, const void* host_src, size_t bytes) {
     HostStop stop(*this);
+    select();   // first: the expert store's I/O thread calls this, and a thread's device is its own
     need(dst, bytes, "upload_after_compute", "dst");
-    select();
     // The copy may overwrite what kernels already queued still read (an evicted expert's slot):
     // the copy stream first waits for the compute stream as it stands now.
     cudaEvent_t now = nullptr;

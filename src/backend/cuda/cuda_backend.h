@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -184,8 +185,16 @@ private:
     std::string name_;
     void* compute_ = nullptr;                             // cudaStream_t
     void* copy_ = nullptr;                                // cudaStream_t
+    // The copy stream's events, by ticket. The expert store's I/O thread records them
+    // (upload_after_compute) while the op thread waits on them (wait, copy_done, copy_host_wait):
+    // events_mu_ guards both, and an event a host thread is blocked on is not released under it.
+    struct CopyEvent {
+        void* ev = nullptr;                               // cudaEvent_t
+        int host_waiters = 0;                             // copy_host_wait calls blocked on it
+    };
+    std::mutex events_mu_;
     uint64_t next_ticket_ = 1;
-    std::map<uint64_t, void*> events_;                    // ticket -> cudaEvent_t on the copy stream
+    std::map<uint64_t, CopyEvent> events_;
     Buffer scratch_;
     void* blas_ = nullptr;                                // kinfer::cuda::gpu::Blas*
     Buffer gemm_ws_;

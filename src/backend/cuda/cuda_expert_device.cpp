@@ -4,14 +4,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace kinfer::backend::KINFER_CUDA_BACKEND_NS {
 
 CudaExpertDevice::~CudaExpertDevice() {
-    be_.synchronize();   // no copy may still write a slot that is freed
-    for (Buffer& b : chunks_) be_.free(b);
-    for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
+    // No copy may still write a slot that is freed. A destructor must not throw: after a sticky
+    // CUDA error (the context is lost) every call fails, and the process is on its way out with
+    // the error that caused it already reported.
+    try {
+        be_.synchronize();
+        for (Buffer& b : chunks_) be_.free(b);
+        for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kinfer: %s: freeing the expert slots: %s\n", be_.name().c_str(), e.what());
+    }
 }
 
 size_t CudaExpertDevice::reserve() const { return std::min(kReserve, be_.total_bytes() / 8); }

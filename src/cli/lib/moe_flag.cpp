@@ -19,7 +19,7 @@ void add_graphs_flag(CLI::App& app, bool& value) {
                  "launch each one-token decode step on a CUDA device as CUDA graphs (captured every step, the "
                  "instantiated graph updated in place; ops that must stop the host end a graph and start the next); "
                  "the same results, fewer launches. The expert store then loads misses when they are used (as "
-                 "--expert-sync); ignored with --split. Not yet measured on a GPU, so off by default");
+                 "--expert-sync); ignored with --split or several devices. Not yet measured on a GPU, so off by default");
 }
 
 int moe_slots_of(const std::string& value) { return value == "slots" ? 1 : value == "grouped" ? 0 : -1; }
