@@ -15,6 +15,7 @@
 //     every argmax equal.
 #define KINFER_CUDA_EMU_RUNTIME 1   // cuda_backend.h's class as built on the emulated runtime
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_expert_device.h"
 #include "backend/cuda/emu/runtime.h"
 #include "backend/registry.h"
 #include "model/parity_util.h"
@@ -342,6 +343,46 @@ TEST_CASE("CudaBackend on the emulated runtime: copies recorded on one thread, w
     for (int i = 0; i < kCopies; ++i) bad += got[size_t(i) * 64] != uint8_t(i) || got[size_t(i) * 64 + 63] != uint8_t(i);
     CHECK(bad == 0);
     cu->free(dst);
+}
+
+// The GPU expert tier's copies from pageable memory (the model's mapping) go through a ring of
+// pinned staging buffers, a piece at a time: two copies of three pieces each (the ring of four
+// wraps), and one from the tier's own pinned memory, every byte where it belongs. The emulated
+// runtime reads pinned memory when a copy runs, and here its event queries run nothing (as a
+// GPU's do not make it run), so a staging buffer refilled before its copy ran shows.
+TEST_CASE("CudaBackend on the emulated runtime: expert copies from pageable memory staged through pinned buffers") {
+    backend::Backends bk(1);
+    bk.add_device("emu-cuda:256MiB");
+    auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    REQUIRE(cu != nullptr);
+    runtime::Device& dev = cu->expert_device();
+    struct QueriesRunNothing {
+        bool was = kinfer::cuda::emu_rt::emu_set_query_runs_work(false);
+        ~QueriesRunNothing() { kinfer::cuda::emu_rt::emu_set_query_runs_work(was); }
+    } queries_run_nothing;
+    const size_t piece = backend::cuda_emu::CudaExpertDevice::kStageBytes, bytes = 2 * piece + 4097;
+    std::vector<uint8_t> a(bytes), b(bytes);
+    for (size_t i = 0; i < bytes; ++i) a[i] = uint8_t(i * 7 + 1), b[i] = uint8_t(i * 13 + 5);
+    const runtime::DeviceBuffer sa = dev.alloc(bytes), sb = dev.alloc(bytes), sc = dev.alloc(4096);
+    REQUIRE((sa.bytes == bytes && sb.bytes == bytes && sc.bytes == 4096));
+    uint8_t* pinned = dev.alloc_pinned(4096);
+    REQUIRE(pinned != nullptr);
+    for (size_t i = 0; i < 4096; ++i) pinned[i] = uint8_t(255 - i % 251);
+    dev.copy_async(sa, 0, a.data(), bytes);
+    const uint64_t tb = dev.copy_async(sb, 0, b.data(), bytes);
+    const uint64_t tc = dev.copy_async(sc, 0, pinned, 4096);
+    dev.wait(tb);
+    dev.wait(tc);
+    std::vector<uint8_t> got(bytes);
+    cu->download(got.data(), dev.data(sa), bytes);
+    CHECK(got == a);
+    cu->download(got.data(), dev.data(sb), bytes);
+    CHECK(got == b);
+    got.resize(4096);
+    cu->download(got.data(), dev.data(sc), 4096);
+    CHECK(std::memcmp(got.data(), pinned, 4096) == 0);
+    dev.free_pinned(pinned, 4096);
+    for (const runtime::DeviceBuffer& x : {sa, sb, sc}) dev.free(x);
 }
 
 // The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens

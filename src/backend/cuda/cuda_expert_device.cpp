@@ -17,6 +17,7 @@ CudaExpertDevice::~CudaExpertDevice() {
         be_.synchronize();
         for (Buffer& b : chunks_) be_.free(b);
         for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
+        for (Stage& s : stages_) be_.free_pinned_host(s.buf);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "kinfer: %s: freeing the expert slots: %s\n", be_.name().c_str(), e.what());
     }
@@ -103,10 +104,47 @@ void CudaExpertDevice::free_pinned(uint8_t* p, size_t) {
     pinned_.erase(it);
 }
 
+bool CudaExpertDevice::is_pinned(const void* p, size_t bytes) const {
+    const auto* q = static_cast<const uint8_t*>(p);
+    auto it = pinned_.upper_bound(const_cast<uint8_t*>(q));
+    if (it == pinned_.begin()) return false;
+    --it;
+    return q + bytes <= it->first + it->second.bytes;
+}
+
 uint64_t CudaExpertDevice::copy_async(runtime::DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) {
     if (dst_offset + bytes > dst.bytes)
         fail("{}: expert copy of {} bytes at offset {} into a slot of {}", be_.name(), bytes, dst_offset, dst.bytes);
-    return be_.upload_after_compute(reinterpret_cast<uint8_t*>(dst.offset) + dst_offset, src, bytes);
+    auto* to = reinterpret_cast<uint8_t*>(dst.offset) + dst_offset;
+    if (bytes == 0 || is_pinned(src, bytes)) return be_.upload_after_compute(to, src, bytes);
+    // From pageable memory (the model's mapping, when there is no host tier): a copy that CUDA
+    // stages itself may return only once the copy stream has run it, and this one runs after the
+    // compute work queued so far, so the calling thread (the store's I/O thread, or the op thread
+    // on a miss) would wait for the GPU. Staged here instead, through a ring of pinned buffers: a
+    // piece is copied into the next buffer once that buffer's last copy has left it, and queued.
+    // The copy stream runs them in order, so the last piece's ticket is the whole copy's.
+    const auto* from = static_cast<const uint8_t*>(src);
+    uint64_t ticket = 0;
+    for (size_t done = 0; done < bytes;) {
+        const size_t piece = std::min(kStageBytes, bytes - done);
+        if (stages_.size() < stage_limit_) {
+            // The ring grows to its size with the first pieces (32 MiB of pinned memory in all).
+            try {
+                stages_.push_back(Stage{be_.alloc_pinned_host(kStageBytes, "expert copy staging"), 0});
+                next_stage_ = stages_.size() - 1;
+            } catch (const Error&) {
+                stage_limit_ = stages_.size();   // the system pins no more: the ring stays as it is
+                if (stages_.empty()) return be_.upload_after_compute(to + done, from + done, bytes - done);
+            }
+        }
+        Stage& s = stages_[next_stage_];
+        if (s.ticket) be_.copy_host_wait(s.ticket);
+        std::memcpy(s.buf.ptr, from + done, piece);
+        ticket = s.ticket = be_.upload_after_compute(to + done, s.buf.ptr, piece);
+        next_stage_ = (next_stage_ + 1) % stages_.size();
+        done += piece;
+    }
+    return ticket;
 }
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -1,7 +1,8 @@
 // The expert store's device tier on a GPU (runtime/device.h): slots are cudaMalloc'd memory of
 // the backend's device, host buffers are pinned (cudaHostAlloc), and a copy goes on the backend's
 // copy stream after the compute work queued so far, so overwriting an evicted expert's slot never
-// races a kernel that still reads it. The ticket a copy returns is the one the backend's
+// races a kernel that still reads it; a copy from the mapping goes through pinned staging
+// buffers, so that the thread queueing it does not wait for the GPU. The ticket a copy returns is the one the backend's
 // wait(Event) makes the compute stream wait for (moe.cpp does), so a miss stalls the GPU, not the
 // host. The same paging logic runs on the simulated device in every test (device_sim.h); this
 // adapter has not run on a GPU yet.
@@ -45,14 +46,26 @@ public:
     size_t reserve() const;
     static constexpr size_t kChunkBytes = size_t(256) << 20;
     static constexpr size_t kSlotAlign = 256;
+    // copy_async from pageable memory stages through up to kStages pinned buffers of
+    // kStageBytes (cuda_expert_device.cpp says why).
+    static constexpr size_t kStageBytes = size_t(8) << 20;
+    static constexpr int kStages = 4;
 
 private:
+    bool is_pinned(const void* p, size_t bytes) const;   // inside one of alloc_pinned's buffers
+    struct Stage {
+        Buffer buf;                         // pinned, kStageBytes
+        uint64_t ticket = 0;                // its last copy, 0 before the first
+    };
     CudaBackend& be_;
     std::vector<Buffer> chunks_;
     size_t chunk_used_ = 0;                 // bytes carved from the last chunk
     std::map<uint64_t, size_t> slots_;      // live slots: device address -> bytes
     std::map<size_t, std::vector<uint64_t>> spare_;   // freed slots by size
     std::map<uint8_t*, Buffer> pinned_;
+    std::vector<Stage> stages_;
+    size_t next_stage_ = 0;
+    size_t stage_limit_ = kStages;          // fewer when pinning more failed
     mutable double gbps_ = 0;
 };
 

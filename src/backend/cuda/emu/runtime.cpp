@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 // A stream: its queue of work not yet run, and how far it has got. Work n (counted from 1 in
@@ -71,6 +72,7 @@ struct State {
     std::set<CUstream_st*> streams;
     std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
     int open_depth = 0;                       // > 0 while device memory is accessible
+    bool query_runs_work = true;              // emu_set_query_runs_work
 };
 
 State& state() {
@@ -193,6 +195,11 @@ void enqueue(CUstream_st* s, std::function<void()> work, const cpu_mode::WorkKey
 
 
 }  // namespace
+
+bool emu_set_query_runs_work(bool runs) {
+    std::lock_guard lock(state().m);
+    return std::exchange(state().query_runs_work, runs);
+}
 
 int emu_add_device(size_t bytes) {
     std::lock_guard lock(state().m);
@@ -424,6 +431,7 @@ cudaError_t event_wait(cudaEvent_t e, bool query) {
     if (e->captured) return set_error(cudaErrorCapturedEvent);   // recorded in a capture: nothing to wait for
     if (!e->stream || !state().streams.count(e->stream)) return cudaSuccess;
     const bool pending = e->stream->executed < std::min(e->seq, e->stream->submitted);
+    if (query && pending && !state().query_runs_work) return cudaErrorNotReady;
     drain(e->stream, e->seq);
     return query && pending ? cudaErrorNotReady : cudaSuccess;
 }

@@ -103,6 +103,13 @@ using cudaGraphExec_t = EmuGraphExec*;
 // ---- the emulation's own controls ----
 // A new emulated device of `bytes` of memory; returns its index (cudaSetDevice's argument).
 int emu_add_device(size_t bytes);
+// Whether cudaEventQuery runs the work before the event (the default: a query then reports
+// cudaErrorNotReady once, and the work is done, so code that polls moves on). Off, a query
+// runs nothing and reports cudaErrorNotReady for as long as the work is pending: only the
+// host's waits run it, so a pinned buffer refilled after a mere query, before its copy ran,
+// shows (code that only polls would wait forever: for tests of code that waits). Returns the
+// previous setting.
+bool emu_set_query_runs_work(bool runs);
 
 // ---- the runtime API subset ----
 const char* cudaGetErrorString(cudaError_t e);
