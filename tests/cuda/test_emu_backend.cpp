@@ -385,6 +385,31 @@ TEST_CASE("CudaBackend on the emulated runtime: expert copies from pageable memo
     for (const runtime::DeviceBuffer& x : {sa, sb, sc}) dev.free(x);
 }
 
+// A copy between two GPUs asks for peer access once, both ways (without it CUDA stages the
+// bytes through the host); the bytes land either way.
+TEST_CASE("CudaBackend on the emulated runtime: copy_to between two devices enables peer access both ways") {
+    namespace rt = kinfer::cuda::emu_rt;
+    backend::Backends bk(1);
+    bk.add_devices("emu-cuda:16MiB,emu-cuda:16MiB");
+    auto* a = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    auto* b = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(1));
+    REQUIRE((a != nullptr && b != nullptr && a->native_device() != b->native_device()));
+    std::vector<uint8_t> src(4096), got(4096, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 31 + 7);
+    backend::Buffer ba = a->alloc(src.size(), "src"), bb = b->alloc(src.size(), "dst");
+    a->upload(ba.ptr, src.data(), src.size());
+    REQUIRE(a->copy_to(*b, bb.ptr, ba.ptr, src.size()));
+    b->download(got.data(), bb.ptr, got.size());
+    CHECK(got == src);
+    for (auto [from, to] : {std::pair(a, b), std::pair(b, a)}) {
+        REQUIRE(rt::cudaSetDevice(from->native_device()) == rt::cudaSuccess);
+        CHECK(rt::cudaDeviceEnablePeerAccess(to->native_device(), 0) == rt::cudaErrorPeerAccessAlreadyEnabled);
+        rt::cudaGetLastError();
+    }
+    a->free(ba);
+    b->free(bb);
+}
+
 // The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens
 // in one matmul_tasks matmul) and by slot (the choices left on the device, one row a token and
 // expert: matvec_q8_id / matvec_id). For the int8 weight types an expert's tokens (fewer than

@@ -101,6 +101,13 @@ if [ "$real" = 1 ]; then
         cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check ||
         { echo "the build failed: nothing to check"; exit 1; }
     echo "-- build: $(( $(date +%s) - start )) s"
+    # Without the GPU every --device run below would say so in one line and go on on the CPU,
+    # comparing the CPU with itself: nothing is checked then.
+    if ! "$build/bin/kinfer" --list-devices | grep -q "^$dev:"; then
+        "$build/bin/kinfer" --list-devices
+        echo "kinfer does not see $dev (above): nothing to check"
+        exit 1
+    fi
 else
     ngpu=1
     [ -x "$build/bin/kinfer" ] || { echo "no $build/bin/kinfer: build it first"; exit 1; }

@@ -207,10 +207,12 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
         b->h, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), const_cast<const void* const*>(b->ptrs), dt,
         lda.data(), const_cast<const void* const*>(b->ptrs + g), dt, ldb.data(), beta.data(), b->ptrs + 2 * g, CUDA_R_32F,
         ldc.data(), int(g), ones.data(), CUBLAS_COMPUTE_32F);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
         // This cuBLAS does not take these operand types in a grouped call (fp32 outputs from
-        // 16-bit operands are not in every version's table; unverified, no GPU has run this): the
-        // same products one gemm() each, for this element type from now on, said once.
+        // 16-bit operands are not in every version's table, and a version may call that an
+        // invalid value rather than unsupported; unverified, no GPU has run this): the same
+        // products one gemm() each, for this element type from now on, said once. (A real
+        // invalid value, if any, then shows in the one-by-one GEMMs.)
         b->grouped_refused[int(t)] = true;
         std::fprintf(stderr, "kinfer: cuBLAS has no grouped GEMM for %s operands with fp32 outputs: one GEMM per expert\n",
                      t == Elem::F16 ? "fp16" : t == Elem::BF16 ? "bf16" : "fp32");

@@ -169,8 +169,10 @@ Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
     HostStop stop(*this);
     select();
     void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+    if (const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1)); e != cudaSuccess) {
         cudaGetLastError();
+        if (e != cudaErrorMemoryAllocation)   // an earlier fault (a lost context), not a full device
+            fail("{}: cannot allocate {} bytes for {}: CUDA error {} ({})", name_, bytes, what, int(e), cudaGetErrorString(e));
         fail("{}: out of device memory for {}: {} bytes asked, {} free of {}", name_, what, bytes, gib(free_bytes()),
              gib(total_bytes()));
     }
@@ -320,10 +322,29 @@ bool CudaBackend::copy_to(Backend& dst_be, void* dst, const void* src, size_t by
     // The peer's queued kernels may still read the buffer being overwritten; this device's
     // copy then follows the kernels that wrote src, and is complete before the peer's next op.
     peer->synchronize();
+    enable_peer_access(*peer);
     select();
     check(cudaMemcpyPeerAsync(dst, peer->device_, src, device_, bytes, stream_of(compute_)), "copy_to");
     check(cudaStreamSynchronize(stream_of(compute_)), "copy_to");
     return true;
+}
+
+// Without peer access a copy between two GPUs is staged through host memory (CUDA's rule); with
+// it, it goes over NVLink or PCIe directly. Asked once per pair, both ways; where the two
+// cannot (or are the same GPU) nothing changes.
+void CudaBackend::enable_peer_access(CudaBackend& peer) {
+    if (peer.device_ == device_ || !peers_asked_.insert(peer.device_).second) return;
+    peer.peers_asked_.insert(device_);
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device_, peer.device_) != cudaSuccess || !can) {
+        cudaGetLastError();
+        return;
+    }
+    for (CudaBackend* from : {this, &peer}) {
+        from->select();
+        const cudaError_t e = cudaDeviceEnablePeerAccess(from == this ? peer.device_ : device_, 0);
+        if (e != cudaSuccess) cudaGetLastError();   // already enabled (another backend on the same GPU), or refused
+    }
 }
 
 Event CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {

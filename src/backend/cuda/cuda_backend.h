@@ -27,8 +27,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +175,8 @@ private:
         size_t cap = 0;
         size_t n = 0;                     // entries the pinned copy holds, and the device's after the queued copies
     };
+    void enable_peer_access(CudaBackend& peer);
+    std::set<int> peers_asked_;                           // GPUs enable_peer_access has been asked for
     // Buffers a queued copy or kernel may still use: freed at the next synchronize() or download().
     void retire(Buffer b, bool pinned);
     // b replaced by a buffer of at least `bytes` (half as large again as b when that fits), the

@@ -73,6 +73,7 @@ struct State {
     std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
     int open_depth = 0;                       // > 0 while device memory is accessible
     bool query_runs_work = true;              // emu_set_query_runs_work
+    std::set<std::pair<int, int>> peer_access;   // (device, peer) pairs enabled
 };
 
 State& state() {
@@ -226,6 +227,7 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNotReady: return "device not ready";
+        case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
         case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
         case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
         case cudaErrorStreamCaptureIsolation: return "operation would make the legacy stream depend on a capturing blocking stream";
@@ -494,6 +496,22 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
                               cudaMemcpyKind kind, cudaStream_t s) {
     if (dpitch < width || spitch < width) return set_error(cudaErrorInvalidValue);
     return copy_rows(dst, dpitch, src, spitch, width, height, kind, s, cpu_mode::kCopy2D);
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+    std::lock_guard lock(state().m);
+    const int n = int(state().devices.size());
+    if (!can || device < 0 || peer < 0 || device >= n || peer >= n) return set_error(cudaErrorInvalidDevice);
+    *can = device != peer;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+    std::lock_guard lock(state().m);
+    const int n = int(state().devices.size());
+    if (flags != 0 || peer < 0 || peer >= n || peer == current_device) return set_error(cudaErrorInvalidDevice);
+    if (!state().peer_access.insert({current_device, peer}).second) return set_error(cudaErrorPeerAccessAlreadyEnabled);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,

@@ -43,6 +43,7 @@ enum cudaError_t : int {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorNotReady = 600,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
@@ -141,6 +142,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t s);
+// Peer access between two distinct devices: always possible here; enabled once per direction
+// (again: cudaErrorPeerAccessAlreadyEnabled). Copies work either way, as with CUDA, where
+// without it they are staged through the host.
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
                                 cudaStream_t s);
 
