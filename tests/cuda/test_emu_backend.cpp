@@ -23,7 +23,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -408,6 +412,41 @@ TEST_CASE("CudaBackend on the emulated runtime: copy_to between two devices enab
     }
     a->free(ba);
     b->free(bb);
+}
+
+// A stream's work opens only its own device's memory: a kernel on one GPU that reads another's
+// buffer faults, as it does on a GPU (an illegal address). In a child process, which must not
+// finish cleanly; the same op on the device's own buffers runs.
+TEST_CASE("CudaBackend on the emulated runtime: a kernel reading another device's memory faults") {
+    backend::Backends bk(1);
+    bk.add_devices("emu-cuda:16MiB,emu-cuda:16MiB");
+    auto* a = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    auto* b = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(1));
+    REQUIRE((a != nullptr && b != nullptr));
+    const int64_t n = 64;
+    std::vector<float> ones(size_t(n), 1.0f), got(size_t(n), 0.0f);
+    backend::Buffer xa = a->alloc(size_t(n) * 4, "x on a"), xb = b->alloc(size_t(n) * 4, "x on b"), yb = b->alloc(size_t(n) * 4, "y on b");
+    for (auto [be, buf] : {std::pair(a, &xa), std::pair(b, &xb), std::pair(b, &yb)}) be->upload(buf->ptr, ones.data(), size_t(n) * 4);
+    auto* y = reinterpret_cast<float*>(yb.ptr);
+    b->add(y, reinterpret_cast<const float*>(xb.ptr), n);   // its own memory: runs
+    b->download(got.data(), yb.ptr, size_t(n) * 4);
+    CHECK(got[0] == 2.0f);
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        std::signal(SIGSEGV, SIG_DFL);   // the fault ends the child quietly (not doctest's crash report)
+        std::signal(SIGBUS, SIG_DFL);
+        b->add(y, reinterpret_cast<const float*>(xa.ptr), n);   // a's memory, from b's stream
+        b->synchronize();
+        _exit(0);
+    }
+    REQUIRE(pid > 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    a->free(xa);
+    b->free(xb);
+    b->free(yb);
 }
 
 // The two MoE forms on the device: grouped (the router's choices read back, each expert's tokens

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct CUstream_st {
         CUstream_st* wait_for = nullptr;      // a wait: that stream up to wait_seq first
         uint64_t wait_seq = 0;
     };
+    int device = 0;                           // the device current when it was created
     std::deque<Item> queue;
     uint64_t submitted = 0, executed = 0;
     bool draining = false;
@@ -63,6 +65,7 @@ struct Device {
     runtime::RangeAllocator ranges;
     std::map<size_t, size_t> used;            // offset -> bytes asked (cudaFree gives only the pointer)
     size_t span = 0;                          // bytes from base that allocations have reached (page multiple)
+    int open_depth = 0;                       // > 0 while its memory is accessible
     explicit Device(size_t bytes) : size(bytes), ranges(bytes) {}
 };
 
@@ -71,7 +74,6 @@ struct State {
     std::vector<std::unique_ptr<Device>> devices;
     std::set<CUstream_st*> streams;
     std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
-    int open_depth = 0;                       // > 0 while device memory is accessible
     bool query_runs_work = true;              // emu_set_query_runs_work
     std::set<std::pair<int, int>> peer_access;   // (device, peer) pairs enabled
 };
@@ -95,19 +97,22 @@ void protect(uint8_t* p, size_t bytes, int prot) {
     if (bytes && mprotect(p, bytes, prot) != 0) throw std::runtime_error("emulated cuda: mprotect failed");
 }
 
-// Only the span allocations have reached changes: the rest was never accessible.
-void protect_all(int prot) {
-    for (auto& d : state().devices) protect(d->base, d->span, prot);
-}
-
-// Device memory is readable and writable while one of these lives (queued work running, the
-// runtime's own fills); nested scopes leave it open until the outermost ends.
+// A device's memory is readable and writable while one of these for it lives (its queued work
+// running, the runtime's own fills); nested scopes leave it open until the outermost ends. Only
+// the span allocations have reached changes: the rest was never accessible. A stream's work opens
+// its own device only, so a kernel that reads another GPU's buffer faults here as it does on a
+// GPU (an illegal address); a copy between two devices opens both.
 struct Open {
-    Open() {
-        if (state().open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    std::vector<Device*> devs;
+    explicit Open(int device = -1) {          // -1: every device
+        for (size_t i = 0; i < state().devices.size(); ++i)
+            if (device < 0 || size_t(device) == i) devs.push_back(state().devices[i].get());
+        for (Device* d : devs)
+            if (d->open_depth++ == 0) protect(d->base, d->span, PROT_READ | PROT_WRITE);
     }
     ~Open() {
-        if (--state().open_depth == 0) protect_all(PROT_NONE);
+        for (Device* d : devs)
+            if (--d->open_depth == 0) protect(d->base, d->span, PROT_NONE);
     }
     Open(const Open&) = delete;
     Open& operator=(const Open&) = delete;
@@ -118,6 +123,16 @@ Device* device_of(const void* p, size_t bytes = 1) {
     for (auto& d : state().devices)
         if (q >= d->base && q + bytes <= d->base + d->size) return d.get();
     return nullptr;
+}
+
+// The index of the device p lies in; -1 for host memory.
+int device_index(const void* p) {
+    auto* q = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < state().devices.size(); ++i) {
+        const Device& d = *state().devices[i];
+        if (q >= d.base && q < d.base + d.size) return int(i);
+    }
+    return -1;
 }
 
 bool is_pinned(const void* p, size_t bytes) {
@@ -140,15 +155,16 @@ void drain(CUstream_st* s, uint64_t upto = UINT64_MAX) {
         CUstream_st* s;
         ~Done() { s->draining = false; }
     } done{s};
-    Open open;
     while (s->executed < upto) {
         CUstream_st::Item item = std::move(s->queue.front());
         s->queue.pop_front();
         ++s->executed;
         if (item.wait_for) {
             if (state().streams.count(item.wait_for)) drain(item.wait_for, item.wait_seq);   // else destroyed, so done
+        } else {
+            Open open(s->device);
+            item.work();
         }
-        else item.work();
     }
 }
 
@@ -295,10 +311,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = d.base + *off;
     const size_t end = page_up(*off + need), page = *off & ~size_t(4095);
     if (end > d.span) {
-        if (state().open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
+        if (d.open_depth > 0) protect(d.base + d.span, end - d.span, PROT_READ | PROT_WRITE);
         d.span = end;
     }
-    const bool closed = state().open_depth == 0;
+    const bool closed = d.open_depth == 0;
     if (closed) protect(d.base + page, end - page, PROT_READ | PROT_WRITE);
     std::memset(*p, 0xff, need);              // a GPU's fresh memory is not zeroed either
     if (closed) protect(d.base + page, end - page, PROT_NONE);
@@ -357,6 +373,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
     std::lock_guard lock(state().m);
     auto* st = new CUstream_st;
+    st->device = current_device;
     state().streams.insert(st);
     *s = st;
     return cudaSuccess;
@@ -467,12 +484,18 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
         if (refused_on(st, false)) return set_error(cudaErrorStreamCaptureUnsupported);
         auto staged = std::make_shared<std::vector<uint8_t>>(width * height);
         for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, q + r * spitch, width);
-        enqueue(st, [d, dpitch, width, height, staged] {
+        enqueue(st, [d, dpitch, width, height, staged, dd = device_index(d)] {
+            Open open_dst(dd);
             for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, staged->data() + r * width, width);
         }, key);
         return cudaSuccess;
     }
-    auto rows = [d, dpitch, q, spitch, width, height] {
+    // A copy opens the devices it touches (another GPU's memory too, as CUDA's unified addresses
+    // allow a copy to), whatever its stream's device.
+    auto rows = [d, dpitch, q, spitch, width, height, dd = device_index(d), sd = device_index(q)] {
+        std::optional<Open> open_dst, open_src;
+        if (dd >= 0) open_dst.emplace(dd);
+        if (sd >= 0) open_src.emplace(sd);
         for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, q + r * spitch, width);
     };
     if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, dspan)) {
