@@ -159,6 +159,18 @@ PY
 }
 step "the expert tier: k3-tiny-a Q4_K_M, routed experts paged through a device cache of 25 %" 180 expert_tier
 
+# same_as_one NAME WHAT: $out/NAME.f32 / .txt against the one-device run's, byte for byte; says
+# so (WHAT names the run) and fails when they differ. Exported: the steps run in child shells.
+same_as_one() {
+    if cmp -s "$out/one.f32" "$out/$1.f32" && cmp -s "$out/one.txt" "$out/$1.txt"; then
+        echo "$2: logits bit-identical to one device"
+    else
+        echo "$2: logits DIFFER from one device"
+        return 1
+    fi
+}
+export -f same_as_one
+
 # One GPU: NCCL takes one rank per GPU, so --dist-link auto moves the bytes over MPI (and nccl
 # would stop with a message); two or more: each rank its own GPU (cuda:local) and NCCL between
 # them. Same kernels on every rank, so the logits must be the same bytes as one process.
@@ -175,12 +187,7 @@ split_ranks() {
             --logits "$out/$split.f32" --greedy 8 --device "$rank_dev" -ngl 99 --split $split --dist-link $link \
             --dist-timeout 120 --dist-stats > "$out/$split.txt" </dev/null ||
             { echo "split $split: the run FAILED"; bad=1; continue; }
-        if cmp -s "$out/one.f32" "$out/$split.f32" && cmp -s "$out/one.txt" "$out/$split.txt"; then
-            echo "split $split, $ngpu GPU(s), --dist-link $link: logits bit-identical to one process"
-        else
-            echo "split $split, $ngpu GPU(s), --dist-link $link: logits DIFFER from one process"
-            bad=1
-        fi
+        same_as_one "$split" "split $split over 2 ranks, $ngpu GPU(s), --dist-link $link" || bad=1
     done
     return $bad
 }
@@ -195,12 +202,7 @@ two_devices() {
     for mode in layer experts; do
         "$bin" eval -m "$m" --tokens "$ids" --logits "$out/sm-$mode.f32" --greedy 8 --device "$two" -ngl 99 \
             --split-mode $mode > "$out/sm-$mode.txt" || { echo "--split-mode $mode: the run FAILED"; bad=1; continue; }
-        if cmp -s "$out/one.f32" "$out/sm-$mode.f32" && cmp -s "$out/one.txt" "$out/sm-$mode.txt"; then
-            echo "--device $two --split-mode $mode: logits bit-identical to one device"
-        else
-            echo "--device $two --split-mode $mode: logits DIFFER from one device"
-            bad=1
-        fi
+        same_as_one "sm-$mode" "--device $two --split-mode $mode" || bad=1
     done
     return $bad
 }
