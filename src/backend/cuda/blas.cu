@@ -214,8 +214,8 @@ void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
         // products one gemm() each, for this element type from now on, said once. (A real
         // invalid value, if any, then shows in the one-by-one GEMMs.)
         b->grouped_refused[int(t)] = true;
-        std::fprintf(stderr, "kinfer: cuBLAS has no grouped GEMM for %s operands with fp32 outputs: one GEMM per expert\n",
-                     t == Elem::F16 ? "fp16" : t == Elem::BF16 ? "bf16" : "fp32");
+        std::fprintf(stderr, "kinfer: cuBLAS refused a grouped GEMM of %s operands with fp32 outputs (status %d): one GEMM per expert\n",
+                     t == Elem::F16 ? "fp16" : t == Elem::BF16 ? "bf16" : "fp32", int(s));
         return one_by_one();
     }
     blas_check(s, "cublasGemmGroupedBatchedEx");

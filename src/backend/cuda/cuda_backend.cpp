@@ -385,19 +385,19 @@ void CudaBackend::reap() {
 // The compute stream waits on the GPU; the host thread goes on.
 void CudaBackend::wait(Event e) {
     if (e.ticket == 0) return;
-    HostStop stop(*this);                                   // a wait on the copy stream: not in a capture
     std::lock_guard lock(events_mu_);                       // the event stays while the wait is queued
     const auto it = events_.find(e.ticket);
     if (it == events_.end()) return;                        // reaped: the copy is complete
+    HostStop stop(*this);                                   // a wait on the copy stream: not in a capture
     select();
     check(cudaStreamWaitEvent(stream_of(compute_), static_cast<cudaEvent_t>(it->second.ev), 0), "wait");
 }
 
 bool CudaBackend::copy_done(uint64_t ticket) {
-    HostStop stop(*this);
     std::lock_guard lock(events_mu_);
     const auto it = events_.find(ticket);
     if (it == events_.end()) return true;
+    HostStop stop(*this);
     select();
     const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(it->second.ev));
     if (e == cudaErrorNotReady) {
@@ -409,7 +409,6 @@ bool CudaBackend::copy_done(uint64_t ticket) {
 }
 
 void CudaBackend::copy_host_wait(uint64_t ticket) {
-    HostStop stop(*this);
     void* ev = nullptr;
     {
         // Blocking under the lock would hold up the I/O thread's next copies: the event is
@@ -420,13 +419,18 @@ void CudaBackend::copy_host_wait(uint64_t ticket) {
         ev = it->second.ev;
         ++it->second.host_waiters;
     }
+    // Unmarked however this ends (HostStop may throw too); reap() never erases a marked event.
+    struct Unmark {
+        CudaBackend& be;
+        uint64_t ticket;
+        ~Unmark() {
+            std::lock_guard lock(be.events_mu_);
+            --be.events_.at(ticket).host_waiters;
+        }
+    } unmark{*this, ticket};
+    HostStop stop(*this);
     select();
-    const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(ev));
-    {
-        std::lock_guard lock(events_mu_);
-        --events_.at(ticket).host_waiters;
-    }
-    check(e, "copy_host_wait");
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(ev)), "copy_host_wait");
 }
 
 uint64_t CudaBackend::upload_after_compute(void* dst, const void* host_src, size_t bytes) {

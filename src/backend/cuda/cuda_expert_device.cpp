@@ -15,6 +15,8 @@ CudaExpertDevice::~CudaExpertDevice() {
     // the error that caused it already reported.
     try {
         be_.synchronize();
+        for (const Stage& s : stages_)   // the copy stream's staged copies, which synchronize() does not wait for
+            if (s.ticket) be_.copy_host_wait(s.ticket);
         for (Buffer& b : chunks_) be_.free(b);
         for (auto& [p, b] : pinned_) be_.free_pinned_host(b);
         for (Stage& s : stages_) be_.free_pinned_host(s.buf);
@@ -119,29 +121,31 @@ uint64_t CudaExpertDevice::copy_async(runtime::DeviceBuffer dst, size_t dst_offs
     if (bytes == 0 || is_pinned(src, bytes)) return be_.upload_after_compute(to, src, bytes);
     // From pageable memory (the model's mapping, when there is no host tier): a copy that CUDA
     // stages itself may return only once the copy stream has run it, and this one runs after the
-    // compute work queued so far, so the calling thread (the store's I/O thread, or the op thread
-    // on a miss) would wait for the GPU. Staged here instead, through a ring of pinned buffers: a
-    // piece is copied into the next buffer once that buffer's last copy has left it, and queued.
-    // The copy stream runs them in order, so the last piece's ticket is the whole copy's.
+    // compute work queued so far, so the calling thread (the op thread issuing a layer's misses,
+    // with the store's lock held) would wait for the GPU. Staged here instead, through a ring of
+    // pinned buffers: a piece is copied into the next buffer once that buffer's last copy has
+    // left it, and queued. The ring grows while the next buffer is still in flight, up to
+    // stage_limit_ buffers (256 MiB: a K3 layer's burst of misses, 8 experts of about 24 MiB at
+    // Q4_K, queues without a wait); past that the thread waits for the oldest piece. The copy
+    // stream runs them in order, so the last piece's ticket is the whole copy's.
     const auto* from = static_cast<const uint8_t*>(src);
     uint64_t ticket = 0;
     for (size_t done = 0; done < bytes;) {
-        const size_t piece = std::min(kStageBytes, bytes - done);
-        if (stages_.size() < stage_limit_) {
-            // The ring grows to its size with the first pieces (32 MiB of pinned memory in all).
+        const size_t piece = std::min(stage_bytes_, bytes - done);
+        if (stages_.size() < stage_limit_ && (stages_.empty() || !be_.copy_done(stages_[next_stage_].ticket))) {
             try {
-                stages_.push_back(Stage{be_.alloc_pinned_host(kStageBytes, "expert copy staging"), 0});
-                next_stage_ = stages_.size() - 1;
+                stages_.insert(stages_.begin() + std::ptrdiff_t(stages_.empty() ? 0 : next_stage_),
+                               Stage{be_.alloc_pinned_host(stage_bytes_, "expert copy staging"), 0});
             } catch (const Error&) {
                 stage_limit_ = stages_.size();   // the system pins no more: the ring stays as it is
-                if (stages_.empty()) return be_.upload_after_compute(to + done, from + done, bytes - done);
             }
         }
+        if (stages_.empty()) return be_.upload_after_compute(to + done, from + done, bytes - done);
         Stage& s = stages_[next_stage_];
         if (s.ticket) be_.copy_host_wait(s.ticket);
         std::memcpy(s.buf.ptr, from + done, piece);
         ticket = s.ticket = be_.upload_after_compute(to + done, s.buf.ptr, piece);
-        next_stage_ = (next_stage_ + 1) % stages_.size();
+        next_stage_ = (next_stage_ + 1) % stages_.size();   // the oldest piece's buffer next
         done += piece;
     }
     return ticket;

@@ -49,7 +49,12 @@ public:
     // copy_async from pageable memory stages through up to kStages pinned buffers of
     // kStageBytes (cuda_expert_device.cpp says why).
     static constexpr size_t kStageBytes = size_t(8) << 20;
-    static constexpr int kStages = 4;
+    static constexpr size_t kStages = 32;
+    // Another ring (tests: a small one, to see it wrap); before the first staged copy.
+    void set_staging(size_t stage_bytes, size_t stages) {
+        stage_bytes_ = stage_bytes;
+        stage_limit_ = stages;
+    }
 
 private:
     bool is_pinned(const void* p, size_t bytes) const;   // inside one of alloc_pinned's buffers
@@ -65,6 +70,7 @@ private:
     std::map<uint8_t*, Buffer> pinned_;
     std::vector<Stage> stages_;
     size_t next_stage_ = 0;
+    size_t stage_bytes_ = kStageBytes;
     size_t stage_limit_ = kStages;          // fewer when pinning more failed
     mutable double gbps_ = 0;
 };

@@ -101,12 +101,14 @@ void protect(uint8_t* p, size_t bytes, int prot) {
 // running, the runtime's own fills); nested scopes leave it open until the outermost ends. Only
 // the span allocations have reached changes: the rest was never accessible. A stream's work opens
 // its own device only, so a kernel that reads another GPU's buffer faults here as it does on a
-// GPU (an illegal address); a copy between two devices opens both.
+// GPU without peer access to it (an illegal address; kinfer's kernels never rely on peer access,
+// which it enables for copies only); a copy between two devices opens both.
 struct Open {
     std::vector<Device*> devs;
-    explicit Open(int device = -1) {          // -1: every device
-        for (size_t i = 0; i < state().devices.size(); ++i)
-            if (device < 0 || size_t(device) == i) devs.push_back(state().devices[i].get());
+    explicit Open(int device) {
+        if (device < 0 || size_t(device) >= state().devices.size())
+            throw std::logic_error("emulated cuda: work on a device that does not exist");
+        devs.push_back(state().devices[size_t(device)].get());
         for (Device* d : devs)
             if (d->open_depth++ == 0) protect(d->base, d->span, PROT_READ | PROT_WRITE);
     }
@@ -155,14 +157,16 @@ void drain(CUstream_st* s, uint64_t upto = UINT64_MAX) {
         CUstream_st* s;
         ~Done() { s->draining = false; }
     } done{s};
+    std::optional<Open> open;                 // the stream's device, across consecutive work items
     while (s->executed < upto) {
         CUstream_st::Item item = std::move(s->queue.front());
         s->queue.pop_front();
         ++s->executed;
         if (item.wait_for) {
+            open.reset();                     // the other stream's work runs with only its own device open
             if (state().streams.count(item.wait_for)) drain(item.wait_for, item.wait_seq);   // else destroyed, so done
         } else {
-            Open open(s->device);
+            if (!open) open.emplace(s->device);
             item.work();
         }
     }
@@ -485,7 +489,7 @@ cudaError_t copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
         auto staged = std::make_shared<std::vector<uint8_t>>(width * height);
         for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, q + r * spitch, width);
         enqueue(st, [d, dpitch, width, height, staged, dd = device_index(d)] {
-            Open open_dst(dd);
+            Open open_dst(dd);   // dd >= 0: a host-to-device copy's destination is a device's
             for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, staged->data() + r * width, width);
         }, key);
         return cudaSuccess;
