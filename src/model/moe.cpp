@@ -118,7 +118,9 @@ void routed_batched(backend::Backend& be, backend::Workspace& ws, const FwdCtx& 
     float* g = s.get(size_t(rows * ff));
     float* u = s.get(size_t(rows * ff));
     float* yg = s.get(size_t(rows * lat));
-    for (int64_t e = 0; e < E; ++e) be.gather_rows(z, lat, by_expert.of(e), K, zg + off[size_t(e)] * lat);
+    // The experts' lists lie end to end in entry, in off's order: one gather for all of them (on
+    // a GPU one list upload and one kernel, not one per expert).
+    be.gather_rows(z, lat, by_expert.entry, K, zg);
 
     const Mat gate = mat_of(L.ffn_gate_exps), up = mat_of(L.ffn_up_exps), down = mat_of(L.ffn_down_exps);
     std::vector<backend::MatTask> tasks;
@@ -144,7 +146,7 @@ void routed_batched(backend::Backend& be, backend::Workspace& ws, const FwdCtx& 
     if (shg) tasks.push_back(backend::MatTask{mat_of(L.ffn_down_shexp), 1, 0, n, sh_out, 0});
     be.matmul_tasks({din, shg ? 2u : 1u}, tasks);
 
-    for (int64_t e = 0; e < E; ++e) be.scatter_weighted(yg + off[size_t(e)] * lat, lat, by_expert.of(e), wsel, ys);
+    be.scatter_weighted(yg, lat, by_expert.entry, wsel, ys);   // every expert's rows at once, as the gather
 }
 
 // The routed experts of a device layer kept in the mapping (--cpu-moe, --n-cpu-moe): the latent

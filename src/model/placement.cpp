@@ -40,13 +40,17 @@ Placement::Sites Placement::sites(const Model& m, backend::Backends& bk, const P
     return w;
 }
 
+backend::Backend* Placement::Sites::of(const TensorSpec& s) const {
+    return s.layer >= 0 ? layer[size_t(s.layer)] : s.global_mat == &Weights::token_embd ? embed : output;
+}
+
 Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptions& o) : w_(m.weights()) {
     w_.converted.clear();   // the views keep pointing at the model's converted vectors
     const HParams& hp = m.hparams();
     const int L = hp.n_layer;
-    Sites where = sites(m, bk, o);   // checks -ngl and -ot
-    backend::Backend* dev = bk.device(0);
-    layer_ = std::move(where.layer);
+    const Sites where = sites(m, bk, o);   // checks -ngl and -ot
+    backend::Backend* dev = nullptr;        // the device the tensor being placed goes to
+    layer_ = where.layer;
     output_ = where.output;
     embed_ = where.embed;
     experts_with_layer_.assign(size_t(L), true);
@@ -95,10 +99,8 @@ Placement::Placement(const Model& m, backend::Backends& bk, const PlacementOptio
         return &c;
     };
     for_each_tensor(hp, has, [&](const TensorSpec& s) {
-        backend::Backend* where = s.layer >= 0 ? layer_[size_t(s.layer)]
-                                  : s.global_mat == &Weights::token_embd ? embed_ : output_;
-        if (where == &bk.cpu()) return;
-        dev = where;
+        dev = where.of(s);
+        if (dev == &bk.cpu()) return;
         const gguf::TensorInfo* t = f.find_tensor(s.name);
         if (!t) return;   // optional and absent: the weights say so already (nullptr)
         const bool expert_tensor = s.name.find("_exps.") != std::string::npos;

@@ -30,6 +30,7 @@
 #include "backend/registry.h"
 #include "model/model.h"
 #include "model/split.h"
+#include "model/tensor_list.h"
 
 #include <deque>
 #include <string>
@@ -67,6 +68,8 @@ public:
         std::vector<backend::Backend*> layer;
         backend::Backend* output = nullptr;
         backend::Backend* embed = nullptr;
+        // Where tensor s goes: its layer's site, else the table's or the head's.
+        backend::Backend* of(const TensorSpec& s) const;
     };
     static Sites sites(const Model& m, backend::Backends& bk, const PlacementOptions& o);
 

@@ -37,6 +37,10 @@ namespace kinfer::model {
 class Placement;
 class Split;
 
+// Rows the MLA latent cache holds for n_ctx tokens: it grows in whole pages of page_rows
+// (SessionOptions::cache_page_rows).
+inline int64_t latent_cache_rows(int64_t n_ctx, int64_t page_rows) { return (n_ctx + page_rows - 1) / page_rows * page_rows; }
+
 struct SessionOptions {
     int64_t n_ctx = 4096;         // most tokens the MLA cache holds (-c)
     int64_t n_batch = 512;        // prefill chunk (-b)

@@ -74,12 +74,8 @@ step() {
     [ "$limit" -gt "$left" ] && limit=$left
     echo "== $name"
     t0=$(date +%s)
-    # A function of this script goes along as its definition (exported variables go as they are).
-    local def
-    def=$(declare -f "$1" 2>/dev/null || true)
-    timeout --kill-after=10 "$limit" bash -c "set -eo pipefail
-$def
-\"\$@\"" step "$@" </dev/null &
+    # The script's step functions are exported (export -f), as are the variables they read.
+    timeout --kill-after=10 "$limit" bash -c 'set -eo pipefail; "$@"' step "$@" </dev/null &
     step_pid=$!
     wait "$step_pid"
     rc=$?
@@ -158,6 +154,7 @@ for n in ("tier", "all"):
 sys.exit(1 if bad else 0)
 PY
 }
+export -f expert_tier
 step "the expert tier: k3-tiny-a Q4_K_M, routed experts paged through a device cache of 25 %" 180 expert_tier
 
 # same_as_one NAME WHAT: $out/NAME.f32 / .txt against the one-device run's, byte for byte; says
@@ -172,6 +169,13 @@ same_as_one() {
 }
 export -f same_as_one
 
+# The one-device run both comparisons need, made once.
+one_device() {
+    [ -s "$out/one.f32" ] ||
+        "$bin" eval -m "$m" --tokens "$ids" --logits "$out/one.f32" --greedy 8 --device "$dev" -ngl 99 > "$out/one.txt"
+}
+export -f one_device
+
 # One GPU: NCCL takes one rank per GPU, so --dist-link auto moves the bytes over MPI (and nccl
 # would stop with a message); two or more: each rank its own GPU (cuda:local) and NCCL between
 # them. Same kernels on every rank, so the logits must be the same bytes as one process.
@@ -182,7 +186,7 @@ split_ranks() {
     fi
     local link=auto rank_dev=$dev bad=0
     [ "$ngpu" -ge 2 ] && link=nccl rank_dev=cuda:local
-    "$bin" eval -m "$m" --tokens "$ids" --logits "$out/one.f32" --greedy 8 --device "$dev" -ngl 99 > "$out/one.txt"
+    one_device
     for split in pipeline experts; do
         mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" eval -m "$m" --tokens "$ids" \
             --logits "$out/$split.f32" --greedy 8 --device "$rank_dev" -ngl 99 --split $split --dist-link $link \
@@ -192,6 +196,7 @@ split_ranks() {
     done
     return $bad
 }
+export -f split_ranks
 step "--split on the device: 2 ranks against one process, every layer on the device" 240 split_ranks
 
 # With one GPU both backends are cuda0 (two streams and arenas on it): the same kernels, the
@@ -199,7 +204,7 @@ step "--split on the device: 2 ranks against one process, every layer on the dev
 two_devices() {
     local two=$dev,$dev bad=0
     [ "$ngpu" -ge 2 ] && two=cuda0,cuda1
-    "$bin" eval -m "$m" --tokens "$ids" --logits "$out/one.f32" --greedy 8 --device "$dev" -ngl 99 > "$out/one.txt"
+    one_device
     for mode in layer experts; do
         "$bin" eval -m "$m" --tokens "$ids" --logits "$out/sm-$mode.f32" --greedy 8 --device "$two" -ngl 99 \
             --split-mode $mode > "$out/sm-$mode.txt" || { echo "--split-mode $mode: the run FAILED"; bad=1; continue; }
@@ -207,6 +212,7 @@ two_devices() {
     done
     return $bad
 }
+export -f two_devices
 step "two devices in one process: --split-mode layer and experts against one" 180 two_devices
 
 step "kinfer --list-devices" 30 "$bin" run --device "$dev" --list-devices

@@ -30,6 +30,9 @@
 
 namespace kinfer::cuda {
 inline constexpr unsigned kFullMask = 0xffffffffu;
+// Shared memory a block may take without opting in (cudaFuncSetAttribute), static and dynamic
+// together; the CPU mode refuses a dynamic size past it too (cpu_mode.cpp).
+inline constexpr size_t kSharedNoOptIn = 48 * 1024;
 // The launchers take their stream as void* (kernels.h is plain C++).
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 }

@@ -13,6 +13,7 @@
 // in the kernel). Fibers are made once per host thread and reused by every block and launch: a
 // fiber whose kernel body returned waits at the top of its loop for the next one.
 #include "backend/cuda/cpu_mode.h"
+#include "backend/cuda/compat.h"   // kSharedNoOptIn
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -138,6 +139,7 @@ struct Launch {
     std::function<void()> body;
     dim3 grid, block;
     unsigned n_threads = 0, n_warps = 0;
+    bool reverse = false, by_warp = false;       // the schedule (cpu_mode.h), read once a launch
     std::vector<unsigned char> shared;
     std::vector<Thread> threads;
     Barrier block_bar;
@@ -281,9 +283,7 @@ void run_block(Launch& L) {
         t.waiting = nullptr;
         t.exchanges = 0;
     }
-    const Schedule sched = schedule();
-    const bool reverse = sched == Schedule::reverse || sched == Schedule::warps_reverse;
-    const bool by_warp = sched == Schedule::warps || sched == Schedule::warps_reverse;
+    const bool reverse = L.reverse;
     unsigned left = L.n_threads;
     // Resumes thread t up to its next barrier, if it can go on; false if it cannot.
     auto resume = [&](unsigned t) {
@@ -307,7 +307,7 @@ void run_block(Launch& L) {
     };
     while (left > 0) {
         bool progressed = false;
-        if (!by_warp) {
+        if (!L.by_warp) {
             progressed = sweep(0, L.n_threads);
         } else {
             for (unsigned k = 0; k < L.n_warps; ++k) {
@@ -378,7 +378,7 @@ std::map<uintptr_t, size_t>& opt_ins() {   // kernel -> its cudaFuncAttributeMax
     static std::map<uintptr_t, size_t> m;
     return m;
 }
-constexpr size_t kDefaultDynamicShared = 48 * 1024, kMaxDynamicShared = 227 * 1024;
+constexpr size_t kDefaultDynamicShared = kSharedNoOptIn, kMaxDynamicShared = 227 * 1024;
 }  // namespace
 
 void set_max_dynamic_shared(uintptr_t kernel, int bytes) {
@@ -451,17 +451,17 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     blockDim = block;
     gridDim = grid;
     const Schedule sched = schedule();
-    const bool reverse = sched == Schedule::reverse || sched == Schedule::warps_reverse;
-    const bool by_warp = sched == Schedule::warps || sched == Schedule::warps_reverse;
+    L.reverse = sched == Schedule::reverse || sched == Schedule::warps_reverse;
+    L.by_warp = sched == Schedule::warps || sched == Schedule::warps_reverse;
     for (uint64_t k = 0; k < nb && !L.error; ++k) {
-        const uint64_t b = reverse ? nb - 1 - k : k;
+        const uint64_t b = L.reverse ? nb - 1 - k : k;
         blockIdx = uint3{unsigned(b % grid.x), unsigned((b / grid.x) % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
         // A GPU's shared memory holds whatever the SM's last block left there: each block here
         // starts on 0xff bytes (a NaN as a float, -1 as an integer), so a kernel that reads dynamic
         // shared memory it never wrote goes wrong in the tests too. Under the warp-by-warp
         // schedules on 0x7f bytes instead (3.4e38 as a float, a large positive integer): a max
         // or a comparison skips a NaN (fmaxf), but not a huge value.
-        const uint8_t fill = by_warp ? 0x7f : 0xff;
+        const uint8_t fill = L.by_warp ? 0x7f : 0xff;
         std::fill(L.shared.begin(), L.shared.end(), fill);
         run_block(L);
     }

@@ -113,14 +113,8 @@ CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(
 }
 
 CudaBackend::~CudaBackend() {
+    step_abort();   // a step that threw: its capture is dropped
     select();
-    step_ = false;
-    if (capturing_) {   // a step that threw: its capture is dropped
-        capturing_ = false;
-        cudaGraph_t g = nullptr;
-        cudaStreamEndCapture(stream_of(compute_), &g);
-        if (g) cudaGraphDestroy(g);
-    }
     expert_device_.reset();   // it synchronizes the compute stream and frees its slots: before the streams go
     for (void* e : execs_)
         if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
@@ -539,7 +533,6 @@ void CudaBackend::step_end() {
 }
 
 void CudaBackend::step_abort() {
-    if (!step_) return;
     step_ = false;
     if (!capturing_) return;
     // The capture's work is thrown away; an error here (an invalidated capture) is not the
@@ -746,11 +739,18 @@ void CudaBackend::gather_rows(const float* src, int64_t cols, std::span<const in
     // A prefill chunk's n x K rows (65536 at 8192 tokens and top-8): the list uploaded once and
     // one kernel, instead of a copy call of microseconds per row.
     HostStop stop(*this);
-    auto* d_idx = static_cast<int64_t*>(scratch(idx.size() * sizeof(int64_t)));
-    check(cudaMemcpyAsync(d_idx, idx.data(), idx.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_of(compute_)),
-          "gather_rows");   // pageable: staged before it returns
+    const auto* d_idx = static_cast<const int64_t*>(upload_list(idx.data(), idx.size() * sizeof(int64_t), "gather_rows"));
     kern::gather_rows(src, cols, d_idx, div, int64_t(idx.size()), dst, compute_);
     check(cudaGetLastError(), "gather_rows");
+}
+
+void* CudaBackend::upload_list(const void* host, size_t bytes, const char* op) {
+    void* d = scratch(bytes);
+    select();
+    // From pageable memory cudaMemcpyAsync copies the bytes to staging memory before it
+    // returns (CUDA's API synchronization rules), so `host` may go at once; no host wait.
+    check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_of(compute_)), op);
+    return d;
 }
 
 void CudaBackend::kda_scan(const KdaScan& s) {
@@ -913,15 +913,10 @@ void CudaBackend::scatter_weighted(const float* src, int64_t cols, std::span<con
     std::memcpy(lists.data(), idx.data(), rows * sizeof(int64_t));
     auto* wj = reinterpret_cast<float*>(lists.data() + rows * sizeof(int64_t));
     for (size_t j = 0; j < rows; ++j) wj[j] = w[size_t(idx[j])];
-    auto* d_lists = static_cast<uint8_t*>(scratch(lists.size()));
-    select();
-    check(cudaMemcpyAsync(d_lists, lists.data(), lists.size(), cudaMemcpyHostToDevice, stream_of(compute_)),
-          "scatter_weighted");
+    const auto* d_lists = static_cast<const uint8_t*>(upload_list(lists.data(), lists.size(), "scatter_weighted"));
     kern::scatter_weighted(src, cols, reinterpret_cast<const int64_t*>(d_lists),
                           reinterpret_cast<const float*>(d_lists + rows * sizeof(int64_t)), int64_t(rows), dst, compute_);
     check(cudaGetLastError(), "scatter_weighted");
-    // The staging vector dies on return: make sure the copy has left it.
-    check(cudaStreamSynchronize(stream_of(compute_)), "scatter_weighted");
 }
 
 void CudaBackend::attn_res_mix(std::span<const float* const> stack, const float* p, const float* w, float* out,

@@ -182,6 +182,9 @@ private:
     // b replaced by a buffer of at least `bytes` (half as large again as b when that fits), the
     // old one retired.
     void grow(Buffer& b, size_t bytes, const char* what);
+    // bytes of host memory (a list a kernel reads) into the scratch buffer, on the compute stream;
+    // returns the device copy. Not capturable: the caller holds a HostStop.
+    void* upload_list(const void* host, size_t bytes, const char* op);
     void free_retired();
 
     int device_;

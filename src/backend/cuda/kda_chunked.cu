@@ -314,7 +314,7 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     // every launch (a host call, next to a launch that covers a whole chunk of prefill). A failure
     // leaves the error for the launch to report, which the caller checks. (The CPU mode refuses
     // a launch past 48 KiB without it, as a GPU does.)
-    if (bytes > 48 * 1024) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (bytes > kSharedNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(4 * J / kColsPerGroup<D>)};
     KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
 }

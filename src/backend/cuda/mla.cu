@@ -254,8 +254,7 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
     const size_t smem = grouped ? 0 : size_t(R + split) * sizeof(float);
     // The per-head kernel also holds block_max's and block_sum's static per-warp slots (reduce.cuh):
     // 48 KiB in all without an opt-in.
-    constexpr size_t kReduceSmem = 2 * 32 * sizeof(float);
-    if (a.n > 65535 || smem > 48 * 1024 - kReduceSmem)
+    if (a.n > 65535 || smem > kSharedNoOptIn - 2 * kBlockReduceSmem)   // block_max's and block_sum's slots too
         throw std::invalid_argument(std::string("cuda ") + what +
                                     ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);

@@ -235,7 +235,7 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
     const size_t smem = flash_smem_floats(dn + a.dr, dv) * sizeof(float);
     auto* flash = &mha_flash_kernel;
     // Past 48 KiB a kernel must opt in (kda_chunked.cu does the same).
-    if (smem > 48 * 1024) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (smem > kSharedNoOptIn) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     const dim3 grid{unsigned((a.n + kTQ - 1) / kTQ), unsigned(H)};
     for (int64_t b0 = 0; b0 < n_keys; b0 += L.kb) {
         const int64_t bn = std::min(L.kb, n_keys - b0);

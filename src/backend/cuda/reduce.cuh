@@ -14,10 +14,14 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// The static shared memory one instantiation of block_reduce holds (its per-warp slots), which a
+// launcher near the shared-memory bound counts.
+inline constexpr size_t kBlockReduceSmem = 32 * sizeof(float);
+
 // Block-wide reduction with op (sum or max); blockDim.x a multiple of 32, every thread calls it.
 template <bool kMax>
 __device__ float block_reduce(float v) {
-    __shared__ float per_warp[32];
+    __shared__ float per_warp[kBlockReduceSmem / sizeof(float)];
     v = kMax ? warp_max(v) : warp_sum(v);
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), n_warps = int(blockDim.x / 32);
     __syncthreads();                        // the previous call's readers are done with per_warp

@@ -18,7 +18,7 @@ constexpr int kMaxUsed = 64;
 // The static shared memory below (best_v, best_id, chosen), next to E floats of dynamic: together
 // at most 48 KiB, what a kernel may take without opting in.
 constexpr int64_t kStaticSmem = (32 + 32 + kMaxUsed) * 4;
-constexpr int64_t kMaxExperts = (48 * 1024 - kStaticSmem) / 4;
+constexpr int64_t kMaxExperts = (int64_t(kSharedNoOptIn) - kStaticSmem) / 4;
 
 // (value, id) ordered by value descending, then id ascending.
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }

@@ -80,14 +80,15 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f) {
 }
 
 bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, const std::vector<std::string>& overrides,
-                       int64_t n_ctx, backend::CacheType cache_type) {
+                       const model::SessionOptions& so) {
+    const int64_t n_ctx = so.n_ctx;
     const model::HParams& hp = m.hparams();
     const int L = hp.n_layer;
     const size_t n_dev = bk.n_devices();
     if (n_dev == 0) return true;
     // Where placement will put each layer, the head and the table (-ngl's runs as -ot moves them),
     // their experts with them (no store), and each device layer's state: the latent cache at -c
-    // tokens (grown 256 rows at a time) for an MLA layer, the recurrent and conv state for a KDA one.
+    // tokens (grown a page at a time) for an MLA layer, the recurrent and conv state for a KDA one.
     model::PlacementOptions po;
     po.n_gpu_layers = ngl;
     po.overrides = overrides;
@@ -100,16 +101,13 @@ bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, co
     const gguf::File& f = m.file();
     model::for_each_tensor(hp, [&](const std::string& name) { return f.find_tensor(name) != nullptr; },
                            [&](const model::TensorSpec& s) {
-                               const backend::Backend* b = s.layer >= 0                                 ? at.layer[size_t(s.layer)]
-                                                           : s.global_mat == &model::Weights::token_embd ? at.embed
-                                                                                                         : at.output;
                                const gguf::TensorInfo* t = f.find_tensor(s.name);
-                               if (t) add(b, s.is_vector() ? uint64_t(t->nelements()) * sizeof(float) : t->nbytes);   // vectors go as fp32
+                               if (t) add(at.of(s), s.is_vector() ? uint64_t(t->nelements()) * sizeof(float) : t->nbytes);   // vectors go as fp32
                            });
-    const uint64_t rows = uint64_t((std::max<int64_t>(n_ctx, 1) + 255) / 256 * 256);
+    const uint64_t rows = uint64_t(model::latent_cache_rows(std::max<int64_t>(n_ctx, 1), so.cache_page_rows));
     for (int il = 0; il < L; ++il)
         add(at.layer[size_t(il)], hp.is_kda(il) ? uint64_t(hp.kda_state_floats() + hp.conv_state_floats()) * sizeof(float)
-                                                : rows * backend::cache_row_bytes(cache_type, hp.mla_cache_dim()));
+                                                : rows * backend::cache_row_bytes(so.cache_type, hp.mla_cache_dim()));
     // A twentieth of each device's free memory for the ops' scratch.
     for (size_t d = 0; d < n_dev; ++d) {
         const size_t free = bk.device(d)->free_bytes();
@@ -175,11 +173,11 @@ std::unique_ptr<RunDevices> attach_experts(const model::Model& m, const runtime:
     // choices on the device (the slot form, model/moe.cpp) instead of reading them back for a
     // store every MoE layer. A store when a flag asks for one, when the device holds no layer
     // (the expert cache is then its only use), or when the layers do not fit.
-    const bool plain = !bare.any_store();
-    const bool with_layers = plain && ngl > 0 && !shard && split_ranks() <= 1 &&
-                             device_layers_fit(m, ngl, *rd->backends, flags.overrides, so.n_ctx, so.cache_type);
+    const bool experts_not_stored =
+        !bare.any_store() && (shard || split_ranks() > 1 ||
+                              (ngl > 0 && device_layers_fit(m, ngl, *rd->backends, flags.overrides, so)));
     runtime::ExpertFlags store_flags = bare;
-    if (!((shard || split_ranks() > 1 || with_layers) && plain)) store_flags.device = flags.device;
+    if (!experts_not_stored) store_flags.device = flags.device;
     // CUDA graphs (so.graphs): the store loads its misses on the step's thread, where a capture
     // can pause for them (Session::forward keeps graphs off for a store with an I/O thread).
     if (so.graphs) store_flags.sync_io = true;

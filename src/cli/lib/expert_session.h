@@ -33,9 +33,9 @@ void add_expert_flags(CLI::App& app, runtime::ExpertFlags& f);
 // Whether what placement would put on each device fits 95 % of its free memory: the last ngl
 // layers in contiguous runs (the output head with the last one) as moved by the -ot rules, their
 // routed experts included, and each device layer's state at n_ctx tokens (the latent cache in
-// cache_type, the KDA state). Says on stderr which device does not.
+// so.cache_type and whole pages of so.cache_page_rows, the KDA state). Says on stderr which device does not.
 bool device_layers_fit(const model::Model& m, int ngl, backend::Backends& bk, const std::vector<std::string>& overrides,
-                       int64_t n_ctx, backend::CacheType cache_type);
+                       const model::SessionOptions& so);
 
 // With --device, -ngl N and no expert store flag, the routed experts go with their layers when
 // those fit (device_layers_fit), else through an expert store; --device without -ngl, or any store

@@ -2,6 +2,7 @@
 
 #include "cli/lib/info_report.h"
 #include "model/hparams.h"
+#include "model/session.h"
 #include "model/tensor_list.h"
 #include "text/tokenizer.h"
 
@@ -78,8 +79,8 @@ nlohmann::ordered_json memory_plan(const gguf::File& f, const PlanOptions& opt) 
     for (backend::CacheType t : {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0})
         per_type[backend::cache_type_name(t)] = uint64_t(n_mla) * backend::cache_row_bytes(t, hp.mla_cache_dim());
     p["latent_bytes_per_token"] = per_type;
-    // The cache grows a page (256 rows) at a time.
-    const uint64_t rows = uint64_t((opt.n_ctx + 255) / 256 * 256);
+    // The cache grows a page at a time (the session's default page).
+    const uint64_t rows = uint64_t(model::latent_cache_rows(opt.n_ctx, model::SessionOptions{}.cache_page_rows));
     const uint64_t latent = rows * per_type[backend::cache_type_name(opt.cache_type)].get<uint64_t>();
     p["latent_cache_bytes"] = latent;
     const uint64_t kda = uint64_t(n_kda) * uint64_t(hp.kda_state_floats()) * 4;

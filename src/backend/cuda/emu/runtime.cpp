@@ -104,37 +104,33 @@ void protect(uint8_t* p, size_t bytes, int prot) {
 // GPU without peer access to it (an illegal address; kinfer's kernels never rely on peer access,
 // which it enables for copies only); a copy between two devices opens both.
 struct Open {
-    std::vector<Device*> devs;
+    Device* d;
     explicit Open(int device) {
         if (device < 0 || size_t(device) >= state().devices.size())
             throw std::logic_error("emulated cuda: work on a device that does not exist");
-        devs.push_back(state().devices[size_t(device)].get());
-        for (Device* d : devs)
-            if (d->open_depth++ == 0) protect(d->base, d->span, PROT_READ | PROT_WRITE);
+        d = state().devices[size_t(device)].get();
+        if (d->open_depth++ == 0) protect(d->base, d->span, PROT_READ | PROT_WRITE);
     }
     ~Open() {
-        for (Device* d : devs)
-            if (--d->open_depth == 0) protect(d->base, d->span, PROT_NONE);
+        if (--d->open_depth == 0) protect(d->base, d->span, PROT_NONE);
     }
     Open(const Open&) = delete;
     Open& operator=(const Open&) = delete;
 };
 
-Device* device_of(const void* p, size_t bytes = 1) {
-    auto* q = static_cast<const uint8_t*>(p);
-    for (auto& d : state().devices)
-        if (q >= d->base && q + bytes <= d->base + d->size) return d.get();
-    return nullptr;
-}
-
-// The index of the device p lies in; -1 for host memory.
-int device_index(const void* p) {
+// The index of the device [p, p + bytes) lies in; -1 for host memory (or a range across the end).
+int device_index(const void* p, size_t bytes = 1) {
     auto* q = static_cast<const uint8_t*>(p);
     for (size_t i = 0; i < state().devices.size(); ++i) {
         const Device& d = *state().devices[i];
-        if (q >= d.base && q < d.base + d.size) return int(i);
+        if (q >= d.base && q + bytes <= d.base + d.size) return int(i);
     }
     return -1;
+}
+
+Device* device_of(const void* p, size_t bytes = 1) {
+    const int i = device_index(p, bytes);
+    return i < 0 ? nullptr : state().devices[size_t(i)].get();
 }
 
 bool is_pinned(const void* p, size_t bytes) {
