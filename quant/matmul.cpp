@@ -61,12 +61,10 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
     }
     if (t.vec_dot_tile) {
         // Register tiles over weight rows x activation rows (decode too, for the types without
-        // the kernels above).
-        for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {
-            const int64_t k1 = m < k0 + kActBlock ? m : k0 + kActBlock;
-            t.vec_dot_tile(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin),
-                           xb + size_t(k0) * ab, ab, int(k1 - k0), y + k0 * ldy + row_begin, size_t(ldy));
-        }
+        // the kernels above). All the activation rows in one call: the tiles block them for the
+        // cache themselves, and weights streamed once per 16 rows made prefill wait on memory.
+        t.vec_dot_tile(n, wb + size_t(row_begin) * w_row_bytes, w_row_bytes, int(row_end - row_begin), xb, ab, int(m),
+                       y + row_begin, size_t(ldy));
         return;
     }
     for (int64_t k0 = 0; k0 < m; k0 += kActBlock) {
