@@ -45,14 +45,21 @@ namespace {
 
 #include "quant/vec_dot_simd_prims.inc"
 
-constexpr int kRowsPerTile = 4;     // weight rows of a prefill tile
+// Weight rows of a prefill tile: 4, or 2 for the two-chain formats (see kPackedUnits).
+template <int Chains>
+constexpr int kRowsPerTile = Chains == 1 ? 4 : 2;
 // Activation rows of a 256-bit tile, which only sees fewer than kPackedFrom rows: 3, or 2 for
 // the two-chain formats (two accumulators per pair).
 template <int Chains>
 constexpr int kTileActs = Chains == 1 ? 3 : 2;
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
 constexpr int kPackedFrom = 4;      // activation rows from which prefill packs them (tile512_packed*)
-constexpr int kPackedUnits = 4;     // row pairs (one-chain) or rows (two-chain) of a packed tile
+constexpr size_t kChunkBytes = size_t(256) << 10;   // weight rows a prefill pass keeps in L2
+// Row pairs (one-chain) or rows (two-chain) of a packed tile. The two-chain formats take 8 rows
+// against 2 weight rows: their weight blocks decode through a table (about ten operations per
+// row and block pair), which 8 activation rows share where 4 did.
+template <int Chains>
+constexpr int kPackedUnits = Chains == 1 ? 4 : 8;
 
 
 // The activations' share of the weight offset, -128 x (each lane's four bytes): vpdpbusd from
@@ -183,7 +190,7 @@ void tile512_packed(int64_t nb, DecodeU decode_u, const float* const* dw, const 
     const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     for (int64_t b = 0; b < nb; ++b) {
         if (next)
-            for (int r = 0; r < kRowsPerTile; ++r)
+            for (int r = 0; r < kRowsPerTile<1>; ++r)
                 _mm_prefetch(reinterpret_cast<const char*>(next + size_t(r) * x_stride + size_t(b) * block_bytes), _MM_HINT_T1);
         __m512i u[RM];
         for (int r = 0; r < RM; ++r) u[r] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(decode_u(r, b)));
@@ -253,14 +260,16 @@ template <int RM, int RN, class DecodeU>
 void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw, const PairPack& a, int t0,
                            const block_q8_0* const* yrow, const float* const* dyrow, float* const* out_r, size_t out_stride,
                            const uint8_t* next = nullptr, size_t x_stride = 0, size_t block_bytes = 0) {
-    __m512 acc[RM][RN];
+    __m512 acc[RM][RN];   // every loop over them unrolled (tile512_packed says why)
+#pragma GCC unroll 8
     for (int r = 0; r < RM; ++r)
+#pragma GCC unroll 8
         for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_setzero_ps();
     const int64_t nbp = nb / 2;
     for (int64_t bp = 0; bp < nbp; ++bp) {
         const int64_t b = 2 * bp;
         if (next)
-            for (int r = 0; r < kRowsPerTile; ++r)
+            for (int r = 0; r < kRowsPerTile<2>; ++r)
                 _mm_prefetch(reinterpret_cast<const char*>(next + size_t(r) * x_stride + size_t(b) * block_bytes), _MM_HINT_T1);
         __m512i u[RM];
         __m512 sw[RM];
@@ -271,16 +280,20 @@ void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw,
             sw[r] = _mm512_castpd_ps(_mm512_set1_pd(pair));
         }
         const size_t at = size_t(bp) * size_t(a.units) + size_t(t0);
+#pragma GCC unroll 8
         for (int t = 0; t < RN; ++t) {
             const __m512i yq = a.q[at + size_t(t)].v, base = a.base[at + size_t(t)].v;
             const __m512 sy = _mm512_castpd_ps(_mm512_set1_pd(a.d[at + size_t(t)]));
+#pragma GCC unroll 8
             for (int r = 0; r < RM; ++r) {
                 const __m512 d = _mm512_mul_ps(sw[r], sy);   // d_w * d_y, per block as ggml's scalar
                 acc[r][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, u[r], yq)), acc[r][t]);
             }
         }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < RM; ++r) {
+#pragma GCC unroll 8
         for (int t = 0; t < RN; ++t) {
             const __m512 v = split_even_odd(acc[r][t]);   // the even blocks' chain low, the odd ones' high
             float s = hsum_f32(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)));
@@ -295,13 +308,18 @@ void tile512_packed_chains(int64_t nb, DecodeU decode_u, const float* const* dw,
 }
 
 // f.template operator()<N>() for n in 1..4: the packed tiles' row and unit counts.
-static_assert(kRowsPerTile <= 4 && kPackedUnits <= 4, "for_count names instances up to 4");
-template <class F>
+static_assert(kRowsPerTile<1> <= 4 && kPackedUnits<1> <= 4 && kRowsPerTile<2> <= 8 && kPackedUnits<2> <= 8,
+              "for_count names instances up to Max");
+template <int Max, class F>
 void for_count(int n, F&& f) {
     switch (n) {
-        case 4: f.template operator()<4>(); break;
-        case 3: f.template operator()<3>(); break;
-        case 2: f.template operator()<2>(); break;
+        case 8: if constexpr (Max >= 8) { f.template operator()<8>(); break; } [[fallthrough]];
+        case 7: if constexpr (Max >= 7) { f.template operator()<7>(); break; } [[fallthrough]];
+        case 6: if constexpr (Max >= 6) { f.template operator()<6>(); break; } [[fallthrough]];
+        case 5: if constexpr (Max >= 5) { f.template operator()<5>(); break; } [[fallthrough]];
+        case 4: if constexpr (Max >= 4) { f.template operator()<4>(); break; } [[fallthrough]];
+        case 3: if constexpr (Max >= 3) { f.template operator()<3>(); break; } [[fallthrough]];
+        case 2: if constexpr (Max >= 2) { f.template operator()<2>(); break; } [[fallthrough]];
         default: f.template operator()<1>(); break;
     }
 }
@@ -390,34 +408,60 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
     if (ny_max == 1) {
         decode_tiles<Block, Chains>(nb, xb, x_stride, nx, yrow, dyrow, out, out_stride, decode_u, decode_scale);
     } else {
-        // Prefill: weight scales as floats once per row group, reused for every activation tile.
-        sw.resize(size_t(kRowsPerTile * nb));
+        // Prefill, blocked for the cache: the weight rows in chunks of about kChunkBytes (whole
+        // row groups), each chunk against every activation unit group while it sits in L2, the
+        // chunk's weight scales as floats once. Row group by row group against all 64 packed
+        // rows instead, a tile read the whole pack (0.9 MiB at K = 7168) from beyond L2 for every
+        // 2-4 weight rows.
+        constexpr int RPT = kRowsPerTile<Chains>, KPU = kPackedUnits<Chains>;
+        const int chunk = std::max(RPT, int(kChunkBytes / x_stride) / RPT * RPT);
+        sw.resize(size_t(std::min(chunk, nx)) * size_t(nb));
         thread_local PairPack pairs;
-        if (ny_max >= kPackedFrom) {
+        const bool packed = ny_max >= kPackedFrom;
+        if (packed) {
             if (Chains == 1) pack_pairs(yrow, dyrow, ny_max, nb, pairs);
             else pack_block_pairs(yrow, dyrow, ny_max, nb, pairs);
         }
-        const float* dwrow[kDecodeStreams];   // rm <= kRowsPerTile; sized for every tile instance
+        const float* dwrow[kDecodeStreams];   // rm <= RPT; sized for every tile instance
         auto sc = [&](int r, int64_t b) { return dwrow[r][b]; };
-        for (int r0 = 0; r0 < nx; r0 += kRowsPerTile) {
-            const int rm = std::min(kRowsPerTile, nx - r0);
-            for (int r = 0; r < rm; ++r) {
-                xrow[r] = xrow_at(r0 + r);
-                dwrow[r] = sw.data() + size_t(r * nb);
-                for (int64_t b = 0; b < nb; ++b) sw[size_t(r * nb + b)] = scale(xrow[r][b]);
+        for (int c0 = 0; c0 < nx; c0 += chunk) {
+            const int c1 = std::min(nx, c0 + chunk);
+            for (int r = c0; r < c1; ++r) {
+                const Block* x = xrow_at(r);
+                float* d = sw.data() + size_t(r - c0) * size_t(nb);
+                for (int64_t b = 0; b < nb; ++b) d[b] = scale(x[b]);
             }
-            if (ny_max >= kPackedFrom) {
-                // Every activation row from the copy packed once per call: KP rows (two-chain
-                // formats) or row pairs (one-chain) per tile.
-                const int units = pairs.units;
-                for (int u0 = 0; u0 < units; u0 += kPackedUnits) {
+            auto group = [&](int r0) {   // row group r0: its rows, scales; returns its size
+                const int rm = std::min(RPT, c1 - r0);
+                for (int r = 0; r < rm; ++r) {
+                    xrow[r] = xrow_at(r0 + r);
+                    dwrow[r] = sw.data() + size_t(r0 + r - c0) * size_t(nb);
+                }
+                return rm;
+            };
+            if (!packed) {   // below kPackedFrom rows, 256-bit register tiles
+                for (int r0 = c0; r0 < c1; r0 += RPT) {
+                    const int rm = group(r0);
+                    for (int t0 = 0; t0 < ny_max; t0 += RN) {
+                        for (int r = 0; r < rm; ++r) orow[r] = out + size_t(t0) * out_stride + size_t(r0 + r);
+                        tile_any<Chains>(rm, std::min(RN, ny_max - t0), nb, du, sc, yrow + t0, dyrow + t0, orow, out_stride);
+                    }
+                }
+                continue;
+            }
+            // KPU packed units a tile: rows (two-chain formats) or row pairs (one-chain).
+            const int units = pairs.units;
+            for (int u0 = 0; u0 < units; u0 += KPU) {
+                for (int r0 = c0; r0 < c1; r0 += RPT) {
+                    const int rm = group(r0);
                     for (int r = 0; r < rm; ++r) orow[r] = out + size_t(r0 + r);
-                    for_count(std::min(kPackedUnits, units - u0), [&]<int KP>() {
-                        for_count(rm, [&]<int RM>() {
-                            // The first unit group asks for the next full row group's blocks.
-                            const uint8_t* next = u0 == 0 && r0 + 2 * kRowsPerTile <= nx
-                                                      ? reinterpret_cast<const uint8_t*>(xrow_at(r0 + kRowsPerTile))
-                                                      : nullptr;
+                    // The first unit group asks for the same rows of the next chunk, so that its
+                    // scale conversion (the first to touch them) finds them in L2.
+                    const uint8_t* next = u0 == 0 && r0 + chunk + RPT <= nx
+                                              ? reinterpret_cast<const uint8_t*>(xrow_at(r0 + chunk))
+                                              : nullptr;
+                    for_count<KPU>(std::min(KPU, units - u0), [&]<int KP>() {
+                        for_count<RPT>(rm, [&]<int RM>() {
                             if constexpr (Chains == 1)
                                 tile512_packed<RM, KP>(nb, du, dwrow, pairs, u0, ny_max, orow, out_stride, next, x_stride,
                                                        sizeof(Block));
@@ -427,12 +471,6 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
                         });
                     });
                 }
-                continue;
-            }
-            // Below that, 256-bit register tiles.
-            for (int t0 = 0; t0 < ny_max; t0 += RN) {
-                for (int r = 0; r < rm; ++r) orow[r] = out + size_t(t0) * out_stride + size_t(r0 + r);
-                tile_any<Chains>(rm, std::min(RN, ny_max - t0), nb, du, sc, yrow + t0, dyrow + t0, orow, out_stride);
             }
         }
     }
