@@ -152,7 +152,7 @@ void Placement::apply_overrides(const Model& m, backend::Backends& bk, const std
     };
     std::vector<Seen> seen(w.layer.size() + 1);   // the last one: the output head
     for_each_tensor(m.hparams(), has, [&](const TensorSpec& s) {
-        if (!f.find_tensor(s.name) || s.name.find("_exps.") != std::string::npos) return;
+        if (!f.find_tensor(s.name) || s.role == TensorRole::routed_experts) return;   // experts: the store's rules
         backend::Backend* to = nullptr;
         for (const auto& [re, b] : res)
             if (std::regex_search(s.name, re)) {

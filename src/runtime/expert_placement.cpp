@@ -34,29 +34,31 @@ bool is_cpu(const std::string& dev) {
 }
 }  // namespace
 
-std::vector<Placement> resolve_placement(const PlacementRules& r, const std::vector<bool>& has_experts,
+bool names_experts(const std::regex& re, const std::array<std::string, 3>& layer_names) {
+    for (const std::string& n : layer_names)
+        if (!n.empty() && std::regex_search(n, re)) return true;
+    return false;
+}
+
+std::vector<Placement> resolve_placement(const PlacementRules& r, const ExpertTensorNames& names,
                                          const std::string& device_name) {
-    std::vector<Placement> out(has_experts.size(), Placement::cached);
+    std::vector<Placement> out(names.size(), Placement::cached);
     std::vector<std::regex> res;
     for (const auto& [re, dev] : r.overrides) {
         if (!is_cpu(dev) && dev != device_name)
             fail("-ot ...={}: no such device (have CPU{}{})", dev, device_name.empty() ? "" : " and ", device_name);
         res.emplace_back(re);
     }
-    for (size_t l = 0; l < has_experts.size(); ++l) {
-        if (!has_experts[l]) continue;
+    for (size_t l = 0; l < names.size(); ++l) {
+        if (names[l][0].empty()) continue;   // no routed experts
         // llama.cpp semantics: with static flags the remaining layers live on the device in full.
         if (r.cpu_moe || int(l) < r.n_cpu_moe) out[l] = Placement::cpu;
         else if (r.n_cpu_moe > 0) out[l] = Placement::device;
-        for (size_t i = 0; i < res.size(); ++i) {
-            bool hit = false;
-            for (const char* t : {"gate", "up", "down"})
-                hit |= std::regex_search("blk." + std::to_string(l) + ".ffn_" + t + "_exps.weight", res[i]);
-            if (hit) {
+        for (size_t i = 0; i < res.size(); ++i)
+            if (names_experts(res[i], names[l])) {
                 out[l] = is_cpu(r.overrides[i].second) ? Placement::cpu : Placement::device;
                 break;
             }
-        }
     }
     return out;
 }

@@ -4,9 +4,12 @@
 // on a device keeps all its experts resident there (loaded once, never evicted); a CPU layer is
 // never copied to a device; the rest use the adaptive device cache.
 #pragma once
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/expert_layout.h"
 
 namespace kinfer::runtime {
 
@@ -22,9 +25,14 @@ struct PlacementRules {
     void add_override(const std::string& spec);
 };
 
-// Placement of each layer (n_layer entries) given which layers have routed experts. A device
-// name that is neither "CPU" nor device_name throws kinfer::Error.
-std::vector<Placement> resolve_placement(const PlacementRules& r, const std::vector<bool>& has_experts,
+// Whether an -ot rule's expression names a routed-expert tensor of a layer (one of its gate, up
+// and down stacks, model::expert_tensor_names): the one test of "this rule places experts", used
+// by the store's placement below and by the CLI when it decides whether -ot asks for a store.
+bool names_experts(const std::regex& re, const std::array<std::string, 3>& layer_names);
+
+// Placement of each layer (names.size() entries; a layer without routed experts has empty
+// names). A device name that is neither "CPU" nor device_name throws kinfer::Error.
+std::vector<Placement> resolve_placement(const PlacementRules& r, const ExpertTensorNames& names,
                                          const std::string& device_name);
 
 }  // namespace kinfer::runtime

@@ -36,12 +36,13 @@ ExpertStore::ExpertStore(const gguf::File& f, const ExpertTensorNames& names, Ex
     : f_(f), opt_(std::move(opt)), lay_(ExpertLayout::from_file(f, names)) {
     const int n_layer = lay_.n_layer;
     reader_ = std::make_unique<ExpertReader>(f_, lay_, opt_.io);
-    std::vector<bool> has(static_cast<size_t>(n_layer));
+    ExpertTensorNames present(static_cast<size_t>(n_layer));   // the layers the file has experts for
     for (int l = 0; l < n_layer; ++l) {
-        has[size_t(l)] = lay_.layers[size_t(l)].present();
-        if (has[size_t(l)] && first_moe_layer_ < 0) first_moe_layer_ = l;
+        if (!lay_.layers[size_t(l)].present()) continue;
+        present[size_t(l)] = names[size_t(l)];
+        if (first_moe_layer_ < 0) first_moe_layer_ = l;
     }
-    placement_ = resolve_placement(opt_.placement, has, opt_.device ? opt_.device->name() : "");
+    placement_ = resolve_placement(opt_.placement, present, opt_.device ? opt_.device->name() : "");
     const bool any = lay_.n_expert > 0;
     host_on_ = any && (opt_.io != ExpertIo::mmap || opt_.ram_budget > 0);
     dev_on_ = any && opt_.device != nullptr;

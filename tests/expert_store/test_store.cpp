@@ -5,6 +5,7 @@
 
 #include "runtime/device_sim.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -125,6 +127,27 @@ TEST_CASE("store: every configuration hands out the file's bytes") {
             CHECK(s2.stats().total().bytes_copied == 0);
         }
     }
+}
+
+TEST_CASE("placement: an -ot rule names a layer's experts by the layer's expert tensor names") {
+    const std::array<std::string, 3> l3 = {"blk.3.ffn_gate_exps.weight", "blk.3.ffn_up_exps.weight", "blk.3.ffn_down_exps.weight"};
+    const std::array<std::string, 3> l13 = {"blk.13.ffn_gate_exps.weight", "blk.13.ffn_up_exps.weight", "blk.13.ffn_down_exps.weight"};
+    const std::array<std::string, 3> dense = {"", "", ""};
+    const std::regex down3("blk\\.3\\.ffn_down_exps"), any3("blk\\.3\\."), exps("_exps"), embd("token_embd");
+    CHECK(names_experts(down3, l3));
+    CHECK_FALSE(names_experts(down3, l13));
+    CHECK(names_experts(any3, l3));
+    CHECK_FALSE(names_experts(any3, l13));
+    CHECK(names_experts(exps, l13));
+    CHECK_FALSE(names_experts(embd, l3));
+    CHECK_FALSE(names_experts(std::regex(""), dense));   // a layer without experts matches nothing
+    // resolve_placement takes the same test: only layer 3 moves, a dense layer stays unplaced.
+    PlacementRules r;
+    r.add_override("blk\\.3\\.ffn_down_exps=CPU");
+    const auto p = resolve_placement(r, ExpertTensorNames{dense, l3, l13}, "sim0");
+    CHECK(p[0] == Placement::cached);
+    CHECK(p[1] == Placement::cpu);
+    CHECK(p[2] == Placement::cached);
 }
 
 TEST_CASE("store: static placement (--cpu-moe, --n-cpu-moe, -ot)") {

@@ -129,10 +129,11 @@ std::vector<std::string> expert_overrides(const model::Model& m, const std::vect
     if (overrides.empty()) return out;
     runtime::PlacementRules rules;
     for (const std::string& o : overrides) rules.add_override(o);
+    const runtime::ExpertTensorNames names = model::expert_tensor_names(m.hparams());
     for (const auto& [re_text, dev] : rules.overrides) {
         const std::regex re(re_text);
-        for (const gguf::TensorInfo& t : m.file().tensors())
-            if (t.name.find("_exps.") != std::string::npos && std::regex_search(t.name, re)) {
+        for (const auto& layer : names)
+            if (runtime::names_experts(re, layer)) {   // the store's own test (resolve_placement)
                 out.push_back(re_text + "=" + dev);
                 break;
             }
