@@ -12,6 +12,8 @@
 
 namespace {
 
+using kinfer::cuda::kDynamicNoOptIn;
+using kinfer::cuda::kDynamicOptInMax;
 using kinfer::cuda::kFullMask;
 
 // A block-wide sum: shuffle-down within each warp, one shared slot per warp, then warp 0.
@@ -286,6 +288,10 @@ TEST_CASE("cuda cpu mode: launches a GPU refuses (grid extents, dynamic shared m
     CHECK(out[0] == 0);   // nothing ran
     KINFER_LAUNCH(k, dim3(1, 65535), dim3(32), 32 * sizeof(int), nullptr, out.data(), 32);
     CHECK(out[0] == 31);
+    // Without an opt-in, 48 KiB less the room left for the kernel's static bytes (compat.h).
+    KINFER_LAUNCH(k, dim3(1), dim3(32), kDynamicNoOptIn, nullptr, out.data(), 32);
+    CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, dim3(1), dim3(32), kDynamicNoOptIn + 4, nullptr, out.data(), 32),
+                         doctest::Contains("opts in"), std::invalid_argument);
     // 64 KiB: refused until the kernel opts in to it; never more than 227 KiB.
     auto* big = &opted_in_kernel;
     CHECK_THROWS_WITH_AS(KINFER_LAUNCH(big, dim3(1), dim3(32), 64 * 1024, nullptr, out.data()),
@@ -295,7 +301,8 @@ TEST_CASE("cuda cpu mode: launches a GPU refuses (grid extents, dynamic shared m
     CHECK(out[0] == 5);
     CHECK_THROWS_WITH_AS(KINFER_LAUNCH(big, dim3(1), dim3(32), 64 * 1024 + 4, nullptr, out.data()),
                          doctest::Contains("opts in"), std::invalid_argument);
-    CHECK_THROWS_AS(cudaFuncSetAttribute(big, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024), std::invalid_argument);
+    CHECK_THROWS_AS(cudaFuncSetAttribute(big, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kDynamicOptInMax) + 4),
+                    std::invalid_argument);
     // Another kernel's opt-in is not this one's.
     CHECK_THROWS_AS(KINFER_LAUNCH(k, dim3(1), dim3(32), 64 * 1024, nullptr, out.data(), 32), std::invalid_argument);
 }

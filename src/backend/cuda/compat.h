@@ -31,8 +31,19 @@
 namespace kinfer::cuda {
 inline constexpr unsigned kFullMask = 0xffffffffu;
 // Shared memory a block may take without opting in (cudaFuncSetAttribute), static and dynamic
-// together; the CPU mode refuses a dynamic size past it too (cpu_mode.cpp).
+// together, and with an opt-in (sm_90).
 inline constexpr size_t kSharedNoOptIn = 48 * 1024;
+inline constexpr size_t kSharedOptInMax = 227 * 1024;
+// Every kernel's static shared memory is at most this: what nvcc puts in its window (1 KiB on
+// sm_90 even for a kernel that declares none) and its own __shared__ arrays (block_reduce's
+// slots, route's lists), 1-1.5 KiB today. tests/cuda/static_smem.sh reads each kernel's from the
+// cubins when nvcc exists. The CPU mode cannot see static __shared__ bytes, so the launch bounds
+// below leave this much room for them, and the launchers and the CPU mode (cpu_mode.cpp) use
+// those: a launch the CPU mode accepts fits a GPU's bound whatever the kernel's static bytes.
+inline constexpr size_t kStaticSharedBudget = 2 * 1024;
+// Dynamic shared memory a launch may ask without opting in, and at most (opted in).
+inline constexpr size_t kDynamicNoOptIn = kSharedNoOptIn - kStaticSharedBudget;
+inline constexpr size_t kDynamicOptInMax = kSharedOptInMax - kStaticSharedBudget;
 // The launchers take their stream as void* (kernels.h is plain C++).
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 }

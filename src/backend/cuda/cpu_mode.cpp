@@ -378,13 +378,14 @@ std::map<uintptr_t, size_t>& opt_ins() {   // kernel -> its cudaFuncAttributeMax
     static std::map<uintptr_t, size_t> m;
     return m;
 }
-constexpr size_t kDefaultDynamicShared = kSharedNoOptIn, kMaxDynamicShared = 227 * 1024;
+constexpr size_t kDefaultDynamicShared = kDynamicNoOptIn, kMaxDynamicShared = kDynamicOptInMax;
 }  // namespace
 
 void set_max_dynamic_shared(uintptr_t kernel, int bytes) {
     if (bytes < 0 || size_t(bytes) > kMaxDynamicShared)
         throw std::invalid_argument("cuda cpu mode: cudaFuncSetAttribute: " + std::to_string(bytes) +
-                                    " bytes of dynamic shared memory (a GPU allows 227 KiB)");
+                                    " bytes of dynamic shared memory (a GPU allows 227 KiB with the kernel's "
+                                    "static bytes, kDynamicOptInMax here)");
     std::lock_guard lock(opt_in_mutex());
     opt_ins()[kernel] = size_t(bytes);
 }

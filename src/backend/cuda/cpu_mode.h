@@ -134,8 +134,8 @@ void check_block(dim3 block);
 // Throws std::invalid_argument for a launch a GPU (sm_90) refuses with an invalid configuration:
 // a grid with a zero extent, x past 2^31 - 1, y or z past 65535; more than 48 KiB of dynamic
 // shared memory for a kernel that did not opt in to that much (cudaFuncSetAttribute below), or
-// more than 227 KiB at all. Not known here: the kernel's static __shared__ bytes, which a GPU
-// counts in the same 48 KiB (a launcher near the bound subtracts its own: route.cu, mla.cu).
+// more than 227 KiB at all; both less compat.h's kStaticSharedBudget, the room left for the
+// kernel's static __shared__ bytes, which a GPU counts in the same bounds and this mode cannot see.
 void check_launch(uintptr_t kernel, dim3 grid, size_t shmem);
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): what the
 // kernel may take from then on (check_launch).

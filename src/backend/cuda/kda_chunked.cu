@@ -40,7 +40,7 @@ constexpr size_t kda_chunk_smem_floats(int D, int C, int J) {
     return size_t(3 * C * D + C * J + 2 * C * (C + 1) + 2 * D + C + 1);
 }
 // What a block may opt in to on sm_90 (H100 / H200).
-constexpr size_t kMaxSmemBytes = 227 * 1024;
+constexpr size_t kMaxSmemBytes = kDynamicOptInMax;
 // At most 128 value columns a block (256 threads at D <= 128, 512 at D = 256): a lane holds D / 4
 // state floats a column, and 1024 threads would cap it at 64 registers and spill at D = 256.
 constexpr int kMaxColumns = 128;
@@ -314,7 +314,7 @@ void launch_kda_chunked(const float* q, const float* k, const float* v, const fl
     // every launch (a host call, next to a launch that covers a whole chunk of prefill). A failure
     // leaves the error for the launch to report, which the caller checks. (The CPU mode refuses
     // a launch past 48 KiB without it, as a GPU does.)
-    if (bytes > kSharedNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(4 * J / kColsPerGroup<D>)};
     KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
 }

@@ -252,9 +252,9 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
                                     std::to_string(kGroupDims * kMlaThreads) + " and r + dr <= " +
                                     std::to_string(kGroupLanes * 32));
     const size_t smem = grouped ? 0 : size_t(R + split) * sizeof(float);
-    // The per-head kernel also holds block_max's and block_sum's static per-warp slots (reduce.cuh):
-    // 48 KiB in all without an opt-in.
-    if (a.n > 65535 || smem > kSharedNoOptIn - 2 * kBlockReduceSmem)   // block_max's and block_sum's slots too
+    // With the per-head kernel's static bytes (block_max's and block_sum's per-warp slots and
+    // nvcc's own, within kStaticSharedBudget), 48 KiB in all without an opt-in.
+    if (a.n > 65535 || smem > kDynamicNoOptIn)
         throw std::invalid_argument(std::string("cuda ") + what +
                                     ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);

@@ -31,7 +31,7 @@ constexpr int kTQ = 16;            // queries per CUDA block: a key tile serves 
 constexpr int kTK = 16;            // keys per tile
 constexpr int kFlashThreads = 128;
 constexpr int kTransposeThreads = 256;
-constexpr size_t kMhaMaxSmemBytes = 227 * 1024;   // what a block may opt in to on sm_90
+constexpr size_t kMhaMaxSmemBytes = kDynamicOptInMax;   // what a block may opt in to on sm_90 (compat.h)
 
 // Shared floats of one flash block: Q tile [kTQ][dk], K tile [kTK][dk + 1] (the padding puts the
 // 16 key rows a warp reads at once in 16 different banks: at K3's dk = 192, a multiple of 32, they
@@ -235,7 +235,7 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
     const size_t smem = flash_smem_floats(dn + a.dr, dv) * sizeof(float);
     auto* flash = &mha_flash_kernel;
     // Past 48 KiB a kernel must opt in (kda_chunked.cu does the same).
-    if (smem > kSharedNoOptIn) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (smem > kDynamicNoOptIn) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     const dim3 grid{unsigned((a.n + kTQ - 1) / kTQ), unsigned(H)};
     for (int64_t b0 = 0; b0 < n_keys; b0 += L.kb) {
         const int64_t bn = std::min(L.kb, n_keys - b0);

@@ -14,8 +14,8 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// The static shared memory one instantiation of block_reduce holds (its per-warp slots), which a
-// launcher near the shared-memory bound counts.
+// The static shared memory one instantiation of block_reduce holds (its per-warp slots; within
+// compat.h's kStaticSharedBudget with the rest of a kernel's).
 inline constexpr size_t kBlockReduceSmem = 32 * sizeof(float);
 
 // Block-wide reduction with op (sum or max); blockDim.x a multiple of 32, every thread calls it.

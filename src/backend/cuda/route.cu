@@ -15,10 +15,11 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kMaxUsed = 64;
-// The static shared memory below (best_v, best_id, chosen), next to E floats of dynamic: together
-// at most 48 KiB, what a kernel may take without opting in.
-constexpr int64_t kStaticSmem = (32 + 32 + kMaxUsed) * 4;
-constexpr int64_t kMaxExperts = (int64_t(kSharedNoOptIn) - kStaticSmem) / 4;
+// E floats of dynamic shared memory, next to the static arrays below (best_v, best_id, chosen,
+// within compat.h's kStaticSharedBudget): at most 48 KiB together, a kernel's bound without an
+// opt-in. (The arrays' 512 bytes alone were subtracted before; nvcc's cubin gives the kernel
+// 1536 static bytes, and 12160 experts would have been refused on a GPU.)
+constexpr int64_t kMaxExperts = int64_t(kDynamicNoOptIn) / 4;
 
 // (value, id) ordered by value descending, then id ascending.
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Every CUDA kernel's static shared memory within compat.h's kStaticSharedBudget.
+#
+#   tests/cuda/static_smem.sh NVCC [REPO]     (env: KINFER_STATIC_SMEM_BUDGET overrides the budget)
+#
+# The CPU execution mode cannot see a kernel's static __shared__ bytes, and a GPU counts them with
+# the dynamic ones against 48 KiB (227 KiB opted in). The launchers and the CPU mode leave
+# kStaticSharedBudget bytes for them, so this test holds every kernel to that: it compiles each
+# .cu to an sm_90 cubin (an ELF file) and reads the size of each kernel's .nv.shared.<kernel>
+# section, which is what the kernel's window holds before its dynamic bytes (nvcc puts 1 KiB
+# there even for a kernel that declares none). Exit 77 (ctest's skip) without readelf.
+set -euo pipefail
+nvcc="${1:?usage: static_smem.sh NVCC [REPO]}"
+repo="${2:-$(cd "$(dirname "$0")/../.." && pwd)}"
+command -v readelf >/dev/null || { echo "static_smem: no readelf (binutils): skipped"; exit 77; }
+budget="${KINFER_STATIC_SMEM_BUDGET:-}"
+if [ -z "$budget" ]; then
+  kib="$(sed -n 's/.*kStaticSharedBudget = \([0-9]*\) \* 1024;.*/\1/p' "$repo/src/backend/cuda/compat.h")"
+  [ -n "$kib" ] || { echo "static_smem: kStaticSharedBudget not found in compat.h" >&2; exit 1; }
+  budget=$((kib * 1024))
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+srcs=("$repo"/src/backend/cuda/*.cu "$repo"/cuda/*.cu)
+# One nvcc per file, as many at once as there are cores (each is single-threaded).
+printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+  '"$0" -cubin -arch=sm_90 -std=c++17 -I"$1" -I"$1/src" "{}" -o "$2/$(basename {} .cu).cubin"' "$nvcc" "$repo" "$out"
+kernels=0 over=0
+for c in "$out"/*.cubin; do
+  # "[Nr] .nv.shared.<mangled name>  NOBITS  <address> <offset> <size> ..." (the reserved.0 one is not a kernel)
+  while read -r name size; do
+    bytes=$((16#$size))
+    kernels=$((kernels + 1))
+    pretty="$(printf '%s' "$name" | c++filt 2>/dev/null || printf '%s' "$name")"
+    if [ "$bytes" -gt "$budget" ]; then
+      over=$((over + 1))
+      echo "OVER  $bytes bytes  $(basename "$c" .cubin): ${pretty:0:160}"
+    else
+      echo "ok    $bytes bytes  $(basename "$c" .cubin): ${pretty:0:160}"
+    fi
+  done < <(readelf -SW "$c" 2>/dev/null |
+           sed -n 's/.*\] \.nv\.shared\.\([^ ]*\) *NOBITS *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' | grep -v '^reserved\.')
+done
+echo "static_smem: $kernels kernels with shared memory, $over over the budget of $budget bytes (compat.h kStaticSharedBudget)"
+[ "$kernels" -gt 0 ] || { echo "static_smem: no kernel's shared memory found in the cubins" >&2; exit 1; }
+[ "$over" -eq 0 ]
