@@ -20,6 +20,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -35,6 +36,7 @@ struct NcclApi {
     decltype(&ncclCommInitRankConfig) init_rank_config = nullptr;
     decltype(&ncclCommGetAsyncError) async_error = nullptr;
     decltype(&ncclCommAbort) abort = nullptr;
+    decltype(&ncclCommFinalize) finalize = nullptr;
     decltype(&ncclCommDestroy) destroy = nullptr;
     decltype(&ncclGroupStart) group_start = nullptr;
     decltype(&ncclGroupEnd) group_end = nullptr;
@@ -68,6 +70,7 @@ const NcclApi& api() {
         sym(r.init_rank_config, "ncclCommInitRankConfig");
         sym(r.async_error, "ncclCommGetAsyncError");
         sym(r.abort, "ncclCommAbort");
+        sym(r.finalize, "ncclCommFinalize");
         sym(r.destroy, "ncclCommDestroy");
         sym(r.group_start, "ncclGroupStart");
         sym(r.group_end, "ncclGroupEnd");
@@ -104,8 +107,31 @@ public:
         settle("the communicator's set-up");
     }
 
+    // Finalize, then destroy (NCCL's order): finalize flushes what the communicator still has in
+    // flight and takes its leave of the peers, destroy only frees this side. On the non-blocking
+    // communicator finalize finishes in the background: polled here up to Comm::timeout_s. A
+    // destructor does not throw, so a failure or a peer that never finishes gets ncclCommAbort
+    // and a line on stderr instead of the job's end.
     ~NcclLink() override {
-        if (nccl_) api_.destroy(nccl_);
+        if (!nccl_) return;
+        ncclResult_t r = api_.finalize(nccl_);
+        using clock = std::chrono::steady_clock;
+        const auto t0 = clock::now();
+        while (r == ncclInProgress) {
+            ncclResult_t st = ncclSuccess;
+            if (api_.async_error(nccl_, &st) != ncclSuccess) break;
+            r = st;
+            if (r != ncclInProgress) break;
+            if (comm_.timeout_s >= 0 && std::chrono::duration<double>(clock::now() - t0).count() > comm_.timeout_s) break;
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        if (r == ncclSuccess) {
+            api_.destroy(nccl_);
+        } else {
+            std::fprintf(stderr, "kinfer: rank %d: the NCCL link did not finalize (%s): aborted\n", comm_.rank(),
+                         r == ncclInProgress ? "timed out" : api_.error_string(r));
+            api_.abort(nccl_);
+        }
     }
 
     const char* name() const override { return "nccl"; }

@@ -4,11 +4,16 @@
 // device, whose memory the host can read. Semantics kept: sends and receives queued between
 // ncclGroupStart and ncclGroupEnd run together when the group ends (so two ranks may list a
 // swap in either order); outside a group each runs at once. Every call completes before it
-// returns, so the streams (there are none here) have nothing left to do.
+// returns, so the streams (there are none here) have nothing left to do; but ncclCommFinalize
+// answers ncclInProgress and finishes at the next ncclCommGetAsyncError, as a non-blocking
+// communicator's may, and ncclCommDestroy of a communicator not finalized ends the process with
+// a message (NCCL tolerates it; the link must not rely on that: it finalizes, then destroys).
 #include <mpi.h>
 #include <nccl.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +24,7 @@ constexpr int kTag = 7700;   // apart from kinfer's own MPI tags (dist/mpi/comm.
 
 struct Comm {
     int rank = 0, nranks = 0;
+    enum { open, finalizing, finalized } state = open;
 };
 struct Op {
     bool send;
@@ -71,9 +77,21 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* err) {
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
+    auto* c = reinterpret_cast<Comm*>(comm);
     *err = ncclSuccess;
+    if (c && c->state == Comm::finalizing) {   // in progress once, then done
+        *err = ncclInProgress;
+        c->state = Comm::finalized;
+    }
     return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+    auto* c = reinterpret_cast<Comm*>(comm);
+    if (!c || c->state != Comm::open) return ncclInvalidUsage;
+    c->state = Comm::finalizing;
+    return ncclInProgress;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
@@ -82,7 +100,13 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    delete reinterpret_cast<Comm*>(comm);
+    auto* c = reinterpret_cast<Comm*>(comm);
+    if (c && c->state != Comm::finalized) {
+        std::fprintf(stderr, "nccl emulation: ncclCommDestroy of a communicator that was not finalized (state %d)\n",
+                     int(c->state));
+        std::abort();
+    }
+    delete c;
     return ncclSuccess;
 }
 
