@@ -487,21 +487,28 @@ struct PieceNibble : Piece32 {
         nibble_levels(load_u32(b + kQs + 4 * c), t, lo, hi);
     }
 };
-// Q5_0: the nibbles with their fifth bits (element j's is bit j of qh) less 16, levels -16..15;
-// byte k of the piece's quant word holds elements 4c + k (low nibble) and 16 + 4c + k (high).
+// Piece c of a 5-bit block (Q5_0, Q5_1): its quant word q's nibbles with their fifth bits (element
+// j's is bit j of the qh word), unsigned levels 0..31: byte k of l is element 4c + k, of h element
+// 16 + 4c + k. Then lo / hi in the pieces' order, l0 h0 l1 h1 and l2 h2 l3 h3.
+__device__ __forceinline__ void five_bit_levels(uint32_t q, uint32_t qh, int c, uint32_t& lo, uint32_t& hi, bool minus16) {
+    uint32_t l = q & 0x0f0f0f0fu, h = (q >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        l |= ((qh >> (4 * c + k)) & 1u) << (8 * k + 4);
+        h |= ((qh >> (16 + 4 * c + k)) & 1u) << (8 * k + 4);
+    }
+    if (minus16) {   // every byte less 16 (-16..15 as int8): offset by 0x80 so no byte borrows from the next
+        l = ((l | 0x80808080u) - 0x10101010u) ^ 0x80808080u;
+        h = ((h | 0x80808080u) - 0x10101010u) ^ 0x80808080u;
+    }
+    lo = prmt(l, h, 0x5140), hi = prmt(l, h, 0x7362);
+}
+// Q5_0: the 5-bit levels less 16, -16..15.
 struct PieceQ5_0 : Piece32 {
     static constexpr int kBytes = sizeof(bq::block_q5_0);
     __device__ static float scale(const uint8_t* b) { return bq::fp16_to_fp32(load_aligned<uint16_t>(b)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
-        const uint32_t qh = load_u32(b + 2), q = load_u32(b + 6 + 4 * c);
-        uint32_t w[2] = {0, 0};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const uint32_t l = ((q >> (8 * k)) & 0x0fu) | ((qh >> (4 * c + k)) & 1u) << 4;
-            const uint32_t h = ((q >> (8 * k + 4)) & 0x0fu) | ((qh >> (16 + 4 * c + k)) & 1u) << 4;
-            w[k / 2] |= (((l - 16u) & 0xffu) | ((h - 16u) & 0xffu) << 8) << (16 * (k % 2));
-        }
-        lo = w[0], hi = w[1];
+        five_bit_levels(load_u32(b + 6 + 4 * c), load_u32(b + 2), c, lo, hi, true);
     }
 };
 // Q4_1 / Q5_1: unsigned levels (the nibbles, Q5_1's with their fifth bits from the qh word at
@@ -516,16 +523,12 @@ struct PieceNibbleMin : Piece32 {
     __device__ static float min(const uint8_t* b) { return bq::fp16_to_fp32(load_u16(b + 2)); }
     __device__ static void levels(const uint8_t* b, int c, const uint32_t*, uint32_t& lo, uint32_t& hi) {
         const uint32_t q = load_u32(b + kQs + 4 * c);
-        uint32_t l = q & 0x0f0f0f0fu, h = (q >> 4) & 0x0f0f0f0fu;   // elements 4c + k, 16 + 4c + k
         if constexpr (kFive) {
-            const uint32_t qh = load_u32(b + 4);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                l |= ((qh >> (4 * c + k)) & 1u) << (8 * k + 4);
-                h |= ((qh >> (16 + 4 * c + k)) & 1u) << (8 * k + 4);
-            }
+            five_bit_levels(q, load_u32(b + 4), c, lo, hi, false);
+        } else {
+            const uint32_t l = q & 0x0f0f0f0fu, h = (q >> 4) & 0x0f0f0f0fu;   // elements 4c + k, 16 + 4c + k
+            lo = prmt(l, h, 0x5140), hi = prmt(l, h, 0x7362);
         }
-        lo = prmt(l, h, 0x5140), hi = prmt(l, h, 0x7362);   // the nibbles' order: l0 h0 l1 h1, l2 h2 l3 h3
     }
 };
 using PieceQ4_1 = PieceNibbleMin<false>;
