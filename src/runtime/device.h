@@ -29,6 +29,10 @@ public:
     virtual std::string name() const = 0;          // "sim0", "cuda0": what -ot REGEX=DEVICE names
     virtual size_t capacity() const = 0;            // bytes the expert cache may use
     virtual double copy_gbps() const = 0;           // host -> device bandwidth, for the cost model
+    // The same from pageable memory (the model's mapping, when there is no host tier): a CUDA
+    // copy from there goes through pinned staging buffers, a memcpy and then the copy engine,
+    // which a pinned-memory rate overstates. The cost model takes this rate for such misses.
+    virtual double staged_copy_gbps() const { return copy_gbps(); }
 
     // Device memory. alloc returns an invalid buffer when the request does not fit.
     virtual DeviceBuffer alloc(size_t bytes) = 0;

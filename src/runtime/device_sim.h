@@ -23,6 +23,7 @@ namespace kinfer::runtime {
 struct SimDeviceSpec {
     size_t bytes = 0;
     double gbps = 25.0;      // PCIe 4.0 x16-like by default
+    double staged_gbps = 0;  // from pageable memory (staged_copy_gbps); 0: the same as gbps
 };
 // Parses "sim:SIZE[,GBps]" (SIZE as parse_bytes accepts it); throws kinfer::Error otherwise.
 SimDeviceSpec parse_sim_device(const std::string& spec);
@@ -35,6 +36,7 @@ public:
     std::string name() const override { return name_; }
     size_t capacity() const override { return spec_.bytes; }
     double copy_gbps() const override { return spec_.gbps; }
+    double staged_copy_gbps() const override { return spec_.staged_gbps > 0 ? spec_.staged_gbps : spec_.gbps; }
     DeviceBuffer alloc(size_t bytes) override;
     void free(DeviceBuffer b) override;
     uint64_t copy_async(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) override;

@@ -312,7 +312,9 @@ void ExpertStore::start_copy(int l, int e, const uint8_t* src) {
 bool ExpertStore::copy_pays(int l, int64_t n_tokens) const {
     if (opt_.cpu_gbps <= 0) return true;
     const double bytes = double(lay_.layers[size_t(l)].payload());
-    const double copy_s = bytes / (opt_.device->copy_gbps() * 1e9);
+    // A miss copies from the host tier (pinned) when there is one, else from the mapping (staged).
+    const double gbps = host_on_ ? opt_.device->copy_gbps() : opt_.device->staged_copy_gbps();
+    const double copy_s = bytes / (gbps * 1e9);
     const double cpu_s = bytes / (opt_.cpu_gbps * 1e9) * double(std::max<int64_t>(n_tokens, 1));
     return copy_s <= cpu_s * opt_.reuse;
 }

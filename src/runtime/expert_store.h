@@ -53,7 +53,8 @@ struct ExpertStoreOptions {
     PlacementRules placement;       // --cpu-moe, --n-cpu-moe, -ot
     bool record = false;            // count routing into profile() (--expert-profile)
     bool async = true;              // misses go to the I/O thread at route(); false: at acquire()
-    // Cost model for a device miss: copy it (bytes / device->copy_gbps()) when that is cheaper
+    // Cost model for a device miss: copy it (bytes / device->copy_gbps(), or staged_copy_gbps()
+    // when it comes from the mapping: no host tier) when that is cheaper
     // than computing it where it is (bytes / cpu_gbps per token routed to it, times reuse, the
     // uses a copied expert is expected to serve). cpu_gbps = 0: always copy.
     double cpu_gbps = 0;

@@ -390,6 +390,33 @@ TEST_CASE("CudaBackend on the emulated runtime: expert copies from pageable memo
     for (const runtime::DeviceBuffer& x : {sa, sb, sc}) dev.free(x);
 }
 
+// The cost model's two rates (expert_store.cpp, copy_pays): from pinned memory, and staged from
+// pageable memory through the ring; each measured once with a 64 MiB copy, and a staged copy
+// after the probe still lands every byte.
+TEST_CASE("CudaBackend on the emulated runtime: the expert tier measures its pinned and staged copy rates once") {
+    backend::Backends bk(1);
+    bk.add_device("emu-cuda:512MiB");
+    auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    REQUIRE(cu != nullptr);
+    auto& dev = dynamic_cast<backend::cuda_emu::CudaExpertDevice&>(cu->expert_device());
+    const double staged = dev.staged_copy_gbps(), pinned = dev.copy_gbps();
+    CHECK(staged > 0);
+    CHECK(pinned > 0);
+    CHECK(dev.staged_copy_gbps() == staged);   // cached
+    CHECK(dev.copy_gbps() == pinned);
+    MESSAGE("emulated rates: pinned " << pinned << " GB/s, staged " << staged << " GB/s");
+    const size_t bytes = (size_t(8) << 20) + 13;
+    std::vector<uint8_t> a(bytes);
+    for (size_t i = 0; i < bytes; ++i) a[i] = uint8_t(i * 31 + 7);
+    const runtime::DeviceBuffer sa = dev.alloc(bytes);
+    REQUIRE(sa.bytes == bytes);
+    dev.wait(dev.copy_async(sa, 0, a.data(), bytes));
+    std::vector<uint8_t> got(bytes);
+    cu->download(got.data(), dev.data(sa), bytes);
+    CHECK(got == a);
+    dev.free(sa);
+}
+
 // A copy between two GPUs asks for peer access once, both ways (without it CUDA stages the
 // bytes through the host); the bytes land either way.
 TEST_CASE("CudaBackend on the emulated runtime: copy_to between two devices enables peer access both ways") {

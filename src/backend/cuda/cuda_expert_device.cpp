@@ -50,6 +50,22 @@ double CudaExpertDevice::copy_gbps() const {
     return gbps_;
 }
 
+double CudaExpertDevice::staged_copy_gbps() const {
+    if (staged_gbps_ > 0) return staged_gbps_;
+    const size_t bytes = size_t(64) << 20;
+    auto& self = const_cast<CudaExpertDevice&>(*this);
+    std::vector<uint8_t> host(bytes, 0);   // pageable and touched, as a resident mapping is
+    Buffer dev = self.be_.alloc(bytes, "copy speed probe");
+    const runtime::DeviceBuffer to{reinterpret_cast<uint64_t>(dev.ptr), bytes};
+    self.be_.copy_host_wait(self.copy_async(to, 0, host.data(), bytes));   // warm-up: pins the ring
+    const auto t0 = std::chrono::steady_clock::now();
+    self.be_.copy_host_wait(self.copy_async(to, 0, host.data(), bytes));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    self.be_.free(dev);
+    staged_gbps_ = std::max(0.5, double(bytes) / std::max(s, 1e-9) / 1e9);
+    return staged_gbps_;
+}
+
 runtime::DeviceBuffer CudaExpertDevice::alloc(size_t bytes) {
     if (bytes == 0) return {};
     const size_t need = (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;

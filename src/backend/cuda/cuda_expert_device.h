@@ -25,6 +25,8 @@ public:
     size_t capacity() const override;
     // Measured once: a 64 MiB copy from pinned memory on the copy stream.
     double copy_gbps() const override;
+    // Measured once: a 64 MiB copy_async from pageable memory (through the staging ring).
+    double staged_copy_gbps() const override;
 
     // Slots are carved from chunks of up to kChunkBytes (one cudaMalloc each, freed with the tier):
     // K3's store asks for tens of thousands of equal slots, and a cudaMalloc each would cost
@@ -72,7 +74,7 @@ private:
     size_t next_stage_ = 0;
     size_t stage_bytes_ = kStageBytes;
     size_t stage_limit_ = kStages;          // fewer when pinning more failed
-    mutable double gbps_ = 0;
+    mutable double gbps_ = 0, staged_gbps_ = 0;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS
