@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -704,6 +705,17 @@ void moe_slots_check(backend::Backend& gpu) {
                 s_grouped * 1e6);
 }
 
+// The expert tier's two copy rates, what the store's cost model prices a miss with: from the host
+// tier's pinned memory, and from pageable memory (the mapping) through the staging ring.
+void expert_copies(backend::Backend& gpu) {
+    auto* cu = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    if (!cu) throw std::runtime_error("not a CudaBackend");
+    runtime::Device& dev = cu->expert_device();
+    std::printf("\n# expert tier copies (64 MiB, host -> device on the copy stream)\n");
+    std::printf("     from pinned memory: %.1f GB/s; from pageable memory, staged: %.1f GB/s\n", dev.copy_gbps(),
+                dev.staged_copy_gbps());
+}
+
 }  // namespace
 
 int main() {
@@ -749,6 +761,7 @@ int main() {
     part("grouped experts", [&] { grouped_experts(*gpu); });
     part("embed", [&] { embed_check(*gpu, cpu); });
     part("moe slots", [&] { moe_slots_check(*gpu); });
+    part("expert copies", [&] { expert_copies(*gpu); });
     std::printf("\nkinfer_gpu_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
