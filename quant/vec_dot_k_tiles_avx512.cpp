@@ -48,7 +48,7 @@ namespace {
 
 #include "quant/vec_dot_simd_prims.inc"
 
-constexpr int kMaxActs = 16;   // activation rows of one packed block (quant::gemm passes 16)
+constexpr int kMaxActs = 16;   // activation rows of one packed block (tiled() takes up to kGroupBlocks at once)
 constexpr int kMinActs = 4;    // below this vec_dot_multi's 1 x 3 (or fewer) kernel
 
 // One call's activations, per super-block i: for each row pair p, the eight 32-byte pieces k

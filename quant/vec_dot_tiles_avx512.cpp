@@ -55,6 +55,7 @@ constexpr int kTileActs = Chains == 1 ? 3 : 2;
 constexpr int kDecodeStreams = 8;   // weight rows of a decode tile (halved for two-chain formats)
 constexpr int kPackedFrom = 4;      // activation rows from which prefill packs them (tile512_packed*)
 constexpr size_t kChunkBytes = size_t(256) << 10;   // weight rows a prefill pass keeps in L2
+constexpr int kSlabActs = 64;       // activation rows packed at once (0.9 MiB of pack at K = 7168)
 // Row pairs (one-chain) or rows (two-chain) of a packed tile. The two-chain formats take 8 rows
 // against 2 weight rows: their weight blocks decode through a table (about ten operations per
 // row and block pair), which 8 activation rows share where 4 did.
@@ -384,8 +385,8 @@ template <class Block, int Chains, class DecodeU, class Scale>
 // 3-row MXFP4 tiles 1.25x / 1.14x slower (kernel lab, 3072 x 7168, four alternating runs), for a
 // reason in the generated code that was not pinned down, so prefill computes the scale.
 template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale>
-void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
-           size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
+void tiles_slab(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
+                size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
     constexpr int RN = kTileActs<Chains>;
     const int64_t nb = n / QK8_0;
     const auto* xb = static_cast<const uint8_t*>(vx);
@@ -393,10 +394,10 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
     const auto xrow_at = [&](int r) { return reinterpret_cast<const Block*>(xb + size_t(r) * x_stride); };
     // Activation scales as floats once per call: the tile loop broadcasts them from memory.
     thread_local std::vector<float> sy, sw;
-    sy.resize(size_t(ny * nb));
-    const block_q8_0* yrow[64];
-    const float* dyrow[64];
-    const int ny_max = std::min(ny, 64);
+    const int ny_max = std::min(ny, kSlabActs);   // tiles() passes at most kSlabActs rows
+    sy.resize(size_t(ny_max) * size_t(nb));
+    const block_q8_0* yrow[kSlabActs];
+    const float* dyrow[kSlabActs];
     for (int t = 0; t < ny_max; ++t) {
         yrow[t] = reinterpret_cast<const block_q8_0*>(yb + size_t(t) * y_stride);
         dyrow[t] = sy.data() + size_t(t * nb);
@@ -474,10 +475,16 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
             }
         }
     }
-    if (ny > ny_max) {   // callers pass at most 16 rows; stay correct for more
-        tiles<Block, Chains>(n, vx, x_stride, nx, yb + size_t(ny_max) * y_stride, y_stride, ny - ny_max,
-                             out + size_t(ny_max) * out_stride, out_stride, decode_u, scale, decode_scale);
-    }
+}
+
+// The whole product, kSlabActs activation rows at a time (quant::gemm passes all of a chunk's).
+template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale>
+void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
+           size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
+    const auto* yb = static_cast<const uint8_t*>(vy);
+    for (int t0 = 0; t0 < ny; t0 += kSlabActs)
+        tiles_slab<Block, Chains>(n, vx, x_stride, nx, yb + size_t(t0) * y_stride, y_stride, std::min(kSlabActs, ny - t0),
+                                  out + size_t(t0) * out_stride, out_stride, decode_u, scale, decode_scale);
     // Leave the upper halves clean: the legacy-SSE code of callers otherwise pays a transition
     // penalty on every instruction (measured: glibc expf and the KDA loop 5-10x slower).
     _mm256_zeroupper();

@@ -61,6 +61,9 @@ ExpertStore::ExpertStore(const gguf::File& f, const ExpertTensorNames& names, Ex
         ram_policy_ = make_policy(opt_.policy, opt_.half_life);
     }
     if (dev_on_) {
+        // The cost model's copy rate, measured now (a device measures it with a copy of its own,
+        // waiting for the GPU): at the first miss it would run under the store's lock, mid-step.
+        if (opt_.cpu_gbps > 0) (void)(host_on_ ? opt_.device->copy_gbps() : opt_.device->staged_copy_gbps());
         slot_bytes_ = lay_.max_expert_bytes();
         size_t budget = opt_.device->capacity();
         if (opt_.device_budget > 0) budget = std::min(budget, opt_.device_budget);

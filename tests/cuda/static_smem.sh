@@ -23,10 +23,15 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 srcs=("$repo"/src/backend/cuda/*.cu "$repo"/cuda/*.cu)
 # One nvcc per file, as many at once as there are cores (each is single-threaded).
-printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-  '"$0" -cubin -arch=sm_90 -std=c++17 -I"$1" -I"$1/src" "{}" -o "$2/$(basename {} .cu).cubin"' "$nvcc" "$repo" "$out"
+# (The path goes in as an argument of its own, never pasted into the command's text.)
+printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} bash -c \
+  '"$1" -cubin -arch=sm_90 -std=c++17 -I"$2" -I"$2/src" "$4" -o "$3/$(basename "$4" .cu).cubin"' _ "$nvcc" "$repo" "$out" {}
 kernels=0 over=0
+cubins=0
 for c in "$out"/*.cubin; do
+  cubins=$((cubins + 1))
+  # (readelf warns about an nvcc section flag on stderr; a cubin it cannot read fails the test.)
+  sections="$(readelf -SW "$c" 2>/dev/null)" || { echo "static_smem: readelf cannot read $c" >&2; exit 1; }
   # "[Nr] .nv.shared.<mangled name>  NOBITS  <address> <offset> <size> ..." (the reserved.0 one is not a kernel)
   while read -r name size; do
     bytes=$((16#$size))
@@ -38,9 +43,10 @@ for c in "$out"/*.cubin; do
     else
       echo "ok    $bytes bytes  $(basename "$c" .cubin): ${pretty:0:160}"
     fi
-  done < <(readelf -SW "$c" 2>/dev/null |
+  done < <(printf '%s\n' "$sections" |
            sed -n 's/.*\] \.nv\.shared\.\([^ ]*\) *NOBITS *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' | grep -v '^reserved\.')
 done
+[ "$cubins" -eq "${#srcs[@]}" ] || { echo "static_smem: $cubins cubins from ${#srcs[@]} sources" >&2; exit 1; }
 echo "static_smem: $kernels kernels with shared memory, $over over the budget of $budget bytes (compat.h kStaticSharedBudget)"
 [ "$kernels" -gt 0 ] || { echo "static_smem: no kernel's shared memory found in the cubins" >&2; exit 1; }
 [ "$over" -eq 0 ]

@@ -8,6 +8,7 @@
 // adapter has not run on a GPU yet.
 #pragma once
 #include "backend/cuda/cuda_backend.h"
+#include "common/error.h"
 #include "runtime/device.h"
 
 #include <map>
@@ -52,14 +53,17 @@ public:
     // kStageBytes (cuda_expert_device.cpp says why).
     static constexpr size_t kStageBytes = size_t(8) << 20;
     static constexpr size_t kStages = 32;
-    // Another ring (tests: a small one, to see it wrap); before the first staged copy.
+    // Another ring (tests: a small one, to see it wrap); before the first staged copy (the ring's
+    // buffers are stage_bytes each once made).
     void set_staging(size_t stage_bytes, size_t stages) {
+        if (!stages_.empty()) fail("{}: set_staging after the first staged copy", be_.name());
         stage_bytes_ = stage_bytes;
         stage_limit_ = stages;
     }
 
 private:
     bool is_pinned(const void* p, size_t bytes) const;   // inside one of alloc_pinned's buffers
+    double probe_gbps(bool staged) const;                  // copy_gbps / staged_copy_gbps, measured
     struct Stage {
         Buffer buf;                         // pinned, kStageBytes
         uint64_t ticket = 0;                // its last copy, 0 before the first

@@ -119,7 +119,10 @@ public:
         const auto t0 = clock::now();
         while (r == ncclInProgress) {
             ncclResult_t st = ncclSuccess;
-            if (api_.async_error(nccl_, &st) != ncclSuccess) break;
+            if (const ncclResult_t q = api_.async_error(nccl_, &st); q != ncclSuccess) {
+                r = q;   // the query itself failed: its error is the one to report
+                break;
+            }
             r = st;
             if (r != ncclInProgress) break;
             if (comm_.timeout_s >= 0 && std::chrono::duration<double>(clock::now() - t0).count() > comm_.timeout_s) break;
