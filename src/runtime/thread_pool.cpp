@@ -1,5 +1,8 @@
 #include "runtime/thread_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <string>
@@ -40,10 +43,17 @@ int ThreadPool::default_threads() {
     return n > 0 ? n : 1;
 }
 
+int ThreadPool::available_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int n_threads) {
     n_threads_ = n_threads > 0 ? n_threads : default_threads();
-    const int hw = int(std::thread::hardware_concurrency());
-    spin_rounds_ = hw > 0 && n_threads_ > hw ? kSpinRoundsOversubscribed : kSpinRounds;
+    oversubscribed_ = n_threads_ > available_cpus();
+    spin_rounds_ = oversubscribed_ ? kSpinRoundsOversubscribed : kSpinRounds;
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 

@@ -1,6 +1,7 @@
 // A persistent pool of worker threads. Decode is memory bound, so each op hands every thread
 // one contiguous slice of the weight rows (see DESIGN.md section 5): the slices are stable from
-// call to call, so a thread keeps streaming "its" part of each matrix.
+// call to call, so a thread keeps streaming "its" part of each matrix. With more threads than
+// CPUs (oversubscribed()), the matmuls take finer slices claimed in turn instead (matmul.cpp).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,6 +20,8 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
+    // More threads than the CPUs this process may run on (sched_getaffinity): some share a CPU.
+    bool oversubscribed() const { return oversubscribed_; }
 
     // Runs fn(ith, nth) for ith = 0..nth-1 (nth = size()) and waits for all of them. Each ith
     // is a task, claimed by whichever thread is free first: when the machine is oversubscribed
@@ -33,11 +36,14 @@ public:
 
     // Physical cores when known, else the hardware thread count.
     static int default_threads();
+    // The CPUs this process may run on (its affinity mask; the hardware thread count without one).
+    static int available_cpus();
 
 private:
     void worker(int ith);
 
     int n_threads_ = 1;
+    bool oversubscribed_ = false;
     int spin_rounds_ = 0;   // a worker's spin before it sleeps (thread_pool.cpp)
     std::vector<std::thread> threads_;
     // Claims the next task of generation gen; -1 when none is left (or gen is over).

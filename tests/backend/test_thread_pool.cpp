@@ -3,11 +3,14 @@
 // workers to fall asleep, and parallel_for covers its range once.
 #include "test_util.h"
 
+#include "backend/cpu/matmul.h"
+#include "quant/types.h"
 #include "runtime/thread_pool.h"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -41,5 +44,33 @@ TEST_CASE("thread pool: oversubscribed, every task once per run, across sleeps")
         int wrong = 0;
         for (auto& c : cover) wrong += c.load() != 1;
         CHECK(wrong == 0);
+    }
+}
+
+// matmul_jobs with more threads than CPUs takes finer slices, claimed in turn (matmul.cpp says
+// why): the same bits as one thread, for a quantized and an F32 weight.
+TEST_CASE("thread pool: an oversubscribed pool's matmul gives one thread's bits") {
+    const int cpus = runtime::ThreadPool::available_cpus();
+    runtime::ThreadPool one(1), over(cpus + 1);
+    CHECK_FALSE(one.oversubscribed());
+    REQUIRE(over.oversubscribed());
+    const int64_t rows = 301, cols = 512, n = 37;
+    std::vector<float> w(size_t(rows * cols)), x(size_t(n * cols));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7919 % 201) - 100) / 64.0f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 104729 % 97) - 48) / 32.0f;
+    for (quant::Type type : {quant::Type::Q4_K, quant::Type::F32}) {
+        CAPTURE(quant::traits(type).name);
+        const quant::Traits& t = quant::traits(type);
+        const size_t rb = quant::row_size(t, cols);
+        std::vector<uint8_t> q(rb * size_t(rows));
+        if (type == quant::Type::F32) std::memcpy(q.data(), w.data(), q.size());
+        else
+            for (int64_t r = 0; r < rows; ++r) t.from_float_ref(w.data() + r * cols, q.data() + size_t(r) * rb, cols);
+        backend::Mat W;
+        W.type = type, W.cols = cols, W.rows = rows, W.data = q.data(), W.row_bytes = rb, W.name = "test";
+        std::vector<float> y1(size_t(n * rows)), y2(y1.size(), -1.0f);
+        backend::cpu::matmul(one, W, x.data(), n, y1.data());
+        backend::cpu::matmul(over, W, x.data(), n, y2.data());
+        CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
     }
 }
