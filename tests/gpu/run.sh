@@ -4,7 +4,9 @@
 # machine without one, and its steps 5-10 were run on the emulated device (below). Budget: under
 # 5 minutes on one H200.
 #
-#  1. builds the CUDA backend (nvcc, sm_90, warnings as errors) and the GPU checks;
+#  1. builds the CUDA backend (nvcc, sm_90, warnings as errors) and the GPU checks, and holds
+#     every kernel's static shared memory to the room the launch bounds leave for it
+#     (tests/cuda/static_smem.sh, from the cubins this machine's nvcc makes);
 #  2. the CPU-mode kernel cases of test_cuda (CI runs the whole of it; here only in the run
 #     without a GPU below, where they come with the build it is given);
 #  3. the first kernel's self-test (Q8_0 dequant, bit-exact against the CPU);
@@ -122,6 +124,8 @@ fi
 if [ "$real" = 1 ]; then
     step "Q8_0 dequant self-test" 60 "$build/bin/kinfer_cuda_selftest"
     step "CUDA ops against the CPU backend, and the speed table" 240 "$build/bin/kinfer_gpu_check"
+    step "every kernel's static shared memory within kStaticSharedBudget (cubins)" 60 tests/cuda/static_smem.sh \
+        "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 fi
 
 # Every layer on the CPU but the experts' matmuls on the device through the store's slots
