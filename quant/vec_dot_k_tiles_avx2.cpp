@@ -40,7 +40,7 @@ namespace {
 
 #include "quant/vec_dot_simd_prims.inc"
 
-constexpr int kMaxActs = 16;   // activation rows packed per pass (quant::gemm passes 16)
+constexpr int kMaxActs = 16;   // activation rows packed per pass (tile() takes a call's rows 16 at a time)
 
 // One activation row's super-block, packed: the chunks' pieces YA_j, YB_j, the scale, and what
 // the weight format's offset terms need: Q4_K the bsums' pair sums (k4_bsum_pairs), Q6_K the bsums.

@@ -1,5 +1,5 @@
 // Q4_K and Q6_K x Q8_K prefill tiles for AVX-512 VNNI: two weight rows x up to 16 activation rows
-// per pass, with the activations repacked once per call so that the inner loop is 512-bit loads
+// per pass, with the activations repacked once per 64 of a call's rows so that the inner loop is 512-bit loads
 // and multiply-adds only.
 //
 // Bit equality. q4_K_tile (vec_dot_simd.inc), like ggml's AVX2 kernel, forms per super-block
