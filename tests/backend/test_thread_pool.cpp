@@ -3,6 +3,7 @@
 // workers to fall asleep, and parallel_for covers its range once.
 #include "test_util.h"
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/matmul.h"
 #include "quant/types.h"
 #include "runtime/thread_pool.h"
@@ -72,5 +73,24 @@ TEST_CASE("thread pool: an oversubscribed pool's matmul gives one thread's bits"
         backend::cpu::matmul(one, W, x.data(), n, y1.data());
         backend::cpu::matmul(over, W, x.data(), n, y2.data());
         CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
+    }
+}
+
+// MLA attention claims its (token, head) pairs in turn when oversubscribed (attention.cpp): each
+// pair's output is its own, so one thread's bits.
+TEST_CASE("thread pool: an oversubscribed pool's MLA attention gives one thread's bits") {
+    runtime::ThreadPool one(1), over(runtime::ThreadPool::available_cpus() + 1);
+    REQUIRE(over.oversubscribed());
+    backend::MlaShape s;
+    s.n = 9, s.pos0 = 5, s.H = 6, s.r = 64, s.dr = 16, s.scale = 0.125f;
+    const int64_t R = s.r + s.dr, n_kv = s.pos0 + s.n;
+    std::vector<float> cache(size_t(n_kv * R)), q(size_t(s.n * s.H * R));
+    for (size_t i = 0; i < cache.size(); ++i) cache[i] = float(int(i * 7919 % 211) - 105) / 100.0f;
+    for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 104729 % 89) - 44) / 50.0f;
+    std::vector<float> a(size_t(s.n * s.H * s.r), -1.0f), b(a.size(), -2.0f);
+    for (int rep = 0; rep < 3; ++rep) {   // the claim counter starts afresh each call
+        backend::cpu::mla_attend_absorbed(one, cache.data(), q.data(), a.data(), s);
+        backend::cpu::mla_attend_absorbed(over, cache.data(), q.data(), b.data(), s);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
 }

@@ -7,6 +7,7 @@
 #include "backend/cpu/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 namespace kinfer::backend::cpu {
@@ -20,9 +21,16 @@ void mla_attend_absorbed(runtime::ThreadPool& pool, const float* cache, const fl
     float* probs = probs_all.data();
     // Causal rows grow with t: deal (t, h) pairs round-robin so every thread gets the same mix
     // of short and long rows (contiguous ranges left the last thread three quarters of the work).
+    // With more threads than CPUs the pairs are claimed in turn instead, a few at a time: dealt
+    // out, a CPU running two threads' shares would finish last (matmul.cpp does the same).
+    // Each pair's result is its own, so either way gives the same bits.
+    const bool claim = pool.oversubscribed();
+    std::atomic<int64_t> next{0};
+    constexpr int64_t kClaim = 4;
     pool.run([&](int ith, int nth) {
         float* p = probs + size_t(ith) * size_t(n_kv_max);
-        for (int64_t th = ith; th < n * H; th += nth) {
+        int64_t th = claim ? next.fetch_add(kClaim, std::memory_order_relaxed) : ith, claimed_end = th + kClaim;
+        for (; th < n * H;) {
             const int64_t t = th / H, h = th % H;
             const int64_t n_kv = pos0 + t + 1;           // causal
             const float* qh = Q + (t * H + h) * R;
@@ -36,6 +44,12 @@ void mla_attend_absorbed(runtime::ThreadPool& pool, const float* cache, const fl
             float* out = lat + (t * H + h) * r;
             std::fill(out, out + r, 0.0f);
             for (int64_t j = 0; j < n_kv; ++j) mad_f32(out, cache + j * R, p[j], r);
+            if (!claim) {
+                th += nth;
+            } else if (++th == claimed_end) {
+                th = next.fetch_add(kClaim, std::memory_order_relaxed);
+                claimed_end = th + kClaim;
+            }
         }
     });
 }
