@@ -228,9 +228,10 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
 
 TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache blocks' edges") {
     // quant::gemm passes all activation rows at once; the AVX-512 K-quant tiles pack up to 64 of
-    // them and take the weight rows in chunks of about 256 KiB (64 Q4_K rows of 7168), and the
-    // Q8_0-family tiles pack 64 at a time. 131 rows (two chunks and an odd row) x 33..130
-    // activation rows (one group, a group and 1 / 6 more, two groups and a 2-row block).
+    // them and take the weight rows in chunks of about 256 KiB (64 Q4_K rows of 7168, at most 256
+    // rows), staging each chunk's outputs, and the Q8_0-family tiles pack 64 at a time. 131 rows
+    // (two chunks and an odd row) x 33..130 activation rows (one group, a group and 1 / 6 more,
+    // two groups and a 2-row block).
     int compared = 0;
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
         if (!cpu_supports(isa)) continue;
@@ -239,27 +240,28 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
             if (!tile) continue;
             INFO(std::string(traits(w).name) << " at " << isa_name(isa));
             const VecDotFn single = vec_dot_for(w, isa);
-            const int64_t n = 7168;
-            const int nx = 131;
-            const auto wq = quantize(w, random_row(n * nx, 700));
-            const size_t rb = wq.size() / size_t(nx);
-            for (int ny : {33, 64, 65, 70, 130}) {
-                const auto a = random_row(n * ny, 800 + uint32_t(ny));
-                const size_t ab = act_row_size(w, n);
-                std::vector<uint8_t> aq(ab * size_t(ny));
-                quantize_acts(w, a.data(), ny, n, aq.data());
-                const size_t os = size_t(nx) + 1;
-                std::vector<float> out(os * size_t(ny), -1.0f);
-                tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
-                int bad = 0;
-                for (int t = 0; t < ny; ++t) {
-                    for (int r = 0; r < nx; ++r)
-                        bad += out[size_t(t) * os + size_t(r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
-                    bad += out[size_t(t) * os + size_t(nx)] != -1.0f;   // padding untouched
+            // K = 768: the chunk is capped at 256 rows (600 rows: two chunks and 88).
+            for (const auto& [n, nx] : {std::pair<int64_t, int>{7168, 131}, std::pair<int64_t, int>{768, 600}}) {
+                const auto wq = quantize(w, random_row(n * nx, 700));
+                const size_t rb = wq.size() / size_t(nx);
+                for (int ny : {33, 64, 65, 70, 130}) {
+                    const auto a = random_row(n * ny, 800 + uint32_t(ny));
+                    const size_t ab = act_row_size(w, n);
+                    std::vector<uint8_t> aq(ab * size_t(ny));
+                    quantize_acts(w, a.data(), ny, n, aq.data());
+                    const size_t os = size_t(nx) + 1;
+                    std::vector<float> out(os * size_t(ny), -1.0f);
+                    tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
+                    int bad = 0;
+                    for (int t = 0; t < ny; ++t) {
+                        for (int r = 0; r < nx; ++r)
+                            bad += out[size_t(t) * os + size_t(r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
+                        bad += out[size_t(t) * os + size_t(nx)] != -1.0f;   // padding untouched
+                    }
+                    INFO(ny, " activation rows, K = ", n);
+                    CHECK(bad == 0);
+                    ++compared;
                 }
-                INFO(ny, " activation rows");
-                CHECK(bad == 0);
-                ++compared;
             }
         }
     }
