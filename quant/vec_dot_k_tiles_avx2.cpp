@@ -304,8 +304,12 @@ void rows_blocked(int64_t nb, const uint8_t* xb, size_t xs, int nx, const typena
                 }
                 Step::run(x[i], a, i, na, acc[r], acc_m[r]);
             }
-        for (int r = 0; r < nr; ++r)
-            for (int t = 0; t < na; ++t)
+        // Activation row by activation row, so each output line is written in one go: os is the
+        // weight's row count, a multiple of 1024 in every real model, so the na lines share one set
+        // of the 8-way L1, and written weight row by weight row they evicted each other between
+        // every store (kernel lab, Q4_K x 64, 2048 rows against 2000: K = 2304 3.97 against 3.77 ns).
+        for (int t = 0; t < na; ++t)
+            for (int r = 0; r < nr; ++r)
                 out[size_t(t) * os + size_t(r0 + r)] =
                     Step::kMinChain ? hsum_f32(acc[r][t]) + hsum_f32x4(acc_m[r][t]) : hsum_f32(acc[r][t]);
     }
