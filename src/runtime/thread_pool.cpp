@@ -2,7 +2,6 @@
 
 #include <sched.h>
 
-#include <algorithm>
 #include <fstream>
 #include <set>
 #include <string>
@@ -47,12 +46,13 @@ int ThreadPool::available_cpus() {
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    return std::max(1, int(std::thread::hardware_concurrency()));
+    return int(std::thread::hardware_concurrency());   // 0 when not known
 }
 
 ThreadPool::ThreadPool(int n_threads) {
     n_threads_ = n_threads > 0 ? n_threads : default_threads();
-    oversubscribed_ = n_threads_ > available_cpus();
+    const int cpus = available_cpus();
+    oversubscribed_ = cpus > 0 && n_threads_ > cpus;   // not known: taken as fitting
     spin_rounds_ = oversubscribed_ ? kSpinRoundsOversubscribed : kSpinRounds;
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }

@@ -36,7 +36,8 @@ public:
 
     // Physical cores when known, else the hardware thread count.
     static int default_threads();
-    // The CPUs this process may run on (its affinity mask; the hardware thread count without one).
+    // The CPUs this process may run on (its affinity mask; the hardware thread count without one;
+    // 0 when neither is known).
     static int available_cpus();
 
 private:

@@ -52,6 +52,7 @@ TEST_CASE("thread pool: oversubscribed, every task once per run, across sleeps")
 // why): the same bits as one thread, for a quantized and an F32 weight.
 TEST_CASE("thread pool: an oversubscribed pool's matmul gives one thread's bits") {
     const int cpus = runtime::ThreadPool::available_cpus();
+    REQUIRE(cpus > 0);
     runtime::ThreadPool one(1), over(cpus + 1);
     CHECK_FALSE(one.oversubscribed());
     REQUIRE(over.oversubscribed());
@@ -79,6 +80,7 @@ TEST_CASE("thread pool: an oversubscribed pool's matmul gives one thread's bits"
 // MLA attention claims its (token, head) pairs in turn when oversubscribed (attention.cpp): each
 // pair's output is its own, so one thread's bits.
 TEST_CASE("thread pool: an oversubscribed pool's MLA attention gives one thread's bits") {
+    REQUIRE(runtime::ThreadPool::available_cpus() > 0);
     runtime::ThreadPool one(1), over(runtime::ThreadPool::available_cpus() + 1);
     REQUIRE(over.oversubscribed());
     backend::MlaShape s;

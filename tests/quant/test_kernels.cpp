@@ -241,7 +241,10 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
             INFO(std::string(traits(w).name) << " at " << isa_name(isa));
             const VecDotFn single = vec_dot_for(w, isa);
             // K = 768: the chunk is capped at 256 rows (600 rows: two chunks and 88).
-            for (const auto& [n, nx] : {std::pair<int64_t, int>{7168, 131}, std::pair<int64_t, int>{768, 600}}) {
+            // (No structured binding: clang refuses one named in INFO's capturing lambda.)
+            for (const std::pair<int64_t, int>& shape : {std::pair<int64_t, int>{7168, 131}, std::pair<int64_t, int>{768, 600}}) {
+                const int64_t n = shape.first;
+                const int nx = shape.second;
                 const auto wq = quantize(w, random_row(n * nx, 700));
                 const size_t rb = wq.size() / size_t(nx);
                 for (int ny : {33, 64, 65, 70, 130}) {
