@@ -400,8 +400,9 @@ TEST_CASE("CudaBackend on the emulated runtime: the expert tier measures its pin
     REQUIRE(cu != nullptr);
     auto& dev = dynamic_cast<backend::cuda_emu::CudaExpertDevice&>(cu->expert_device());
     const double staged = dev.staged_copy_gbps(), pinned = dev.copy_gbps();
-    CHECK(staged > 0);
-    CHECK(pinned > 0);
+    // Measured, not the 25 GB/s a probe falls back to when the device has no room for it.
+    CHECK(staged != 25.0);
+    CHECK(pinned != 25.0);
     CHECK(dev.staged_copy_gbps() == staged);   // cached
     CHECK(dev.copy_gbps() == pinned);
     MESSAGE("emulated rates: pinned " << pinned << " GB/s, staged " << staged << " GB/s");

@@ -19,36 +19,30 @@ void mla_attend_absorbed(runtime::ThreadPool& pool, const float* cache, const fl
     thread_local std::vector<float> probs_all;
     if (probs_all.size() < size_t(pool.size()) * size_t(n_kv_max)) probs_all.resize(size_t(pool.size()) * size_t(n_kv_max));
     float* probs = probs_all.data();
-    // Causal rows grow with t: deal (t, h) pairs round-robin so every thread gets the same mix
-    // of short and long rows (contiguous ranges left the last thread three quarters of the work).
-    // With more threads than CPUs the pairs are claimed in turn instead, a few at a time: dealt
-    // out, a CPU running two threads' shares would finish last (matmul.cpp does the same).
-    // Each pair's result is its own, so either way gives the same bits.
-    const bool claim = pool.oversubscribed();
+    // Causal rows grow with t: the (t, h) pairs are claimed a few at a time by whichever thread
+    // is free, so every thread ends with a mix of short and long rows (contiguous ranges left the
+    // last thread three quarters of the work) and a CPU the scheduler gives two threads does not
+    // finish last. Each pair's result is its own, so the bits do not depend on who took it.
     std::atomic<int64_t> next{0};
     constexpr int64_t kClaim = 4;
-    pool.run([&](int ith, int nth) {
+    const int64_t pairs = n * H;
+    pool.run([&](int ith, int) {
         float* p = probs + size_t(ith) * size_t(n_kv_max);
-        int64_t th = claim ? next.fetch_add(kClaim, std::memory_order_relaxed) : ith, claimed_end = th + kClaim;
-        for (; th < n * H;) {
-            const int64_t t = th / H, h = th % H;
-            const int64_t n_kv = pos0 + t + 1;           // causal
-            const float* qh = Q + (t * H + h) * R;
-            int64_t j = 0;
-            for (; j + 4 <= n_kv; j += 4) {
-                const float* rows[4] = {cache + j * R, cache + (j + 1) * R, cache + (j + 2) * R, cache + (j + 3) * R};
-                dot4_f32(qh, rows, R, p + j);
-            }
-            for (; j < n_kv; ++j) p[j] = dot_f32(qh, cache + j * R, R);
-            ops::softmax(p, n_kv, s.scale);
-            float* out = lat + (t * H + h) * r;
-            std::fill(out, out + r, 0.0f);
-            for (int64_t j = 0; j < n_kv; ++j) mad_f32(out, cache + j * R, p[j], r);
-            if (!claim) {
-                th += nth;
-            } else if (++th == claimed_end) {
-                th = next.fetch_add(kClaim, std::memory_order_relaxed);
-                claimed_end = th + kClaim;
+        for (int64_t b; (b = next.fetch_add(kClaim, std::memory_order_relaxed)) < pairs;) {
+            for (int64_t th = b; th < std::min(b + kClaim, pairs); ++th) {
+                const int64_t t = th / H, h = th % H;
+                const int64_t n_kv = pos0 + t + 1;           // causal
+                const float* qh = Q + (t * H + h) * R;
+                int64_t j = 0;
+                for (; j + 4 <= n_kv; j += 4) {
+                    const float* rows[4] = {cache + j * R, cache + (j + 1) * R, cache + (j + 2) * R, cache + (j + 3) * R};
+                    dot4_f32(qh, rows, R, p + j);
+                }
+                for (; j < n_kv; ++j) p[j] = dot_f32(qh, cache + j * R, R);
+                ops::softmax(p, n_kv, s.scale);
+                float* out = lat + (t * H + h) * r;
+                std::fill(out, out + r, 0.0f);
+                for (int64_t j = 0; j < n_kv; ++j) mad_f32(out, cache + j * R, p[j], r);
             }
         }
     });
