@@ -20,6 +20,14 @@ std::atomic<int> g_decode_streams{0};
 void set_decode_streams(int streams) { g_decode_streams.store(streams < 0 ? 0 : streams, std::memory_order_relaxed); }
 int decode_streams() { return g_decode_streams.load(std::memory_order_relaxed); }
 
+namespace detail {
+int g_decode_prefetch = kDefaultDecodePrefetch;
+}  // namespace detail
+
+void set_decode_prefetch(int bytes) { detail::g_decode_prefetch = bytes <= 0 ? kDefaultDecodePrefetch : bytes; }
+int decode_prefetch() { return detail::g_decode_prefetch; }
+std::vector<int> decode_prefetch_distances() { return {kDefaultDecodePrefetch, 1536, 3072}; }
+
 int default_decode_streams(Isa isa) {
     return isa == Isa::avx512 ? avx512::weight_rows_per_group() : isa == Isa::avx2 ? avx2::weight_rows_per_group() : 1;
 }

@@ -42,6 +42,17 @@ int decode_streams();
 std::vector<int> decode_stream_layouts(Isa isa);
 int default_decode_streams(Isa isa);
 
+// Decode's prefetch distance: each row of a decode kernel asks for its bytes this far ahead of the
+// super-block it is about to use (vec_dot_simd_prims.inc). The best distance depends on the
+// machine's memory latency, so it is measured with the stream layout; timing only, the same bits
+// at any distance. 0 restores the default, kDefaultDecodePrefetch. Set it only while no kernel
+// runs (it is read in the kernels' inner loops as a plain int).
+inline constexpr int kDefaultDecodePrefetch = 768;
+void set_decode_prefetch(int bytes);
+int decode_prefetch();
+// The distances calibration tries, the default first.
+std::vector<int> decode_prefetch_distances();
+
 // The decode case (one activation row): y[r] = dot(W row r, acts).
 inline void gemv(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, float* y,
                  int64_t row_begin, int64_t row_end) {

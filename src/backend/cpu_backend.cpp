@@ -22,6 +22,7 @@ namespace ops = cpu::ops;
 
 CpuBackend::CpuBackend(int n_threads) : pool_(std::make_shared<runtime::ThreadPool>(n_threads)), name_("cpu") {
     cpu::apply_decode_streams_env();   // a layout fixed by the user holds in run / chat too
+    cpu::apply_decode_prefetch_env();
 }
 
 CpuBackend::CpuBackend(std::shared_ptr<runtime::ThreadPool> pool, std::string name)

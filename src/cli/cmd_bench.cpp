@@ -162,12 +162,21 @@ int run_bench(const BenchArgs& a) {
         if (std::any_of(tests.begin(), tests.end(), [](auto t) { return t.second > 0; })) {
             // Decode's stream layout for this machine and thread count (same bits whichever wins).
             const auto ds = backend::cpu::calibrate_decode_streams(s.backends().cpu().pool());
-            if (ds.from_env) std::fprintf(stderr, "decode layout: %d stream(s) per core (KINFER_DECODE_STREAMS)\n", ds.chosen);
+            if (ds.from_env)
+                std::fprintf(stderr, "decode layout: %d stream(s) per core, prefetch %d bytes ahead (KINFER_DECODE_STREAMS)\n",
+                             ds.chosen, ds.prefetch);
             else if (!ds.gbps.empty()) {
-                std::string tried;
-                for (auto [n, r] : ds.gbps) tried += fmt::format("{}{}: {:.1f}", tried.empty() ? "" : ", ", n, r);
-                std::fprintf(stderr, "decode layout: %d stream(s) per core, %d threads (Q4_K + Q6_K read GB/s by streams: %s; %.0f ms)\n",
-                             ds.chosen, nt, tried.c_str(), ds.ms);
+                auto list = [](const std::vector<std::pair<int, double>>& v) {
+                    std::string s;
+                    for (auto [n, r] : v) s += fmt::format("{}{}: {:.1f}", s.empty() ? "" : ", ", n, r);
+                    return s;
+                };
+                std::string ahead = ds.prefetch_gbps.empty() ? std::string(" (KINFER_DECODE_PREFETCH)")
+                                                             : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
+                std::fprintf(stderr,
+                             "decode layout: %d stream(s) per core, prefetch %d bytes ahead, %d threads (Q4_K + Q6_K read GB/s by "
+                             "streams: %s; prefetch%s; %.0f ms)\n",
+                             ds.chosen, ds.prefetch, nt, list(ds.gbps).c_str(), ahead.c_str(), ds.ms);
             }
         }
         for (auto [p, g] : tests) {

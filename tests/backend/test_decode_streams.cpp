@@ -1,5 +1,6 @@
-// Decode's stream layout: the calibration tries every layout, keeps one of them in force, and
-// KINFER_DECODE_STREAMS fixes it (or is refused with the accepted values). The layouts' bits are
+// Decode's stream layout and prefetch distance: the calibration tries every layout, then every
+// distance, keeps one of each in force, and KINFER_DECODE_STREAMS / KINFER_DECODE_PREFETCH fix them
+// (or are refused with the accepted values). The layouts' bits are
 // held equal in tests/quant (vec_dot_rows); here a decoded token's logits are too.
 #include "test_util.h"
 
@@ -20,14 +21,16 @@ using namespace kinfer;
 namespace {
 
 struct EnvGuard {
-    explicit EnvGuard(const char* v) {
-        if (v) setenv("KINFER_DECODE_STREAMS", v, 1);
-        else unsetenv("KINFER_DECODE_STREAMS");
+    explicit EnvGuard(const char* v, const char* name = "KINFER_DECODE_STREAMS") : name_(name) {
+        if (v) setenv(name, v, 1);
+        else unsetenv(name);
     }
     ~EnvGuard() {
-        unsetenv("KINFER_DECODE_STREAMS");
+        unsetenv(name_);
         quant::set_decode_streams(0);
+        quant::set_decode_prefetch(0);
     }
+    const char* name_;
 };
 
 }  // namespace
@@ -52,6 +55,40 @@ TEST_CASE("decode streams: calibration measures every layout and keeps one") {
     CHECK(found);
     CHECK(quant::decode_streams() == d.chosen);
     CHECK_FALSE(d.from_env);
+    // Then every prefetch distance, in the layout kept, the default first; the one kept is one of them.
+    const std::vector<int> dists = quant::decode_prefetch_distances();
+    REQUIRE(d.prefetch_gbps.size() == dists.size());
+    CHECK(dists.front() == quant::kDefaultDecodePrefetch);
+    bool kept = false;
+    for (size_t i = 0; i < dists.size(); ++i) {
+        CHECK(d.prefetch_gbps[i].first == dists[i]);
+        CHECK(d.prefetch_gbps[i].second > 0);
+        kept = kept || dists[i] == d.prefetch;
+    }
+    CHECK(kept);
+    CHECK(quant::decode_prefetch() == d.prefetch);
+}
+
+TEST_CASE("decode streams: KINFER_DECODE_PREFETCH fixes the distance, or is refused") {
+    runtime::ThreadPool pool(1);
+    {
+        EnvGuard env("2048", "KINFER_DECODE_PREFETCH");
+        EnvGuard streams("4");
+        const auto d = backend::cpu::calibrate_decode_streams(pool);
+        CHECK(d.prefetch == 2048);
+        CHECK(d.prefetch_gbps.empty());
+        CHECK(quant::decode_prefetch() == 2048);
+    }
+    CHECK(quant::decode_prefetch() == quant::kDefaultDecodePrefetch);
+    {
+        EnvGuard env("1024", "KINFER_DECODE_PREFETCH");
+        backend::Backends b(1);   // a CPU backend starting puts the user's distance in force
+        CHECK(quant::decode_prefetch() == 1024);
+    }
+    for (const char* bad : {"100", "0", "32768", "1k"}) {
+        EnvGuard env(bad, "KINFER_DECODE_PREFETCH");
+        CHECK_THROWS_WITH_AS(backend::cpu::apply_decode_prefetch_env(), doctest::Contains("multiple of 64"), Error);
+    }
 }
 
 TEST_CASE("decode streams: KINFER_DECODE_STREAMS sets the layout without measuring, or is refused") {
@@ -90,8 +127,10 @@ TEST_CASE("decode streams: the layouts of each ISA") {
 TEST_CASE("decode streams: a Q4_K_M model decodes the same logits in every layout") {
     const auto m = model::Model::load(test::data("models/k3-tiny-a-Q4_K_M.gguf"));
     std::vector<std::vector<float>> logits;
-    for (int s : {1, 2, 4, 8}) {
-        quant::set_decode_streams(s);
+    for (int s : {1, 2, 4, 8, -768, -3072}) {
+        // Negative: the default layout with that prefetch distance (timing only, same bits).
+        quant::set_decode_streams(s > 0 ? s : 0);
+        quant::set_decode_prefetch(s > 0 ? 0 : -s);
         model::Session session(*m, model::SessionOptions{.n_ctx = 16, .n_threads = 2});
         session.prefill(std::vector<int32_t>{1, 2, 3, 4});
         session.decode(5);
@@ -99,5 +138,6 @@ TEST_CASE("decode streams: a Q4_K_M model decodes the same logits in every layou
         logits.push_back(session.logits());
     }
     quant::set_decode_streams(0);
+    quant::set_decode_prefetch(0);
     for (size_t i = 1; i < logits.size(); ++i) CHECK(logits[i] == logits[0]);
 }

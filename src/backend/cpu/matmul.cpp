@@ -285,28 +285,47 @@ int apply_decode_streams_env() {
     return s;
 }
 
+int apply_decode_prefetch_env() {
+    const char* env = std::getenv("KINFER_DECODE_PREFETCH");
+    if (!env || !*env) return 0;
+    const std::string_view v(env);
+    int b = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), b);
+    if (ec != std::errc() || end != v.data() + v.size() || b < 64 || b > 16384 || b % 64 != 0)
+        fail("KINFER_DECODE_PREFETCH={}: expected a multiple of 64 bytes from 64 to 16384", env);
+    quant::set_decode_prefetch(b);
+    return b;
+}
+
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     DecodeStreams d;
+    d.prefetch = apply_decode_prefetch_env();
     if (const int s = apply_decode_streams_env()) {
         d.chosen = s;
         d.from_env = true;
+        d.prefetch = quant::decode_prefetch();
         return d;
     }
     const auto t0 = std::chrono::steady_clock::now();
     quant::set_decode_streams(0);
+    if (d.prefetch == 0) quant::set_decode_prefetch(0);   // the streams are ranked at the default distance
     const quant::Isa isa = quant::active_isa();
     const std::vector<int> layouts = quant::decode_stream_layouts(isa);
-    if (layouts.empty()) return d;   // the scalar kernels have one layout
-    // Twice the last-level cache, within 32-256 MiB (a VM may report its host's whole L3), so the
+    if (layouts.empty()) {   // the scalar kernels have one layout and no prefetch
+        d.prefetch = quant::decode_prefetch();
+        return d;
+    }
+    // Twice the last-level cache, within 32-512 MiB (a VM may report its host's whole L3), so the
     // product streams from memory as decode does; rows as wide as K3's hidden size (7168 = 28
     // super-blocks). 64 MiB was too little on a Zen 4 VM that caches reads up to about 100 MiB
     // (membw: 43.7 GB/s over 64 MiB, 36.6 over 256): the layouts were ranked at cache speed
-    // (4 streams 53 GB/s, above the machine's read rate); from 256 MiB they read 34-37 GB/s.
+    // (4 streams 53 GB/s, above the machine's read rate); from 256 MiB they read 34-37 GB/s. A Xeon VM
+    // with 260 MiB of L3 still read 36 GB/s over 256 MiB against membw's 31-32, hence up to 512.
     long llc = 0;
 #ifdef _SC_LEVEL3_CACHE_SIZE
     llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
-    const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(256) << 20);
+    const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(512) << 20);
     // Q4_K and Q6_K, the two types of a Q4_K_M model's decode (its attn_v, ffn_down and output
     // are Q6_K), half the size each: they do not prefer the same layouts (Zen 5, one thread:
     // Q6_K reads at 8 GB/s with its rows side by side and at 30 GB/s from 4 segments; Q4_K at 19
@@ -367,6 +386,23 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     const auto best_it = std::max_element(d.gbps.begin(), d.gbps.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     d.chosen = best_it->second > def_it->second * 1.03 ? best_it->first : def;
     quant::set_decode_streams(d.chosen);
+    // Then how far ahead each row prefetches, in that layout: it covers the memory's latency, which
+    // differs between machines (the bytes one thread must have in flight: its read rate x latency).
+    // k3-wide-shaped Q4_K, 2 threads: a Sapphire-Rapids-class Xeon VM read 27.1 / 28.2 / 29.5 /
+    // 29.8 GB/s at 384 / 768 / 1536 / 3072 bytes, while on Zen 5 768 was best.
+    if (d.prefetch == 0) {
+        for (int p : quant::decode_prefetch_distances()) d.prefetch_gbps.push_back({p, 0.0});
+        for (int round = 0; round < 3; ++round)
+            for (auto& [p, r] : d.prefetch_gbps) {
+                quant::set_decode_prefetch(p);
+                r = std::max(r, rate(d.chosen));
+            }
+        const auto pbest = std::max_element(d.prefetch_gbps.begin(), d.prefetch_gbps.end(),
+                                            [](const auto& a, const auto& b) { return a.second < b.second; });
+        // The default is first in the list.
+        d.prefetch = pbest->second > d.prefetch_gbps.front().second * 1.02 ? pbest->first : d.prefetch_gbps.front().first;
+    }
+    quant::set_decode_prefetch(d.prefetch);
     d.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return d;
 }

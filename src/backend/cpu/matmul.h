@@ -79,12 +79,16 @@ void fma_f32(float* y, const float* a, const float* b, int64_t n);
 // Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K and a Q6_K
 // product over matrices larger than the last-level cache together run on all of pool's threads with each of the ISA's
 // layouts (quant::decode_stream_layouts), and the fastest stays (the default unless another is
-// > 3 % faster). Tens of milliseconds (a 32-64 MiB matrix, read 3 times per layout), so
+// > 3 % faster). A few hundred milliseconds (32-512 MiB of weights, read 3 times per layout), so
 // `kinfer bench` runs it, not every load. KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout
-// without measuring. Results are bit-identical whatever it picks; only decode speed differs.
+// without measuring. Then, in the layout kept, the prefetch distances (quant::decode_prefetch_distances;
+// the default unless another is > 2 % faster); KINFER_DECODE_PREFETCH=BYTES fixes that one. Results
+// are bit-identical whatever it picks; only decode speed differs.
 struct DecodeStreams {
     int chosen = 0;                                  // streams per core now in force
     std::vector<std::pair<int, double>> gbps;        // (streams, GB/s read) per layout tried
+    int prefetch = 0;                                // decode_prefetch() bytes now in force
+    std::vector<std::pair<int, double>> prefetch_gbps;   // (bytes, GB/s read) per distance tried, in `chosen` layout
     double ms = 0;                                   // time the calibration took
     bool from_env = false;
 };
@@ -92,6 +96,9 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool);
 // KINFER_DECODE_STREAMS, when set, put in force (every CPU backend does this when it starts);
 // returns it, or 0 when unset (the layout in force stays). Throws on a value other than 1, 2, 4, 8.
 int apply_decode_streams_env();
+// KINFER_DECODE_PREFETCH (bytes, a multiple of 64 up to 16384), when set, fixes decode's prefetch
+// distance the same way (the calibration then keeps it); returns it, or 0 when unset.
+int apply_decode_prefetch_env();
 
 // Dequantized row r of W into out[W.cols].
 void dequant_row(const Mat& W, int64_t r, float* out);
