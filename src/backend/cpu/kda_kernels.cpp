@@ -165,7 +165,15 @@ void kda_chunked_head(int64_t D, int64_t n, const float* q, const float* k, cons
 // outputs differ in the last bit and k3-tiny-a Q8_0 drifts 0.37 in the logits at AVX-512).
 void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state) {
     const int64_t S = W - 1;
-    std::vector<float> tw(size_t(W * di)), out(static_cast<size_t>(di)), next(size_t(S * di)), col(static_cast<size_t>(di));
+    // Scratch kept by the thread between calls: decode calls this three times a KDA layer, and
+    // fresh vectors of a K3 layer's 12288 channels (tw alone 192 KiB) came from mmap each time,
+    // zeroed and faulted in page by page (about 1400 page faults a second of k3-wide decode, all
+    // but a few here).
+    thread_local std::vector<float> tw, out, next, col;
+    auto fit = [](std::vector<float>& v, int64_t size) {
+        if (v.size() < size_t(size)) v.resize(size_t(size));
+    };
+    fit(tw, W * di), fit(out, di), fit(next, S * di), fit(col, di);
     for (int64_t ch = 0; ch < di; ++ch)
         for (int64_t j = 0; j < W; ++j) tw[size_t(j * di + ch)] = taps[ch * W + j];
     // Input row i of the window [state; x] (state is [ch][S], x is [t][ch]).
@@ -188,7 +196,7 @@ void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, fl
         }
         ops::silu(o, x + t * di, di);
     }
-    std::copy(next.begin(), next.end(), state);
+    std::copy(next.begin(), next.begin() + S * di, state);
 }
 
 
