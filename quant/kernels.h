@@ -96,10 +96,10 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
 #undef KINFER_DECLARE_VEC_DOT_ROWS
 // Weight rows those kernels compute together (the unit decode_streams() groups, quant/matmul.h).
 namespace avx2 { int weight_rows_per_group(); }
+namespace avx512 { int weight_rows_per_group(); }
 // The decode kernels' prefetch distance in bytes (set_decode_prefetch, quant/matmul.h): a plain
 // int read in their inner loops, so that the compiler keeps it in a register.
 namespace detail { extern int g_decode_prefetch; }
-namespace avx512 { int weight_rows_per_group(); }
 
 // Tiled variants (VecDotTileFn): on AVX-512 VNNI for the formats dotted against Q8_0
 // (vec_dot_tiles_avx512.cpp) and for Q4_K / Q6_K (vec_dot_k_tiles_avx512.cpp); on AVX2 for the

@@ -360,7 +360,7 @@ template <class Block, int Chains, class DecodeU, class Scale>
     const Block* xrow[kDecodeStreams];
     float* orow[kDecodeStreams];
     auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
-    // And each row asks for its bytes decode_prefetch() bytes ahead (prefetch_ahead, the shared
+    // And each row asks for its bytes decode_prefetch() ahead (prefetch_ahead, the shared
     // primitives say why; one line per block: they are 17-34 bytes).
     auto du_ahead = [&](int r, int64_t b) {
         prefetch_ahead(xrow[r] + b);

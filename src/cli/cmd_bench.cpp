@@ -167,9 +167,9 @@ int run_bench(const BenchArgs& a) {
                              ds.chosen, ds.prefetch);
             else if (!ds.gbps.empty()) {
                 auto list = [](const std::vector<std::pair<int, double>>& v) {
-                    std::string s;
-                    for (auto [n, r] : v) s += fmt::format("{}{}: {:.1f}", s.empty() ? "" : ", ", n, r);
-                    return s;
+                    std::string out;
+                    for (auto [n, r] : v) out += fmt::format("{}{}: {:.1f}", out.empty() ? "" : ", ", n, r);
+                    return out;
                 };
                 std::string ahead = ds.prefetch_gbps.empty() ? std::string(" (KINFER_DECODE_PREFETCH)")
                                                              : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
