@@ -54,8 +54,6 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 constexpr int64_t kTokenBlock = 16;
 // matmul_jobs' slices per thread when the pool has more threads than CPUs.
 constexpr int kSlicesPerThreadOversubscribed = 2;
-// matmul_jobs' slices per thread for decode's one-row products (claimed in turn, as above).
-constexpr int kSlicesPerThreadDecode = 16;
 
 }  // namespace
 
@@ -244,15 +242,7 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
     // than CPUs two, since a CPU the scheduler gives two threads would otherwise finish last,
     // a whole slice after the others (3 threads on 2 CPUs, k3-wide Q4_K_M pp64: 64 t/s against
     // 78 with 2; 73 this way). Each row's result is its own, so the bits do not depend on it.
-    // Decode (one activation row in every job) cuts finer still: its products only read memory,
-    // and when one thread is held up (descheduled, or its reads slower) the other would wait at
-    // the end of every product. k3-wide Q4_K_M decode, 2 threads on a Xeon VM whose second
-    // thread was off its CPU 5 % of the time: the first waited 5.8-9.9 % of its time with one
-    // slice a thread, 2.6-3.1 % with 16 (perf, three runs each: the main thread's samples in
-    // sched_yield and the pool's wait). Each row's result is its own: the same bits.
-    const bool decode = std::all_of(jobs, jobs + count, [](const MatJob& j) { return j.n == 1; });
-    const int slices = pool.size() * (decode ? kSlicesPerThreadDecode
-                                             : pool.oversubscribed() ? kSlicesPerThreadOversubscribed : 1);
+    const int slices = pool.size() * (pool.oversubscribed() ? kSlicesPerThreadOversubscribed : 1);
     std::atomic<int> next{0};
     pool.run([&](int, int) {
         for (int s; (s = next.fetch_add(1, std::memory_order_relaxed)) < slices;)
