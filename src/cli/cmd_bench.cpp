@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -163,15 +164,15 @@ int run_bench(const BenchArgs& a) {
             // Decode's stream layout for this machine and thread count (same bits whichever wins).
             const auto ds = backend::cpu::calibrate_decode_streams(s.backends().cpu().pool());
             if (ds.from_env)
-                std::fprintf(stderr, "decode layout: %d stream(s) per core, prefetch %d bytes ahead (KINFER_DECODE_STREAMS)\n",
-                             ds.chosen, ds.prefetch);
+                std::fprintf(stderr, "decode layout: %d stream(s) per core (KINFER_DECODE_STREAMS), prefetch %d bytes ahead (%s)\n",
+                             ds.chosen, ds.prefetch, std::getenv("KINFER_DECODE_PREFETCH") ? "KINFER_DECODE_PREFETCH" : "the default");
             else if (!ds.gbps.empty()) {
                 auto list = [](const std::vector<std::pair<int, double>>& v) {
                     std::string out;
                     for (auto [n, r] : v) out += fmt::format("{}{}: {:.1f}", out.empty() ? "" : ", ", n, r);
                     return out;
                 };
-                std::string ahead = ds.prefetch_gbps.empty() ? std::string(" (KINFER_DECODE_PREFETCH)")
+                const std::string ahead = ds.prefetch_gbps.empty() ? std::string(" (KINFER_DECODE_PREFETCH)")
                                                              : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
                 std::fprintf(stderr,
                              "decode layout: %d stream(s) per core, prefetch %d bytes ahead, %d threads (Q4_K + Q6_K read GB/s by "

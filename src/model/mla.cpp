@@ -15,8 +15,10 @@ namespace {
 
 // y_h = W.slice(h) . x_h for every head h < H in one pass of the backend: x_h is n rows of W.cols
 // floats at x + h * x_head (rows ldx apart), y_h n rows at y + h * y_head (ldy apart). The same
-// products as H matmul calls, bit for bit, but one wake-up of the CPU pool instead of H: decode of
-// a K3-wide layer called it 2 x 96 times a token for products of 45 KB each.
+// products as H matmul calls, but one wake-up of the CPU pool instead of H: decode of a K3-wide
+// layer called it 2 x 96 times a token for products of 45 KB each. Bit for bit on the CPU (the same
+// conversions and per-row kernels) and in a CUDA decode step; a CUDA chunk of kGemmMinTokens or
+// more takes one grouped cuBLAS GEMM instead of H single ones.
 void per_head_matmul(backend::Backend& be, const Mat& W, int64_t H, const float* x, int64_t x_head, int64_t ldx,
                      int64_t n, float* y, int64_t y_head, int64_t ldy) {
     std::vector<backend::MatInput> inputs(static_cast<size_t>(H));

@@ -35,8 +35,8 @@ double best_rate(int threads, size_t bytes_per_round, Body body) {
 }
 
 // Sum of a buffer of n words read as `streams` equal parts side by side, one cache line of each
-// in turn; with prefetch, each line is also asked for 768 bytes ahead of its stream, as the
-// decode kernels do (a read loop without it is not the machine's best: kinfer's decode read
+// in turn; with prefetch, each line is also asked for 768 bytes ahead of its stream, the decode
+// kernels' default distance (a read loop without it is not the machine's best: kinfer's decode read
 // faster than it on Zen 5).
 uint64_t sum_streams(const uint64_t* p, size_t n, int streams, bool prefetch) {
     const size_t part = n / size_t(streams) / 8 * 8;

@@ -77,13 +77,15 @@ void mad_f32(float* y, const float* x, float a, int64_t n);
 void fma_f32(float* y, const float* a, const float* b, int64_t n);
 
 // Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K and a Q6_K
-// product over matrices larger than the last-level cache together run on all of pool's threads with each of the ISA's
-// layouts (quant::decode_stream_layouts), and the fastest stays (the default unless another is
-// > 3 % faster). A few hundred milliseconds (32-512 MiB of weights, read 3 times per layout), so
-// `kinfer bench` runs it, not every load. KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout
-// without measuring. Then, in the layout kept, the prefetch distances (quant::decode_prefetch_distances;
-// the default unless another is > 2 % faster); KINFER_DECODE_PREFETCH=BYTES fixes that one. Results
-// are bit-identical whatever it picks; only decode speed differs.
+// product, whose weights together are twice the last-level cache (32-512 MiB), run on all of pool's
+// threads in each of the ISA's layouts (quant::decode_stream_layouts), and the fastest stays (the
+// default unless another is > 3 % faster). Then, in the layout kept, each prefetch distance
+// (quant::decode_prefetch_distances; the default unless another is > 2 % faster). Up to a second
+// or so (the weights read 3 times per layout and per distance, after a warm-up), so `kinfer
+// bench` runs it, not every load. KINFER_DECODE_PREFETCH=BYTES fixes the distance (the layouts
+// are still measured); KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout and skips the whole
+// calibration (the distance is then KINFER_DECODE_PREFETCH's or the default). Results are
+// bit-identical whatever it picks; only decode speed differs.
 struct DecodeStreams {
     int chosen = 0;                                  // streams per core now in force
     std::vector<std::pair<int, double>> gbps;        // (streams, GB/s read) per layout tried
