@@ -273,27 +273,33 @@ void matmul_many(runtime::ThreadPool& pool, const Mat* Ws, float* const* ys, siz
     matmul_jobs(pool, jobs, count);
 }
 
-int apply_decode_streams_env() {
-    const char* env = std::getenv("KINFER_DECODE_STREAMS");
+namespace {
+
+// The whole integer in environment variable `name`, or 0 when it is unset or empty; anything else
+// (not a number, trailing characters, a value `valid` refuses) fails with what was expected.
+template <class Valid>
+int env_int(const char* name, Valid valid, const char* expected) {
+    const char* env = std::getenv(name);
     if (!env || !*env) return 0;
     const std::string_view v(env);
-    int s = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), s);
-    if (ec != std::errc() || end != v.data() + v.size() || (s != 1 && s != 2 && s != 4 && s != 8))
-        fail("KINFER_DECODE_STREAMS={}: expected 1, 2, 4 or 8", env);
-    quant::set_decode_streams(s);
+    int x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || !valid(x)) fail("{}={}: expected {}", name, env, expected);
+    return x;
+}
+
+}  // namespace
+
+int apply_decode_streams_env() {
+    const int s = env_int("KINFER_DECODE_STREAMS", [](int x) { return x == 1 || x == 2 || x == 4 || x == 8; }, "1, 2, 4 or 8");
+    if (s) quant::set_decode_streams(s);
     return s;
 }
 
 int apply_decode_prefetch_env() {
-    const char* env = std::getenv("KINFER_DECODE_PREFETCH");
-    if (!env || !*env) return 0;
-    const std::string_view v(env);
-    int b = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), b);
-    if (ec != std::errc() || end != v.data() + v.size() || b < 64 || b > 16384 || b % 64 != 0)
-        fail("KINFER_DECODE_PREFETCH={}: expected a multiple of 64 bytes from 64 to 16384", env);
-    quant::set_decode_prefetch(b);
+    const int b = env_int("KINFER_DECODE_PREFETCH", [](int x) { return x >= 64 && x <= 16384 && x % 64 == 0; },
+                          "a multiple of 64 bytes from 64 to 16384");
+    if (b) quant::set_decode_prefetch(b);
     return b;
 }
 
