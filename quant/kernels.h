@@ -98,7 +98,7 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_ROWS(KINFER_DECLARE_VEC_DOT_ROWS) }
 namespace avx2 { int weight_rows_per_group(); }
 namespace avx512 { int weight_rows_per_group(); }
 // The decode kernels' prefetch distance in bytes (set_decode_prefetch, quant/matmul.h): a plain
-// int read in their inner loops, so that the compiler keeps it in a register.
+// int, not an atomic, so that the compiler may load it once outside their inner loops.
 namespace detail { extern int g_decode_prefetch; }
 
 // Tiled variants (VecDotTileFn): on AVX-512 VNNI for the formats dotted against Q8_0

@@ -16,6 +16,7 @@
 #include "common/safe_file.h"
 #include "dist/layer_timing.h"
 #include "model/session.h"
+#include "quant/matmul.h"
 #include "runtime/expert_flags.h"
 #include "runtime/thread_pool.h"
 
@@ -24,7 +25,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -163,21 +163,22 @@ int run_bench(const BenchArgs& a) {
         if (std::any_of(tests.begin(), tests.end(), [](auto t) { return t.second > 0; })) {
             // Decode's stream layout for this machine and thread count (same bits whichever wins).
             const auto ds = backend::cpu::calibrate_decode_streams(s.backends().cpu().pool());
+            const int ahead_bytes = quant::decode_prefetch();
             if (ds.from_env)
                 std::fprintf(stderr, "decode layout: %d stream(s) per core (KINFER_DECODE_STREAMS), prefetch %d bytes ahead (%s)\n",
-                             ds.chosen, ds.prefetch, std::getenv("KINFER_DECODE_PREFETCH") ? "KINFER_DECODE_PREFETCH" : "the default");
+                             ds.chosen, ahead_bytes, ds.prefetch_from_env ? "KINFER_DECODE_PREFETCH" : "the default");
             else if (!ds.gbps.empty()) {
                 auto list = [](const std::vector<std::pair<int, double>>& v) {
                     std::string out;
                     for (auto [n, r] : v) out += fmt::format("{}{}: {:.1f}", out.empty() ? "" : ", ", n, r);
                     return out;
                 };
-                const std::string ahead = ds.prefetch_gbps.empty() ? std::string(" (KINFER_DECODE_PREFETCH)")
-                                                             : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
+                const std::string ahead = ds.prefetch_from_env ? std::string(" (KINFER_DECODE_PREFETCH)")
+                                                               : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
                 std::fprintf(stderr,
                              "decode layout: %d stream(s) per core, prefetch %d bytes ahead, %d threads (Q4_K + Q6_K read GB/s by "
                              "streams: %s; prefetch%s; %.0f ms)\n",
-                             ds.chosen, ds.prefetch, nt, list(ds.gbps).c_str(), ahead.c_str(), ds.ms);
+                             ds.chosen, ahead_bytes, nt, list(ds.gbps).c_str(), ahead.c_str(), ds.ms);
             }
         }
         for (auto [p, g] : tests) {

@@ -81,7 +81,8 @@ void mla_layer(FwdCtx& c, int il, const float* xn, float* out) {
         // next to q_pe_h: Q [n][H][r + dr].
         float* Q = s.get(size_t(n * H * R));
         per_head_matmul(be, k_b, H, q, dk, H * dk, n, Q, R, H * R);
-        for (int64_t h = 0; h < H; ++h) be.copy_rows(Q + h * R + r, H * R, q + h * dk + dn, H * dk, n, dr);
+        // q_pe of every (token, head) pair, taken as n * H rows: q's are dk apart, Q's R apart.
+        be.copy_rows(Q + r, R, q + dn, dk, n * H, dr);
         float* lat = s.get(size_t(n * H * r));
         if (tiled) {
             be.mla_attend_tiled(cache, Q, lat, sh);

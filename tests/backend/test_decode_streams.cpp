@@ -33,6 +33,19 @@ struct EnvGuard {
     const char* name_;
 };
 
+// A calibration stage's record: every candidate in order, each measured (a rate above the 0 it
+// starts from), and the one in force among them.
+void check_measured(const std::vector<std::pair<int, double>>& tried, const std::vector<int>& candidates, int in_force) {
+    REQUIRE(tried.size() == candidates.size());
+    bool found = false;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+        CHECK(tried[i].first == candidates[i]);
+        CHECK(tried[i].second > 0);
+        found = found || candidates[i] == in_force;
+    }
+    CHECK(found);
+}
+
 }  // namespace
 
 TEST_CASE("decode streams: calibration measures every layout and keeps one") {
@@ -45,29 +58,13 @@ TEST_CASE("decode streams: calibration measures every layout and keeps one") {
         return;
     }
     // Every layout that differs on this ISA, each measured; the one kept is one of them.
-    const std::vector<int> want = quant::decode_stream_layouts(quant::active_isa());
-    REQUIRE(d.gbps.size() == want.size());
-    bool found = false;
-    for (size_t i = 0; i < want.size(); ++i) {
-        CHECK(d.gbps[i].first == want[i]);
-        CHECK(d.gbps[i].second > 0);
-        found = found || want[i] == d.chosen;
-    }
-    CHECK(found);
+    check_measured(d.gbps, quant::decode_stream_layouts(quant::active_isa()), d.chosen);
     CHECK(quant::decode_streams() == d.chosen);
     CHECK_FALSE(d.from_env);
-    // Then every prefetch distance, in the layout kept, the default first; the one kept is one of them.
-    const std::vector<int> dists = quant::decode_prefetch_distances();
-    REQUIRE(d.prefetch_gbps.size() == dists.size());
-    CHECK(dists.front() == quant::kDefaultDecodePrefetch);
-    bool kept = false;
-    for (size_t i = 0; i < dists.size(); ++i) {
-        CHECK(d.prefetch_gbps[i].first == dists[i]);
-        CHECK(d.prefetch_gbps[i].second > 0);
-        kept = kept || dists[i] == d.prefetch;
-    }
-    CHECK(kept);
-    CHECK(quant::decode_prefetch() == d.prefetch);
+    // Then every prefetch distance, in the layout kept, the default first.
+    CHECK(quant::decode_prefetch_distances().front() == quant::kDefaultDecodePrefetch);
+    check_measured(d.prefetch_gbps, quant::decode_prefetch_distances(), quant::decode_prefetch());
+    CHECK_FALSE(d.prefetch_from_env);
 }
 
 TEST_CASE("decode streams: KINFER_DECODE_PREFETCH fixes the distance, or is refused") {
@@ -77,7 +74,7 @@ TEST_CASE("decode streams: KINFER_DECODE_PREFETCH fixes the distance, or is refu
         EnvGuard env("2048", "KINFER_DECODE_PREFETCH");
         EnvGuard streams(nullptr);
         const auto d = backend::cpu::calibrate_decode_streams(pool);
-        CHECK(d.prefetch == 2048);
+        CHECK(d.prefetch_from_env);
         CHECK(d.prefetch_gbps.empty());
         CHECK(d.gbps.size() == quant::decode_stream_layouts(quant::active_isa()).size());
         CHECK(quant::decode_prefetch() == 2048);
@@ -88,11 +85,11 @@ TEST_CASE("decode streams: KINFER_DECODE_PREFETCH fixes the distance, or is refu
         EnvGuard streams("4");
         const auto d = backend::cpu::calibrate_decode_streams(pool);
         CHECK(d.from_env);
-        CHECK(d.prefetch == 4096);
+        CHECK(d.prefetch_from_env);
+        CHECK(quant::decode_prefetch() == 4096);
         CHECK(d.gbps.empty());
         CHECK(d.prefetch_gbps.empty());
     }
-    CHECK(quant::decode_prefetch() == quant::kDefaultDecodePrefetch);
     {
         EnvGuard env("1024", "KINFER_DECODE_PREFETCH");
         backend::Backends b(1);   // a CPU backend starting puts the user's distance in force

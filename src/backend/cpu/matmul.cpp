@@ -288,6 +288,18 @@ int env_int(const char* name, Valid valid, const char* expected) {
     return x;
 }
 
+// Runs measure(candidate) three times for each entry of `tried` (rounds over all of them, best of
+// each: a machine whose speed drifts slows them alike) and returns the fastest candidate when it
+// beats `def`'s rate by more than `margin`, else `def`.
+template <class Measure>
+int keep_fastest(std::vector<std::pair<int, double>>& tried, int def, double margin, Measure measure) {
+    for (int round = 0; round < 3; ++round)
+        for (auto& [c, r] : tried) r = std::max(r, measure(c));
+    const auto def_it = std::find_if(tried.begin(), tried.end(), [&](const auto& e) { return e.first == def; });
+    const auto best_it = std::max_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    return best_it->second > def_it->second * (1 + margin) ? best_it->first : def;
+}
+
 }  // namespace
 
 int apply_decode_streams_env() {
@@ -305,22 +317,18 @@ int apply_decode_prefetch_env() {
 
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     DecodeStreams d;
-    d.prefetch = apply_decode_prefetch_env();
+    d.prefetch_from_env = apply_decode_prefetch_env() != 0;
     if (const int s = apply_decode_streams_env()) {
         d.chosen = s;
         d.from_env = true;
-        d.prefetch = quant::decode_prefetch();
         return d;
     }
     const auto t0 = std::chrono::steady_clock::now();
     quant::set_decode_streams(0);
-    if (d.prefetch == 0) quant::set_decode_prefetch(0);   // the streams are ranked at the default distance
+    if (!d.prefetch_from_env) quant::set_decode_prefetch(0);   // the layouts are ranked at the default distance
     const quant::Isa isa = quant::active_isa();
     const std::vector<int> layouts = quant::decode_stream_layouts(isa);
-    if (layouts.empty()) {   // the scalar kernels have one layout and no prefetch
-        d.prefetch = quant::decode_prefetch();
-        return d;
-    }
+    if (layouts.empty()) return d;   // the scalar kernels have one layout and do not prefetch
     // Twice the last-level cache, within 32-512 MiB (a VM may report its host's whole L3), so the
     // product streams from memory as decode does; rows as wide as K3's hidden size (7168 = 28
     // super-blocks). 64 MiB was too little on a Zen 4 VM that caches reads up to about 100 MiB
@@ -383,32 +391,21 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     };
     const int def = quant::default_decode_streams(isa);
     rate(def);   // warm-up: the pool's threads, the activations in cache
-    // Rounds over all layouts, best of each: a machine whose speed drifts slows them alike.
+    // The default layout stays unless another is clearly (> 3 %) faster.
     for (int s : layouts) d.gbps.push_back({s, 0.0});
-    for (int round = 0; round < 3; ++round)
-        for (auto& [s, r] : d.gbps) r = std::max(r, rate(s));
-    // The default stays unless another layout is clearly (> 3 %) faster.
-    const auto def_it = std::find_if(d.gbps.begin(), d.gbps.end(), [&](const auto& e) { return e.first == def; });
-    const auto best_it = std::max_element(d.gbps.begin(), d.gbps.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    d.chosen = best_it->second > def_it->second * 1.03 ? best_it->first : def;
+    d.chosen = keep_fastest(d.gbps, def, 0.03, rate);
     quant::set_decode_streams(d.chosen);
     // Then how far ahead each row prefetches, in that layout: it covers the memory's latency, which
     // differs between machines (the bytes one thread must have in flight: its read rate x latency).
     // k3-wide-shaped Q4_K, 2 threads: a Sapphire-Rapids-class Xeon VM read 27.1 / 28.2 / 29.5 /
     // 29.8 GB/s at 384 / 768 / 1536 / 3072 bytes, while on Zen 5 768 was best.
-    if (d.prefetch == 0) {
+    if (!d.prefetch_from_env) {
         for (int p : quant::decode_prefetch_distances()) d.prefetch_gbps.push_back({p, 0.0});
-        for (int round = 0; round < 3; ++round)
-            for (auto& [p, r] : d.prefetch_gbps) {
-                quant::set_decode_prefetch(p);
-                r = std::max(r, rate(d.chosen));
-            }
-        const auto pbest = std::max_element(d.prefetch_gbps.begin(), d.prefetch_gbps.end(),
-                                            [](const auto& a, const auto& b) { return a.second < b.second; });
-        // The default is first in the list.
-        d.prefetch = pbest->second > d.prefetch_gbps.front().second * 1.02 ? pbest->first : d.prefetch_gbps.front().first;
+        quant::set_decode_prefetch(keep_fastest(d.prefetch_gbps, quant::kDefaultDecodePrefetch, 0.02, [&](int p) {
+            quant::set_decode_prefetch(p);
+            return rate(d.chosen);
+        }));
     }
-    quant::set_decode_prefetch(d.prefetch);
     d.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return d;
 }

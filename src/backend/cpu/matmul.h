@@ -89,8 +89,8 @@ void fma_f32(float* y, const float* a, const float* b, int64_t n);
 struct DecodeStreams {
     int chosen = 0;                                  // streams per core now in force
     std::vector<std::pair<int, double>> gbps;        // (streams, GB/s read) per layout tried
-    int prefetch = 0;                                // decode_prefetch() bytes now in force
     std::vector<std::pair<int, double>> prefetch_gbps;   // (bytes, GB/s read) per distance tried, in `chosen` layout
+    bool prefetch_from_env = false;                  // KINFER_DECODE_PREFETCH set the distance (quant::decode_prefetch())
     double ms = 0;                                   // time the calibration took
     bool from_env = false;
 };
