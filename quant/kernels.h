@@ -101,6 +101,10 @@ namespace avx512 { int weight_rows_per_group(); }
 // int, not an atomic, so that the compiler may load it once outside their inner loops.
 namespace detail { extern int g_decode_prefetch; }
 
+// Times both instruction forms of the Q4_K / Q6_K tiles (k_tile_form, quant/matmul.h): ns per
+// 256 weights and activation row, Q4_K's and Q6_K's added.
+namespace avx512 { void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns); }
+
 // Tiled variants (VecDotTileFn): on AVX-512 VNNI for the formats dotted against Q8_0
 // (vec_dot_tiles_avx512.cpp) and for Q4_K / Q6_K (vec_dot_k_tiles_avx512.cpp); on AVX2 for the
 // same formats (vec_dot_simd.inc, vec_dot_k_tiles_avx2.cpp).

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace kinfer::quant {
 
@@ -27,6 +28,43 @@ int g_decode_prefetch = kDefaultDecodePrefetch;
 void set_decode_prefetch(int bytes) { detail::g_decode_prefetch = bytes <= 0 ? kDefaultDecodePrefetch : bytes; }
 int decode_prefetch() { return detail::g_decode_prefetch; }
 std::vector<int> decode_prefetch_distances() { return {kDefaultDecodePrefetch, 1536, 3072}; }
+
+namespace {
+// KTileForm as an int (automatic until measured or set) and the last measurement, under a mutex
+// so that one thread measures while others wait; the form is read with acquire once per tiled call.
+std::atomic<int> g_k_tile_form{int(KTileForm::automatic)};
+std::mutex g_k_tile_mutex;
+KTileTimes g_k_tile_times;
+}  // namespace
+
+void set_k_tile_form(KTileForm form) {
+    const std::lock_guard<std::mutex> lock(g_k_tile_mutex);
+    g_k_tile_times = {};
+    g_k_tile_form.store(int(form), std::memory_order_release);
+}
+
+KTileForm k_tile_form() {
+    if (const int f = g_k_tile_form.load(std::memory_order_acquire); f != int(KTileForm::automatic)) return KTileForm(f);
+    if (active_isa() != Isa::avx512) return KTileForm::automatic;
+    const std::lock_guard<std::mutex> lock(g_k_tile_mutex);
+    if (const int f = g_k_tile_form.load(std::memory_order_relaxed); f != int(KTileForm::automatic)) return KTileForm(f);
+    KTileTimes t;
+    avx512::measure_k_tile_forms(t.dpbusd_ns, t.maddubs_ns);
+    // dpbusd unless maddubs is more than 2 % faster (timings within noise keep the older form).
+    const KTileForm f = t.maddubs_ns * 1.02 < t.dpbusd_ns ? KTileForm::maddubs : KTileForm::dpbusd;
+    g_k_tile_times = t;
+    g_k_tile_form.store(int(f), std::memory_order_release);
+    return f;
+}
+
+KTileTimes k_tile_times() {
+    const std::lock_guard<std::mutex> lock(g_k_tile_mutex);
+    return g_k_tile_times;
+}
+
+const char* k_tile_form_name(KTileForm form) {
+    return form == KTileForm::dpbusd ? "dpbusd" : form == KTileForm::maddubs ? "maddubs" : "auto";
+}
 
 int default_decode_streams(Isa isa) {
     return isa == Isa::avx512 ? avx512::weight_rows_per_group() : isa == Isa::avx2 ? avx2::weight_rows_per_group() : 1;

@@ -53,6 +53,25 @@ int decode_prefetch();
 // The distances calibration tries, the default first.
 std::vector<int> decode_prefetch_distances();
 
+// Prefill's K-quant tiles on AVX-512 (Q4_K and Q6_K weights against 4-16 activation rows) do
+// their integer work in one of two instruction forms (vec_dot_k_tiles_asm_avx512.inc): dpbusd
+// (fewer multiplies, which Zen 4's two multiply pipes favour) or maddubs (fewer instructions and
+// no single-port shifts: Sapphire Rapids). The integers, so the bits, are the same; only speed
+// differs, so the faster form is measured on the machine the first time k_tile_form() is asked
+// (every CPU backend asks when it starts, the tiles otherwise at first use): both forms on two
+// small tiles in cache, about 2 ms. Set it only while no kernel runs.
+enum class KTileForm { automatic, dpbusd, maddubs };
+void set_k_tile_form(KTileForm form);   // automatic: measure again when next asked
+// The form in force, measured now if it is automatic; automatic on ISAs without these tiles.
+KTileForm k_tile_form();
+// The last measurement: ns per 256 weights and activation row, a Q4_K tile's and a Q6_K tile's
+// added, for each form (zeros when the form was set, not measured).
+struct KTileTimes {
+    double dpbusd_ns = 0, maddubs_ns = 0;
+};
+KTileTimes k_tile_times();
+const char* k_tile_form_name(KTileForm form);   // "auto", "dpbusd" or "maddubs"
+
 // The decode case (one activation row): y[r] = dot(W row r, acts).
 inline void gemv(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts, float* y,
                  int64_t row_begin, int64_t row_end) {

@@ -30,6 +30,7 @@
 #include <immintrin.h>
 
 #include <bit>
+#include <chrono>
 
 #include <algorithm>
 #include <cassert>
@@ -40,6 +41,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kernels.h"
+#include "quant/matmul.h"
 #include "quant/types.h"
 
 namespace kinfer::quant::avx512 {
@@ -111,7 +113,7 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
 
 // NR weight rows x 2 NP packed activation rows (NP even), all nb super-blocks; out[t * os + r]
 // for the t < ny_valid that were real rows.
-template <int NR, int NP>
+template <int NR, int NP, Form F>
 void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     constexpr int NQ = NP / 2;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -137,7 +139,7 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             assert(a.pairs == NP);   // the statement finds the min terms after exactly NP pairs
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
-            q4k_superblock<NP>(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
+            q4k_superblock<NP, F>(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
         } else {   // the lone last weight row (NR == 1): intrinsics
             for (int r = 0; r < NR; ++r)
                 for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
@@ -198,7 +200,7 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
 
 // q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
 // both halves, bytes 0..15 with scale 8 (k / 4) + 2 (k % 4), 16..31 with the next one.
-template <int NR, int NP>
+template <int NR, int NP, Form F>
 void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
     alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
@@ -213,7 +215,7 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
             const uint8_t* const ql[2] = {x[0][i].ql, x[1][i].ql};
             const uint8_t* const qh[2] = {x[0][i].qh, x[1][i].qh};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
-            q6k_superblock<NP>(ql, qh, sc, xd, A, acc[0][0]);
+            q6k_superblock<NP, F>(ql, qh, sc, xd, A, acc[0][0]);
         } else {   // the lone last weight row (NR == 1): intrinsics
             for (int r = 0; r < NR; ++r)
                 for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
@@ -264,19 +266,19 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
 }
 
 // Every weight row against one packed block, two rows per tile (tile() of the row's block type).
-template <class Block, int NP>
+template <class Block, int NP, Form F>
 void rows(int64_t nb, const uint8_t* xb, size_t xs, int nx, const ActPack& a, int ny, float* out, size_t os) {
     auto at = [&](int r) { return reinterpret_cast<const Block*>(xb + size_t(r) * xs); };
     int r = 0;
     for (; r + 2 <= nx; r += 2) {
         const Block* x[2] = {at(r), at(r + 1)};
         float* o[2] = {out + r, out + r + 1};
-        tile<2, NP>(nb, x, a, ny, o, os);
+        tile<2, NP, F>(nb, x, a, ny, o, os);
     }
     if (r < nx) {
         const Block* x[1] = {at(r)};
         float* o[1] = {out + r};
-        tile<1, NP>(nb, x, a, ny, o, os);
+        tile<1, NP, F>(nb, x, a, ny, o, os);
     }
 }
 
@@ -331,6 +333,15 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
     if (ss % 256 == 0) ss += 16;
     thread_local std::vector<float> staged;
     staged.resize(ss * size_t(kGroupBlocks * kMaxActs));
+    // The tiles of a block's padded row count in form F.
+    auto by_size = [&]<Form F>(int padded, const uint8_t* xc, int rn, const ActPack& a, int ny_t, float* st) {
+        if (padded == 4) rows<Block, 2, F>(nb, xc, xs, rn, a, ny_t, st, ss);
+        else if (padded == 8) rows<Block, 4, F>(nb, xc, xs, rn, a, ny_t, st, ss);
+        else if (padded == 12) rows<Block, 6, F>(nb, xc, xs, rn, a, ny_t, st, ss);
+        else rows<Block, 8, F>(nb, xc, xs, rn, a, ny_t, st, ss);
+    };
+    // The form measured for this machine (quant::k_tile_form): the same bits either way.
+    const Form form = k_tile_form() == KTileForm::maddubs ? Form::maddubs : Form::dpbusd;
     for (int g0 = 0; g0 < ny; g0 += kGroupBlocks * kMaxActs) {
         const int g_rows = std::min(ny - g0, kGroupBlocks * kMaxActs);
         Blk blk[kGroupBlocks];
@@ -358,10 +369,8 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
                 }
                 if (b.lone) by_multi(r0, rn, yt + size_t(b.tiled) * ys, 1, st + size_t(b.tiled) * ss, ss);
                 const int padded = (b.tiled + 3) / 4 * 4;
-                if (padded == 4) rows<Block, 2>(nb, xc, xs, rn, packs[k], b.tiled, st, ss);
-                else if (padded == 8) rows<Block, 4>(nb, xc, xs, rn, packs[k], b.tiled, st, ss);
-                else if (padded == 12) rows<Block, 6>(nb, xc, xs, rn, packs[k], b.tiled, st, ss);
-                else rows<Block, 8>(nb, xc, xs, rn, packs[k], b.tiled, st, ss);
+                if (form == Form::maddubs) by_size.template operator()<Form::maddubs>(padded, xc, rn, packs[k], b.tiled, st);
+                else by_size.template operator()<Form::dpbusd>(padded, xc, rn, packs[k], b.tiled, st);
             }
             for (int t = 0; t < g_rows; ++t)
                 std::memcpy(out + size_t(g0 + t) * os + size_t(r0), staged.data() + size_t(t) * ss, size_t(rn) * sizeof(float));
@@ -369,7 +378,61 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
     }
 }
 
+// ns per 256 weights and activation row of form F on one 2 x 16 tile of nb super-blocks of block
+// type Block: the best of `rounds` timings of `reps` calls each.
+template <class Block, Form F>
+double time_tile(int64_t nb, const Block* const* x, const ActPack& a, int reps) {
+    alignas(64) float o[2][16 * 2];
+    float* out[2] = {o[0], o[1]};
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < reps; ++k) tile<2, 8, F>(nb, x, a, 16, out, 2);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    asm volatile("" : : "r"(o) : "memory");   // the outputs are used
+    return s * 1e9 / double(reps) / double(nb * 2 * 16);
+}
+
 }  // namespace
+
+void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
+    // Two weight rows and 16 activation rows of 8 super-blocks (K = 2048): the packs and weights
+    // sit in L1 / L2, so the timings are the cores' instruction throughput, which is what the forms
+    // differ in. Any bytes are valid quants; the scales are set to small normal values so that no
+    // float step meets an infinity (timing only, nothing is compared).
+    constexpr int64_t nb = 8;
+    constexpr int kRounds = 7, kReps = 48;
+    std::vector<block_q4_K> x4(2 * nb);
+    std::vector<block_q6_K> x6(2 * nb);
+    std::vector<block_q8_K> y(16 * nb);
+    uint32_t seed = 0x9e3779b9u;
+    auto fill = [&](void* p, size_t bytes) {
+        auto* b = static_cast<uint8_t*>(p);
+        for (size_t i = 0; i < bytes; ++i) {
+            seed = seed * 1664525u + 1013904223u;
+            b[i] = uint8_t(seed >> 24);
+        }
+    };
+    fill(x4.data(), x4.size() * sizeof(block_q4_K));
+    fill(x6.data(), x6.size() * sizeof(block_q6_K));
+    fill(y.data(), y.size() * sizeof(block_q8_K));
+    for (auto& b : x4) b.d = b.dmin = 0x2c00;   // 1/16 as fp16
+    for (auto& b : x6) b.d = 0x2c00;
+    for (auto& b : y) b.d = 0.01f;
+    ActPack a;
+    pack_acts(reinterpret_cast<const uint8_t*>(y.data()), nb * sizeof(block_q8_K), 16, 16, nb, a);
+    const block_q4_K* r4[2] = {x4.data(), x4.data() + nb};
+    const block_q6_K* r6[2] = {x6.data(), x6.data() + nb};
+    // Rounds over both forms (a drifting clock slows them alike), the best of each; the two
+    // types' times added, Q4_K and Q6_K being what K-quant models' prefill runs on these tiles.
+    double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}};
+    for (int round = 0; round < kRounds; ++round) {
+        best[0][0] = std::min(best[0][0], time_tile<block_q4_K, Form::dpbusd>(nb, r4, a, kReps));
+        best[1][0] = std::min(best[1][0], time_tile<block_q4_K, Form::maddubs>(nb, r4, a, kReps));
+        best[0][1] = std::min(best[0][1], time_tile<block_q6_K, Form::dpbusd>(nb, r6, a, kReps));
+        best[1][1] = std::min(best[1][1], time_tile<block_q6_K, Form::maddubs>(nb, r6, a, kReps));
+    }
+    dpbusd_ns = best[0][0] + best[0][1];
+    maddubs_ns = best[1][0] + best[1][1];
+}
 
 void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {

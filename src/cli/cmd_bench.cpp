@@ -157,9 +157,20 @@ int run_bench(const BenchArgs& a) {
     so.n_ctx = ctx;   // before attach_experts: whether the device layers fit counts their latent cache at it
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
+    bool tiles_told = false;
     for (int nt : threads) {
         so.n_threads = nt;
         model::Session s(*m, so);
+        if (!tiles_told && quant::k_tile_form() != quant::KTileForm::automatic &&
+            std::any_of(tests.begin(), tests.end(), [](auto t) { return t.first > 0; })) {
+            // The prefill tiles' instruction form (the CPU backend measured it when it started).
+            const quant::KTileTimes kt = quant::k_tile_times();
+            std::fprintf(stderr, "prefill K-quant tiles: %s form (%s)\n", quant::k_tile_form_name(quant::k_tile_form()),
+                         kt.dpbusd_ns > 0 ? fmt::format("Q4_K + Q6_K ns per 256 weights and row in cache: dpbusd {:.2f}, "
+                                                        "maddubs {:.2f}", kt.dpbusd_ns, kt.maddubs_ns).c_str()
+                                          : "KINFER_K_TILES");
+            tiles_told = true;
+        }
         if (std::any_of(tests.begin(), tests.end(), [](auto t) { return t.second > 0; })) {
             // Decode's stream layout for this machine and thread count (same bits whichever wins).
             const auto ds = backend::cpu::calibrate_decode_streams(s.backends().cpu().pool());

@@ -1,7 +1,8 @@
 // Decode's stream layout and prefetch distance: the calibration tries every layout, then every
 // distance, keeps one of each in force, and KINFER_DECODE_STREAMS / KINFER_DECODE_PREFETCH fix them
 // (or are refused with the accepted values). The layouts' bits are
-// held equal in tests/quant (vec_dot_rows); here a decoded token's logits are too.
+// held equal in tests/quant (vec_dot_rows); here a decoded token's logits are too. And
+// KINFER_K_TILES, the prefill tiles' instruction form, the same way.
 #include "test_util.h"
 
 #include "backend/cpu/matmul.h"
@@ -14,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 using namespace kinfer;
@@ -124,6 +126,27 @@ TEST_CASE("decode streams: KINFER_DECODE_STREAMS sets the layout without measuri
     {
         EnvGuard env("4x");   // not a number, though it starts like one
         CHECK_THROWS_WITH_AS(backend::cpu::apply_decode_streams_env(), doctest::Contains("expected 1, 2, 4 or 8"), Error);
+    }
+}
+
+TEST_CASE("prefill tiles: KINFER_K_TILES fixes the instruction form when a CPU backend starts, or is refused") {
+    struct Restore {
+        ~Restore() { quant::set_k_tile_form(quant::KTileForm::automatic); }
+    } restore;
+    for (const char* name : {"dpbusd", "maddubs"}) {
+        EnvGuard env(name, "KINFER_K_TILES");
+        quant::set_k_tile_form(quant::KTileForm::automatic);
+        backend::Backends b(1);
+        CHECK(std::string(quant::k_tile_form_name(quant::k_tile_form())) == name);
+        CHECK(quant::k_tile_times().dpbusd_ns == 0);   // set, not measured
+    }
+    {
+        EnvGuard env(nullptr, "KINFER_K_TILES");
+        CHECK_FALSE(backend::cpu::apply_k_tile_form_env());
+    }
+    for (const char* bad : {"auto", "DPBUSD", "maddubs "}) {
+        EnvGuard env(bad, "KINFER_K_TILES");
+        CHECK_THROWS_WITH_AS(backend::cpu::apply_k_tile_form_env(), doctest::Contains("expected dpbusd or maddubs"), Error);
     }
 }
 

@@ -44,6 +44,17 @@ double abs_dot(Type w, const void* wq, const void* aq, int64_t n) {
     return s;
 }
 
+// The instruction forms a tile is to be run in: both for the AVX-512 Q4_K / Q6_K tiles (the same
+// bits either way, quant::k_tile_form), else the one there is.
+std::vector<KTileForm> tile_forms(Type w, Isa isa) {
+    if (isa == Isa::avx512 && (w == Type::Q4_K || w == Type::Q6_K)) return {KTileForm::dpbusd, KTileForm::maddubs};
+    return {KTileForm::automatic};
+}
+// Puts the measured form back in force when a test that set one ends.
+struct TileFormGuard {
+    ~TileFormGuard() { set_k_tile_form(KTileForm::automatic); }
+};
+
 }  // namespace
 
 TEST_CASE("vec_dot: scalar reference equals the dequantized dot product") {
@@ -209,14 +220,19 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
                     std::vector<uint8_t> aq(ab * size_t(ny));
                     quantize_acts(w, a.data(), ny, n, aq.data());
                     const size_t os = size_t(nx) + 2;   // a padded output stride
-                    std::vector<float> out(os * size_t(ny), -1.0f);
-                    tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
-                    for (int t = 0; t < ny; ++t)
-                        for (int r = 0; r < nx; ++r)
-                            CHECK(out[size_t(t) * os + size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab));
-                    for (int t = 0; t < ny; ++t) CHECK(out[size_t(t) * os + size_t(nx)] == -1.0f);   // padding untouched
-                    ++compared;
-                    if (isa == Isa::avx2) ++compared_avx2;
+                    const TileFormGuard restore;
+                    for (const KTileForm form : tile_forms(w, isa)) {
+                        INFO("tile form ", k_tile_form_name(form));
+                        if (form != KTileForm::automatic) set_k_tile_form(form);
+                        std::vector<float> out(os * size_t(ny), -1.0f);
+                        tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
+                        for (int t = 0; t < ny; ++t)
+                            for (int r = 0; r < nx; ++r)
+                                CHECK(out[size_t(t) * os + size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab));
+                        for (int t = 0; t < ny; ++t) CHECK(out[size_t(t) * os + size_t(nx)] == -1.0f);   // padding untouched
+                        ++compared;
+                        if (isa == Isa::avx2) ++compared_avx2;
+                    }
                 }
             }
         }
@@ -253,23 +269,102 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
                     std::vector<uint8_t> aq(ab * size_t(ny));
                     quantize_acts(w, a.data(), ny, n, aq.data());
                     const size_t os = size_t(nx) + 1;
-                    std::vector<float> out(os * size_t(ny), -1.0f);
-                    tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
-                    int bad = 0;
-                    for (int t = 0; t < ny; ++t) {
-                        for (int r = 0; r < nx; ++r)
-                            bad += out[size_t(t) * os + size_t(r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
-                        bad += out[size_t(t) * os + size_t(nx)] != -1.0f;   // padding untouched
+                    const TileFormGuard restore;
+                    for (const KTileForm form : tile_forms(w, isa)) {
+                        if (form != KTileForm::automatic) set_k_tile_form(form);
+                        std::vector<float> out(os * size_t(ny), -1.0f);
+                        tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), os);
+                        int bad = 0;
+                        for (int t = 0; t < ny; ++t) {
+                            for (int r = 0; r < nx; ++r)
+                                bad += out[size_t(t) * os + size_t(r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
+                            bad += out[size_t(t) * os + size_t(nx)] != -1.0f;   // padding untouched
+                        }
+                        INFO(ny, " activation rows, K = ", n, ", tile form ", k_tile_form_name(form));
+                        CHECK(bad == 0);
+                        ++compared;
                     }
-                    INFO(ny, " activation rows, K = ", n);
-                    CHECK(bad == 0);
-                    ++compared;
                 }
             }
         }
     }
     MESSAGE("whole products compared: ", compared);
     if (cpu_supports(Isa::avx2)) CHECK(compared > 0);
+}
+
+TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the form measured") {
+    // The maddubs form sums byte products in pairs as int16 (saturating): at most 2 * 63 * 128 =
+    // 16128 for Q6_K's levels and 2 * 15 * 128 for Q4_K's. Here every weight is at its largest
+    // level and the activations alternate between -128 and 127 (and all -128), where a mistake in
+    // that bound or in a scale's lane would show.
+    if (!cpu_supports(Isa::avx512)) {
+        MESSAGE("skipped: no AVX-512 on this CPU");
+        return;
+    }
+    const TileFormGuard restore;
+    const int64_t n = 2304, nb = n / QK_K;
+    const int nx = 5, ny = 16;
+    int compared = 0;
+    for (Type w : {Type::Q4_K, Type::Q6_K}) {
+        const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
+        const VecDotFn single = vec_dot_for(w, Isa::avx512);
+        REQUIRE(bool(tile));
+        auto wq = quantize(w, random_row(n * nx, 91));
+        const size_t rb = wq.size() / size_t(nx);
+        for (int r = 0; r < nx; ++r)
+            for (int64_t b = 0; b < nb; ++b) {
+                uint8_t* blk = wq.data() + size_t(r) * rb + size_t(b) * traits(w).type_size;
+                if (w == Type::Q4_K) {
+                    auto* q = reinterpret_cast<block_q4_K*>(blk);
+                    std::memset(q->qs, 0xff, sizeof q->qs);
+                    std::memset(q->scales, 0xff, sizeof q->scales);   // scales and mins 63
+                } else {
+                    auto* q = reinterpret_cast<block_q6_K*>(blk);
+                    std::memset(q->ql, 0xff, sizeof q->ql);
+                    std::memset(q->qh, 0xff, sizeof q->qh);
+                    for (int k = 0; k < 16; ++k) q->scales[k] = int8_t(k % 2 ? 127 : -128);
+                }
+            }
+        for (int pattern = 0; pattern < 2; ++pattern) {
+            std::vector<uint8_t> aq(act_row_size(w, n) * size_t(ny));
+            quantize_acts(w, random_row(n * ny, 92).data(), ny, n, aq.data());
+            auto* y = reinterpret_cast<block_q8_K*>(aq.data());
+            for (int64_t b = 0; b < nb * ny; ++b) {
+                for (int j = 0; j < QK_K; ++j) y[b].qs[j] = int8_t(pattern == 0 && j % 2 ? 127 : -128);
+                for (int k = 0; k < QK_K / 16; ++k) {
+                    int sum = 0;
+                    for (int j = 0; j < 16; ++j) sum += y[b].qs[16 * k + j];
+                    y[b].bsums[k] = int16_t(sum);
+                }
+            }
+            const size_t ab = act_row_size(w, n);
+            for (const KTileForm form : {KTileForm::dpbusd, KTileForm::maddubs}) {
+                INFO(traits(w).name, ", activation pattern ", pattern, ", form ", k_tile_form_name(form));
+                set_k_tile_form(form);
+                std::vector<float> out(size_t(nx * ny));
+                tile(n, wq.data(), rb, nx, aq.data(), ab, ny, out.data(), size_t(nx));
+                int bad = 0;
+                for (int t = 0; t < ny; ++t)
+                    for (int r = 0; r < nx; ++r)
+                        bad += out[size_t(t * nx + r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
+                CHECK(bad == 0);
+                ++compared;
+            }
+        }
+    }
+    CHECK(compared == 8);
+    // Automatic: measured once, both forms timed, the one in force one of them.
+    set_k_tile_form(KTileForm::automatic);
+    if (active_isa() == Isa::avx512) {
+        const KTileForm f = k_tile_form();
+        CHECK((f == KTileForm::dpbusd || f == KTileForm::maddubs));
+        const KTileTimes t = k_tile_times();
+        CHECK(t.dpbusd_ns > 0);
+        CHECK(t.maddubs_ns > 0);
+        CHECK(k_tile_form() == f);   // not measured again
+    } else {
+        CHECK(k_tile_form() == KTileForm::automatic);   // these tiles do not run at this level
+    }
 }
 
 TEST_CASE("activations: Q8_K and x86 Q8_0 / Q8_1 against ggml's reference quantizers") {

@@ -8,7 +8,8 @@
 // Prints, per kind: ns per 256 weights per activation row (the unit that compares across shapes)
 // and GB/s of weights streamed. "gemm" is quant::gemm, what the model calls; the others are the
 // kinds it chooses between (multi: 1 weight row x up to 4 activation rows; tile: register tiles;
-// rows: decode's several weight rows x one activation row).
+// rows: decode's several weight rows x one activation row; dpbusd / maddubs: the Q4_K and Q6_K
+// tiles in each instruction form, quant::k_tile_form).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
                 if (std::memcmp(&a, &b, 4) != 0) ++bad;
             }
         const double units = double(rows) * double(K / 256) * double(m_used);
-        std::printf("  %-6s %8.2f ns / 256 weights / act row   %6.2f GB/s of weights   %s\n", kind, s * 1e9 / units,
+        std::printf("  %-7s %8.2f ns / 256 weights / act row   %6.2f GB/s of weights   %s\n", kind, s * 1e9 / units,
                     double(W.size()) / s / 1e9, bad ? "BITS DIFFER" : "bits equal");
         return bad == 0;
     };
@@ -119,6 +120,18 @@ int main(int argc, char** argv) {
         ok &= report("tile16", M, s);
         s = best_of(reps, [&] { t.vec_dot_tile(K, W.data(), wrb, int(rows), A.data(), ab, int(M), got.data(), size_t(rows)); });
         ok &= report("tile", M, s);
+        // The K-quant tiles' two instruction forms (quant::k_tile_form), each forced in turn.
+        if ((*type == Type::Q4_K || *type == Type::Q6_K) && k_tile_form() != KTileForm::automatic) {
+            const KTileTimes mt = k_tile_times();
+            std::printf("  (k_tile_form measured %s: dpbusd %.2f, maddubs %.2f ns, Q4_K + Q6_K in cache)\n",
+                        k_tile_form_name(k_tile_form()), mt.dpbusd_ns, mt.maddubs_ns);
+            for (const KTileForm f : {KTileForm::dpbusd, KTileForm::maddubs}) {
+                set_k_tile_form(f);
+                s = best_of(reps, [&] { t.vec_dot_tile(K, W.data(), wrb, int(rows), A.data(), ab, int(M), got.data(), size_t(rows)); });
+                ok &= report(k_tile_form_name(f), M, s);
+            }
+            set_k_tile_form(KTileForm::automatic);
+        }
     }
     if (t.vec_dot_rows) {
         s = best_of(reps, [&] { t.vec_dot_rows(K, W.data(), wrb, int(rows), A.data(), got.data()); });

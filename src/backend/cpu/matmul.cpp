@@ -315,6 +315,16 @@ int apply_decode_prefetch_env() {
     return b;
 }
 
+bool apply_k_tile_form_env() {
+    const char* env = std::getenv("KINFER_K_TILES");
+    if (!env || !*env) return false;
+    const std::string_view v(env);
+    if (v == "dpbusd") quant::set_k_tile_form(quant::KTileForm::dpbusd);
+    else if (v == "maddubs") quant::set_k_tile_form(quant::KTileForm::maddubs);
+    else fail("KINFER_K_TILES={}: expected dpbusd or maddubs", env);
+    return true;
+}
+
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     DecodeStreams d;
     d.prefetch_from_env = apply_decode_prefetch_env() != 0;
