@@ -86,7 +86,7 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DECLARE_VEC_DOT_MULTI) }
 #undef KINFER_DECLARE_VEC_DOT_MULTI
 
 // Several-weight-row variants (VecDotRowsFn, types.h) for decode's most common types.
-#define KINFER_SIMD_VEC_DOTS_ROWS(X) X(q4_K_q8_K) X(q6_K_q8_K)
+#define KINFER_SIMD_VEC_DOTS_ROWS(X) X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K)
 #define KINFER_DECLARE_VEC_DOT_ROWS(name) \
     void vec_dot_rows_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out);
 // AVX2 also has them for the formats dotted against Q8_0 (AVX-512 decodes those with its tiles).
