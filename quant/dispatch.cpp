@@ -77,8 +77,11 @@ const SimdEntry<VecDotRowsFn> kSimdRows[] = {KINFER_SIMD_VEC_DOTS_ROWS(KINFER_SI
 #undef KINFER_SIMD_ENTRY
 #undef KINFER_SIMD_ENTRY_AVX2
 #define KINFER_SIMD_ENTRY(name) {ref::vec_dot_##name, avx2::vec_dot_tile_##name, avx512::vec_dot_tile_##name},
-const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_ENTRY)};
+#define KINFER_SIMD_ENTRY_AVX512(name) {ref::vec_dot_##name, nullptr, avx512::vec_dot_tile_##name},
+const SimdEntry<VecDotTileFn> kSimdTile[] = {KINFER_SIMD_VEC_DOTS_TILE(KINFER_SIMD_ENTRY)
+                                             KINFER_SIMD_VEC_DOTS_TILE_AVX512(KINFER_SIMD_ENTRY_AVX512)};
 #undef KINFER_SIMD_ENTRY
+#undef KINFER_SIMD_ENTRY_AVX512
 
 // The kernel of this kind for the type whose reference kernel is ref_fn, at level isa; nullptr
 // when that level has none of its own or the CPU lacks it.

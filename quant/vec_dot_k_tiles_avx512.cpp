@@ -36,6 +36,7 @@
 #include <cassert>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -57,21 +58,28 @@ constexpr int kMinActs = 4;    // below this vec_dot_multi's 1 x 3 (or fewer) ke
 // (bytes 32k..32k+31: for Q4_K chunk k / 2's low-nibble partners at even k, high at odd; for Q6_K
 // half k / 4, quarter k % 4) as [row 2p | row 2p + 1], then [d of row 2p x 8 | d of row 2p+1 x 8]
 // and [bsums of row 2p | of row 2p + 1]; after the pairs, for each row quad q (Q4_K's min terms),
-// the pair sums of bsums (8 int16 per row, k4_bsum_pairs) and [-d x 4 per row]. Rows past
-// ny repeat the last one (their results are not stored).
+// the pair sums of bsums (8 int16 per row, k4_bsum_pairs) and [-d x 4 per row]; then, in a
+// pack for Q5_K only (kQ5Extra), its min terms' operands one lane per activation row (16 lanes
+// whatever the pack's size): four vectors m of the bsum pair sums 2m and 2m + 1 as the two words
+// of each dword, then -d. Rows past ny repeat the last one (their results are not stored).
 constexpr int kPerPair = 10;
+constexpr int kQ5Extra = 5;
 struct Vec {
     __m512i v;   // a struct: std::vector<__m512i> would drop the type's attributes (GCC warns)
 };
 struct ActPack {
     int pairs = 0;
+    int extra = 0;   // kQ5Extra in a Q5_K pack
     std::vector<Vec> v;
-    size_t per_sb() const { return size_t(pairs) * kPerPair + size_t(pairs / 2) * 2; }
+    size_t per_sb() const { return size_t(pairs) * kPerPair + size_t(pairs / 2) * 2 + size_t(extra); }
+    // Super-block i's Q5_K min-term vectors.
+    const Vec* q5_mins(int64_t i) const { return sb(i) + size_t(pairs) * kPerPair + size_t(pairs / 2) * 2; }
     const Vec* sb(int64_t i) const { return v.data() + size_t(i) * per_sb(); }
 };
 
-void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb, ActPack& a) {
+void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb, ActPack& a, bool q5_mins = false) {
     a.pairs = padded / 2;
+    a.extra = q5_mins ? kQ5Extra : 0;
     a.v.resize(size_t(nb) * a.per_sb());
     auto row = [&](int t) { return reinterpret_cast<const block_q8_K*>(y + size_t(std::min(t, ny - 1)) * y_stride); };
     for (int64_t i = 0; i < nb; ++i) {
@@ -105,6 +113,21 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
             }
             oq[2 * q].v = _mm512_load_si512(hb);
             oq[2 * q + 1].v = _mm512_castps_si512(_mm512_load_ps(dn));
+        }
+        if (q5_mins) {
+            Vec* o5 = oq + size_t(a.pairs / 2) * 2;
+            alignas(64) uint32_t bp[4][kMaxActs];
+            alignas(64) float nd[kMaxActs];
+            for (int t = 0; t < kMaxActs; ++t) {
+                const block_q8_K& yt = row(t)[i];
+                for (int m = 0; m < 4; ++m) {
+                    const int lo = yt.bsums[4 * m] + yt.bsums[4 * m + 1], hi = yt.bsums[4 * m + 2] + yt.bsums[4 * m + 3];
+                    bp[m][t] = uint32_t(uint16_t(lo)) | uint32_t(uint16_t(hi)) << 16;
+                }
+                nd[t] = -yt.d;
+            }
+            for (int m = 0; m < 4; ++m) o5[m].v = _mm512_load_si512(bp[m]);
+            o5[4].v = _mm512_castps_si512(_mm512_load_ps(nd));
         }
     }
 }
@@ -193,6 +216,97 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
                 const int t = 2 * p + h;
                 if (t >= ny_valid) break;
                 out[r][size_t(t) * os] = hsum_f32(halves[h]) + hsum_f32x4(_mm_load_ps(&acc_m[r][t / 4][4 * (t % 4)]));
+            }
+        }
+    }
+}
+
+// Q5_K as q5_K_rows computes it, in the Q4_K tile's layout: the same integer lanes with the
+// fifth bits (the asm statement, or the intrinsics for a lone last weight row), and the same float
+// chains; the min terms, which q5_K_rows keeps in a scalar chain per activation row (summs +=
+// (-d_y * dmin_w) * float(mins . bsum pair sums), a multiply and an add), as one 16-lane vector
+// a weight row, lane t doing activation row t's scalar operations. The integer dot of the mins
+// with the bsum pair sums is exact however it is summed: four vpdpwssd against the pack's
+// transposed pair sums.
+template <int NR, int NP, Form F>
+void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
+    __m512 summs[NR];
+    for (int r = 0; r < NR; ++r) {
+        for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
+        summs[r] = _mm512_setzero_ps();
+    }
+    // 16 in each byte whose bit k of qh is set: the bit moved to bit 4 of its own byte.
+    auto fifth = [](__m512i qh, int k) {
+        const __m512i bit = _mm512_and_si512(qh, _mm512_set1_epi8(char(1 << k)));
+        return k < 4 ? _mm512_slli_epi16(bit, unsigned(4 - k)) : _mm512_srli_epi16(bit, unsigned(k - 4));
+    };
+    for (int64_t i = 0; i < nb; ++i) {
+        const Vec* A = a.sb(i);
+        __m512i sc[NR];
+        __m128i mn[NR];
+        for (int r = 0; r < NR; ++r) {
+            const K4ScalesMins k = k4_unpack(x[r][i].scales);
+            sc[r] = _mm512_maskz_broadcast_i32x4(0xffff, _mm256_castsi256_si128(k.sc));
+            mn[r] = k.mn16;
+        }
+        if constexpr (NR == 2) {   // two rows: the assembly statement
+            const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
+            const uint8_t* const h[2] = {x[0][i].qh, x[1][i].qh};
+            const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
+            q5k_superblock<NP, F>(q, h, sc, xd, A, acc[0][0]);
+        } else {   // the lone last weight row: Q4_K's intrinsics with the fifth bits
+            __m512i sum[NR][NP];
+            for (int r = 0; r < NR; ++r)
+                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+            for (int j = 0; j < 4; ++j) {
+                __m512i lo[NR], hi[NR], s_pair[NR];
+                for (int r = 0; r < NR; ++r) {
+                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
+                    const __m512i qh = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh)));
+                    lo[r] = _mm512_or_si512(_mm512_and_si512(q, m4), fifth(qh, 2 * j));
+                    hi[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), fifth(qh, 2 * j + 1));
+                    s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
+                }
+                for (int p = 0; p < NP; ++p) {
+                    const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
+                    for (int r = 0; r < NR; ++r) {
+                        const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
+                        const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
+                        const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
+                        sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
+                    }
+                }
+            }
+            for (int r = 0; r < NR; ++r) {
+                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+                for (int p = 0; p < NP; ++p) {
+                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), _mm512_load_ps(acc[r][p])));
+                }
+            }
+        }
+        const Vec* B = a.q5_mins(i);
+        for (int r = 0; r < NR; ++r) {
+            __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), B[0].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 0)));
+            isum = _mm512_dpwssd_epi32(isum, B[1].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 1)));
+            isum = _mm512_dpwssd_epi32(isum, B[2].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 2)));
+            isum = _mm512_dpwssd_epi32(isum, B[3].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 3)));
+            const __m512 dmin = _mm512_mul_ps(_mm512_castsi512_ps(B[4].v), _mm512_set1_ps(h2f(x[r][i].dmin)));   // -d_y * dmin_w
+            summs[r] = _mm512_add_ps(summs[r], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(isum)));
+        }
+    }
+    for (int r = 0; r < NR; ++r) {
+        alignas(64) float sm[16];
+        _mm512_store_ps(sm, summs[r]);
+        for (int p = 0; p < NP; ++p) {
+            const __m512 v = _mm512_load_ps(acc[r][p]);
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
+            for (int h = 0; h < 2; ++h) {
+                const int t = 2 * p + h;
+                if (t >= ny_valid) break;
+                out[r][size_t(t) * os] = hsum_f32(halves[h]) + sm[t];
             }
         }
     }
@@ -353,7 +467,8 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
             b.tiled = b.m < kMinActs ? 0 : b.m - (b.m % 4 == 1);
             b.lone = b.tiled && b.tiled < b.m;
             // Whole quads for Q4_K's min terms.
-            if (b.tiled) pack_acts(yb + size_t(t0) * ys, ys, b.tiled, (b.tiled + 3) / 4 * 4, nb, packs[nblk]);
+            if (b.tiled)
+                pack_acts(yb + size_t(t0) * ys, ys, b.tiled, (b.tiled + 3) / 4 * 4, nb, packs[nblk], std::is_same_v<Block, block_q5_K>);
             ++nblk;
         }
         for (int r0 = 0; r0 < nx; r0 += chunk) {
@@ -437,6 +552,11 @@ void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
 void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {
     tiled<block_q4_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
+}
+
+void vec_dot_tile_q5_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiled<block_q5_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q5_K_q8_K);
 }
 
 void vec_dot_tile_q6_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
