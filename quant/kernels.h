@@ -77,7 +77,7 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS(KINFER_DECLARE_VEC_DOT) }
 #undef KINFER_DECLARE_VEC_DOT
 
 // Multi-row variants (VecDotMultiFn, types.h) of the types that matter most for prefill.
-#define KINFER_SIMD_VEC_DOTS_MULTI(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) \
+#define KINFER_SIMD_VEC_DOTS_MULTI(X) X(q4_0_q8_0) X(q5_0_q8_0) X(q8_0_q8_0) X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) X(iq4_xs_q8_K) \
     X(q6_K_q8_K) X(mxfp4_q8_0) X(iq4_nl_q8_0)
 #define KINFER_DECLARE_VEC_DOT_MULTI(name) \
     void vec_dot_multi_##name(int64_t n, const void* x, const void* y, size_t y_stride, int ny, float* out);
@@ -86,7 +86,7 @@ namespace avx512 { KINFER_SIMD_VEC_DOTS_MULTI(KINFER_DECLARE_VEC_DOT_MULTI) }
 #undef KINFER_DECLARE_VEC_DOT_MULTI
 
 // Several-weight-row variants (VecDotRowsFn, types.h) for decode's most common types.
-#define KINFER_SIMD_VEC_DOTS_ROWS(X) X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K)
+#define KINFER_SIMD_VEC_DOTS_ROWS(X) X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K) X(iq4_xs_q8_K)
 #define KINFER_DECLARE_VEC_DOT_ROWS(name) \
     void vec_dot_rows_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, float* out);
 // AVX2 also has them for the formats dotted against Q8_0 (AVX-512 decodes those with its tiles).

@@ -26,9 +26,6 @@ __m256i dot_u8(__m256i u, __m256i y) { return _mm256_dpbusd_epi32(_mm256_setzero
 __m256i acc_u8(__m256i acc, __m256i u, __m256i y, __m256i s16) {
     return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, y), s16);
 }
-__m256i acc_s8(__m256i acc, __m256i x, __m256i y, __m256i s16) {
-    return acc_u8(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x), s16);
-}
 __m256i acc_w16(__m256i acc, __m256i w, __m256i s16) { return _mm256_dpwssd_epi32(acc, w, s16); }
 
 #include "quant/vec_dot_simd_prims.inc"
