@@ -137,7 +137,7 @@ TEST_CASE("vec_dot_multi: several activation rows give vec_dot's bits exactly") 
             const int64_t n = 2304;  // 9 super-blocks, 72 blocks of 32: odd block counts
             const auto x = random_row(n, 17);
             const auto wq = quantize(w, x);
-            for (int ny : {1, 2, 3, 4, 5, 7, 8, 9}) {
+            for (int ny : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16}) {   // 8 + 4 + 1, two eights (AVX-512 grids)
                 const auto a = random_row(n * ny, 100 + uint32_t(ny));
                 const size_t ab = act_row_size(w, n);
                 std::vector<uint8_t> aq(ab * size_t(ny));
