@@ -312,6 +312,61 @@ void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid
     }
 }
 
+// Q2_K as ggml's AVX2 kernel computes it, in the Q4_K tile's layout: per super-block first the min
+// terms (the 16 mins against the 16 bsums, madd lane-wise, times -d_y * dmin_w: ggml's (-d_y) *
+// dmin_w, the same bits) into each pair's chains, then the scaled products (the asm statement, or
+// intrinsics for a lone last weight row) times d_y * d_w into the same chains.
+template <int NR, int NP, Form F>
+void tile(int64_t nb, const block_q2_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
+    for (int64_t i = 0; i < nb; ++i) {
+        const Vec* A = a.sb(i);
+        __m512i sc[NR];
+        for (int r = 0; r < NR; ++r) {
+            const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales));
+            sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+            const __m512i mins = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4)));
+            const __m512 ndmin = _mm512_set1_ps(-h2f(x[r][i].dmin));
+            for (int p = 0; p < NP; ++p) {
+                const __m512i prod = _mm512_madd_epi16(mins, A[p * kPerPair + 9].v);   // both rows' bsums
+                const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), ndmin);
+                _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(prod), _mm512_load_ps(acc[r][p])));
+            }
+        }
+        if constexpr (NR == 2) {   // two rows: the assembly statement
+            const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
+            const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
+            q2k_superblock<NP, F>(q, sc, xd, A, acc[0][0]);
+        } else {   // the lone last weight row: each piece's levels and scales, maddubs and vpdpwssd
+            for (int r = 0; r < NR; ++r) {
+                __m512i sum[NP];
+                for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
+                for (int k = 0; k < 8; ++k) {   // piece k: field s = k % 4 of qs[32 (k / 4) + b]
+                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * (k / 4))));
+                    const __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, unsigned(2 * (k % 4))), _mm512_set1_epi8(3));
+                    const __m512i s = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.singles[k / 2][k % 2]), sc[r]);
+                    for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_maddubs_epi16(u, A[p * kPerPair + k].v), s);
+                }
+                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+                for (int p = 0; p < NP; ++p) {
+                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[p]), _mm512_load_ps(acc[r][p])));
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) {
+            const __m512 v = _mm512_load_ps(acc[r][p]);
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
+            for (int h = 0; h < 2; ++h)
+                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
+        }
+}
+
 // q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
 // both halves, bytes 0..15 with scale 8 (k / 4) + 2 (k % 4), 16..31 with the next one.
 template <int NR, int NP, Form F>
@@ -552,6 +607,11 @@ void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
 void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {
     tiled<block_q4_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
+}
+
+void vec_dot_tile_q2_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiled<block_q2_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q2_K_q8_K);
 }
 
 void vec_dot_tile_q5_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,

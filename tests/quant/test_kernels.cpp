@@ -47,7 +47,8 @@ double abs_dot(Type w, const void* wq, const void* aq, int64_t n) {
 // The instruction forms a tile is to be run in: both for the AVX-512 K-quant tiles (the same bits
 // either way, quant::k_tile_form), else the one there is.
 std::vector<KTileForm> tile_forms(Type w, Isa isa) {
-    if (isa == Isa::avx512 && (w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K)) return {KTileForm::dpbusd, KTileForm::maddubs};
+    if (isa == Isa::avx512 && (w == Type::Q2_K || w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K))
+        return {KTileForm::dpbusd, KTileForm::maddubs};
     return {KTileForm::automatic};
 }
 // Puts the measured form back in force when a test that set one ends.
@@ -294,10 +295,10 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
 
 TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the form measured") {
     // The maddubs form sums byte products in pairs as int16 (saturating): at most 2 * 63 * 128 =
-    // 16128 for Q6_K's levels, 2 * 31 * 128 for Q5_K's and 2 * 15 * 128 for Q4_K's (the dpbusd
-    // form's sums of four, shifted into a word, twice those). Here every weight is at its largest
-    // level and the activations alternate between -128 and 127 (and all -128), where a mistake in
-    // that bound or in a scale's lane would show.
+    // 16128 for Q6_K's levels, 2 * 31 * 128 for Q5_K's, 2 * 15 * 128 for Q4_K's, 2 * 3 * 128 for
+    // Q2_K's (the dpbusd form's sums of four, shifted into a word, twice those). Here every weight
+    // is at its largest level and the activations alternate between -128 and 127 (and all -128),
+    // where a mistake in that bound or in a scale's lane would show.
     if (!cpu_supports(Isa::avx512)) {
         MESSAGE("skipped: no AVX-512 on this CPU");
         return;
@@ -306,7 +307,7 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
     const int64_t n = 2304, nb = n / QK_K;
     const int nx = 5, ny = 16;
     int compared = 0;
-    for (Type w : {Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    for (Type w : {Type::Q2_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
         const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
         const VecDotFn single = vec_dot_for(w, Isa::avx512);
         REQUIRE(bool(tile));
@@ -315,7 +316,11 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
         for (int r = 0; r < nx; ++r)
             for (int64_t b = 0; b < nb; ++b) {
                 uint8_t* blk = wq.data() + size_t(r) * rb + size_t(b) * traits(w).type_size;
-                if (w == Type::Q4_K) {
+                if (w == Type::Q2_K) {
+                    auto* q = reinterpret_cast<block_q2_K*>(blk);
+                    std::memset(q->qs, 0xff, sizeof q->qs);           // every level 3
+                    std::memset(q->scales, 0xff, sizeof q->scales);   // scales and mins 15
+                } else if (w == Type::Q4_K) {
                     auto* q = reinterpret_cast<block_q4_K*>(blk);
                     std::memset(q->qs, 0xff, sizeof q->qs);
                     std::memset(q->scales, 0xff, sizeof q->scales);   // scales and mins 63
@@ -358,7 +363,7 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
             }
         }
     }
-    CHECK(compared == 12);
+    CHECK(compared == 16);
     // Automatic: measured once, both forms timed, the one in force one of them.
     set_k_tile_form(KTileForm::automatic);
     if (active_isa() == Isa::avx512) {

@@ -8,8 +8,8 @@
 // Prints, per kind: ns per 256 weights per activation row (the unit that compares across shapes)
 // and GB/s of weights streamed. "gemm" is quant::gemm, what the model calls; the others are the
 // kinds it chooses between (multi: 1 weight row x up to 4 activation rows; tile: register tiles;
-// rows: decode's several weight rows x one activation row; dpbusd / maddubs: the Q4_K, Q5_K and
-// Q6_K tiles in each instruction form, quant::k_tile_form).
+// rows: decode's several weight rows x one activation row; dpbusd / maddubs: the AVX-512 K-quant
+// tiles in each instruction form, quant::k_tile_form).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
         s = best_of(reps, [&] { t.vec_dot_tile(K, W.data(), wrb, int(rows), A.data(), ab, int(M), got.data(), size_t(rows)); });
         ok &= report("tile", M, s);
         // The K-quant tiles' two instruction forms (quant::k_tile_form), each forced in turn.
-        if ((*type == Type::Q4_K || *type == Type::Q5_K || *type == Type::Q6_K) && k_tile_form() != KTileForm::automatic) {
+        if ((*type == Type::Q2_K || *type == Type::Q4_K || *type == Type::Q5_K || *type == Type::Q6_K) && k_tile_form() != KTileForm::automatic) {
             const KTileTimes mt = k_tile_times();
             std::printf("  (k_tile_form measured %s: dpbusd %.2f, maddubs %.2f ns, Q4_K + Q6_K in cache)\n",
                         k_tile_form_name(k_tile_form()), mt.dpbusd_ns, mt.maddubs_ns);
