@@ -114,7 +114,7 @@ namespace avx512 { void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_
     void vec_dot_tile_##name(int64_t n, const void* x, size_t x_stride, int nx, const void* y, size_t y_stride, \
                              int ny, float* out, size_t out_stride);
 // Tiles on AVX-512 only (AVX2 takes vec_dot_multi for these).
-#define KINFER_SIMD_VEC_DOTS_TILE_AVX512(X) X(q2_K_q8_K) X(q5_K_q8_K)
+#define KINFER_SIMD_VEC_DOTS_TILE_AVX512(X) X(q2_K_q8_K) X(q3_K_q8_K) X(q5_K_q8_K)
 namespace avx512 { KINFER_SIMD_VEC_DOTS_TILE(KINFER_DECLARE_VEC_DOT_TILE) KINFER_SIMD_VEC_DOTS_TILE_AVX512(KINFER_DECLARE_VEC_DOT_TILE) }
 namespace avx2 { KINFER_SIMD_VEC_DOTS_TILE(KINFER_DECLARE_VEC_DOT_TILE) }
 #undef KINFER_DECLARE_VEC_DOT_TILE

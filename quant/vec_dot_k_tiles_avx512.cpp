@@ -61,15 +61,20 @@ constexpr int kMinActs = 4;    // below this vec_dot_multi's 1 x 3 (or fewer) ke
 // the pair sums of bsums (8 int16 per row, k4_bsum_pairs) and [-d x 4 per row]; then, in a
 // pack for Q5_K only (kQ5Extra), its min terms' operands one lane per activation row (16 lanes
 // whatever the pack's size): four vectors m of the bsum pair sums 2m and 2m + 1 as the two words
-// of each dword, then -d. Rows past ny repeat the last one (their results are not stored).
+// of each dword, then -d; or, in a pack for Q3_K only, four vectors a pair (step J: for each
+// of its two rows and each lane l, -4 x the sum of activation bytes 4l..4l+3 of piece 2J in the
+// dword's low word, of piece 2J + 1 in its high word: the offset of Q3_K's unsigned levels).
+// Rows past ny repeat the last one (their results are not stored).
 constexpr int kPerPair = 10;
 constexpr int kQ5Extra = 5;
+constexpr int kQ3PerPair = 4;
+enum class PackExtra { none, q3, q5 };
 struct Vec {
     __m512i v;   // a struct: std::vector<__m512i> would drop the type's attributes (GCC warns)
 };
 struct ActPack {
     int pairs = 0;
-    int extra = 0;   // kQ5Extra in a Q5_K pack
+    int extra = 0;   // kQ5Extra in a Q5_K pack, kQ3PerPair x pairs in a Q3_K one
     std::vector<Vec> v;
     size_t per_sb() const { return size_t(pairs) * kPerPair + size_t(pairs / 2) * 2 + size_t(extra); }
     // Super-block i's Q5_K min-term vectors.
@@ -77,9 +82,11 @@ struct ActPack {
     const Vec* sb(int64_t i) const { return v.data() + size_t(i) * per_sb(); }
 };
 
-void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb, ActPack& a, bool q5_mins = false) {
+void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb, ActPack& a,
+               PackExtra extra = PackExtra::none) {
     a.pairs = padded / 2;
-    a.extra = q5_mins ? kQ5Extra : 0;
+    a.extra = extra == PackExtra::q5 ? kQ5Extra : extra == PackExtra::q3 ? kQ3PerPair * a.pairs : 0;
+    const bool q5_mins = extra == PackExtra::q5;
     a.v.resize(size_t(nb) * a.per_sb());
     auto row = [&](int t) { return reinterpret_cast<const block_q8_K*>(y + size_t(std::min(t, ny - 1)) * y_stride); };
     for (int64_t i = 0; i < nb; ++i) {
@@ -128,6 +135,22 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
             }
             for (int m = 0; m < 4; ++m) o5[m].v = _mm512_load_si512(bp[m]);
             o5[4].v = _mm512_castps_si512(_mm512_load_ps(nd));
+        }
+        if (extra == PackExtra::q3) {
+            Vec* o3 = oq + size_t(a.pairs / 2) * 2;
+            for (int p = 0; p < a.pairs; ++p)
+                for (int j = 0; j < 4; ++j) {
+                    alignas(64) uint32_t w[16];
+                    for (int h = 0; h < 2; ++h) {
+                        const int8_t* qs = row(2 * p + h)[i].qs;
+                        for (int l = 0; l < 8; ++l) {
+                            int lo = 0, hi = 0;
+                            for (int b = 0; b < 4; ++b) lo += qs[64 * j + 4 * l + b], hi += qs[64 * j + 32 + 4 * l + b];
+                            w[8 * h + l] = uint32_t(uint16_t(-4 * lo)) | uint32_t(uint16_t(-4 * hi)) << 16;
+                        }
+                    }
+                    o3[kQ3PerPair * p + j].v = _mm512_load_si512(w);
+                }
         }
     }
 }
@@ -367,6 +390,70 @@ void tile(int64_t nb, const block_q2_K* const* x, const ActPack& a, int ny_valid
         }
 }
 
+// Q3_K as ggml's AVX2 kernel computes it (one chain of d_y * d_w times the lanes), in the Q4_K
+// tile's layout, with its levels kept unsigned: u = q + 4 (two bits | the hmask bit as 4), the
+// scaled products of u as every K-quant tile forms them, and each lane's offset, the scales
+// times -4 x its four activation bytes (from the pack, two pieces to a dword), added by vpdpwssd
+// against the scale pairs. The integers are ggml's (exact), so the bits are.
+template <int NR, int NP, Form F>
+void tile(int64_t nb, const block_q3_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
+    alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
+    for (int64_t i = 0; i < nb; ++i) {
+        const Vec* A = a.sb(i);
+        const Vec* C = A + size_t(a.pairs) * kPerPair + size_t(a.pairs / 2) * 2;   // the offsets, kQ3PerPair a pair
+        __m512i sc[NR];
+        for (int r = 0; r < NR; ++r) {
+            // The 16 6-bit scales less 32 (vec_dot_simd.inc's q3_K_grid), as words in both halves.
+            uint32_t u[3];
+            std::memcpy(u, x[r][i].scales, 12);
+            const __m128i sc6 = _mm_set_epi32(int(((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4)),
+                                              int(((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4)),
+                                              int((u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4)),
+                                              int((u[0] & 0x0f0f0f0fu) | ((u[2] & 0x03030303u) << 4)));
+            sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(_mm_sub_epi8(sc6, _mm_set1_epi8(32))));
+        }
+        if constexpr (NR == 2) {   // two rows: the assembly statement
+            const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
+            const uint8_t* const hm[2] = {x[0][i].hmask, x[1][i].hmask};
+            const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
+            q3k_superblock<NP, F>(q, hm, sc, xd, A, acc[0][0]);
+        } else {   // the lone last weight row: intrinsics
+            for (int r = 0; r < NR; ++r) {
+                __m512i sum[NP];
+                for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
+                const __m512i hm = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].hmask)));
+                for (int k = 0; k < 8; ++k) {   // piece k: field s = k % 4 of qs[32 (k / 4) + b], hmask bit k
+                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * (k / 4))));
+                    const __m512i two = _mm512_and_si512(_mm512_srli_epi16(q, unsigned(2 * (k % 4))), _mm512_set1_epi8(3));
+                    const __m512i bit = _mm512_and_si512(hm, _mm512_set1_epi8(char(1 << k)));
+                    const __m512i high = k < 2 ? _mm512_slli_epi16(bit, unsigned(2 - k)) : _mm512_srli_epi16(bit, unsigned(k - 2));
+                    const __m512i u = _mm512_or_si512(two, high);
+                    const __m512i s = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.singles[k / 2][k % 2]), sc[r]);
+                    for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_maddubs_epi16(u, A[p * kPerPair + k].v), s);
+                }
+                for (int j = 0; j < 4; ++j) {
+                    const __m512i pair = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.pairs[j]), sc[r]);
+                    for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], C[kQ3PerPair * p + j].v, pair);
+                }
+                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
+                for (int p = 0; p < NP; ++p) {
+                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
+                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[p]), _mm512_load_ps(acc[r][p])));
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) {
+            const __m512 v = _mm512_load_ps(acc[r][p]);
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
+            for (int h = 0; h < 2; ++h)
+                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
+        }
+}
+
 // q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
 // both halves, bytes 0..15 with scale 8 (k / 4) + 2 (k % 4), 16..31 with the next one.
 template <int NR, int NP, Form F>
@@ -523,7 +610,10 @@ void tiled(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys
             b.lone = b.tiled && b.tiled < b.m;
             // Whole quads for Q4_K's min terms.
             if (b.tiled)
-                pack_acts(yb + size_t(t0) * ys, ys, b.tiled, (b.tiled + 3) / 4 * 4, nb, packs[nblk], std::is_same_v<Block, block_q5_K>);
+                pack_acts(yb + size_t(t0) * ys, ys, b.tiled, (b.tiled + 3) / 4 * 4, nb, packs[nblk],
+                          std::is_same_v<Block, block_q5_K>   ? PackExtra::q5
+                          : std::is_same_v<Block, block_q3_K> ? PackExtra::q3
+                                                               : PackExtra::none);
             ++nblk;
         }
         for (int r0 = 0; r0 < nx; r0 += chunk) {
@@ -612,6 +702,11 @@ void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const v
 void vec_dot_tile_q2_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
                             size_t os) {
     tiled<block_q2_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q2_K_q8_K);
+}
+
+void vec_dot_tile_q3_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
+                            size_t os) {
+    tiled<block_q3_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q3_K_q8_K);
 }
 
 void vec_dot_tile_q5_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,

@@ -47,7 +47,7 @@ double abs_dot(Type w, const void* wq, const void* aq, int64_t n) {
 // The instruction forms a tile is to be run in: both for the AVX-512 K-quant tiles (the same bits
 // either way, quant::k_tile_form), else the one there is.
 std::vector<KTileForm> tile_forms(Type w, Isa isa) {
-    if (isa == Isa::avx512 && (w == Type::Q2_K || w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K))
+    if (isa == Isa::avx512 && (w == Type::Q2_K || w == Type::Q3_K || w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K))
         return {KTileForm::dpbusd, KTileForm::maddubs};
     return {KTileForm::automatic};
 }
@@ -296,9 +296,10 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
 TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the form measured") {
     // The maddubs form sums byte products in pairs as int16 (saturating): at most 2 * 63 * 128 =
     // 16128 for Q6_K's levels, 2 * 31 * 128 for Q5_K's, 2 * 15 * 128 for Q4_K's, 2 * 3 * 128 for
-    // Q2_K's (the dpbusd form's sums of four, shifted into a word, twice those). Here every weight
-    // is at its largest level and the activations alternate between -128 and 127 (and all -128),
-    // where a mistake in that bound or in a scale's lane would show.
+    // Q2_K's, 2 * 7 * 128 for Q3_K's unsigned ones (the dpbusd form's sums of four, shifted into a
+    // word, twice those; Q3_K's offsets 4 * 4 * 128 a word). Here every weight is at its largest
+    // level and the activations alternate between -128 and 127 (and all -128), where a mistake in
+    // that bound or in a scale's lane would show.
     if (!cpu_supports(Isa::avx512)) {
         MESSAGE("skipped: no AVX-512 on this CPU");
         return;
@@ -307,7 +308,7 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
     const int64_t n = 2304, nb = n / QK_K;
     const int nx = 5, ny = 16;
     int compared = 0;
-    for (Type w : {Type::Q2_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
+    for (Type w : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
         const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
         const VecDotFn single = vec_dot_for(w, Isa::avx512);
         REQUIRE(bool(tile));
@@ -320,6 +321,11 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
                     auto* q = reinterpret_cast<block_q2_K*>(blk);
                     std::memset(q->qs, 0xff, sizeof q->qs);           // every level 3
                     std::memset(q->scales, 0xff, sizeof q->scales);   // scales and mins 15
+                } else if (w == Type::Q3_K) {
+                    auto* q = reinterpret_cast<block_q3_K*>(blk);
+                    std::memset(q->qs, 0xff, sizeof q->qs);
+                    std::memset(q->hmask, 0xff, sizeof q->hmask);     // every level 3 (u = 7)
+                    std::memset(q->scales, r % 2 ? 0x00 : 0xff, sizeof q->scales);   // scales -32 or 31
                 } else if (w == Type::Q4_K) {
                     auto* q = reinterpret_cast<block_q4_K*>(blk);
                     std::memset(q->qs, 0xff, sizeof q->qs);
@@ -363,7 +369,7 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
             }
         }
     }
-    CHECK(compared == 16);
+    CHECK(compared == 20);
     // Automatic: measured once, both forms timed, the one in force one of them.
     set_k_tile_form(KTileForm::automatic);
     if (active_isa() == Isa::avx512) {

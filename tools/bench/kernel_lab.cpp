@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
         s = best_of(reps, [&] { t.vec_dot_tile(K, W.data(), wrb, int(rows), A.data(), ab, int(M), got.data(), size_t(rows)); });
         ok &= report("tile", M, s);
         // The K-quant tiles' two instruction forms (quant::k_tile_form), each forced in turn.
-        if ((*type == Type::Q2_K || *type == Type::Q4_K || *type == Type::Q5_K || *type == Type::Q6_K) && k_tile_form() != KTileForm::automatic) {
+        if ((*type == Type::Q2_K || *type == Type::Q3_K || *type == Type::Q4_K || *type == Type::Q5_K || *type == Type::Q6_K) &&
+            k_tile_form() != KTileForm::automatic) {
             const KTileTimes mt = k_tile_times();
             std::printf("  (k_tile_form measured %s: dpbusd %.2f, maddubs %.2f ns, Q4_K + Q6_K in cache)\n",
                         k_tile_form_name(k_tile_form()), mt.dpbusd_ns, mt.maddubs_ns);
