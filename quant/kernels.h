@@ -101,13 +101,14 @@ namespace avx512 { int weight_rows_per_group(); }
 // int, not an atomic, so that the compiler may load it once outside their inner loops.
 namespace detail { extern int g_decode_prefetch; }
 
-// Times both instruction forms of the Q4_K / Q6_K tiles (k_tile_form, quant/matmul.h): ns per
-// 256 weights and activation row, Q4_K's and Q6_K's added.
+// Times both instruction forms of the K-quant tiles (k_tile_form, quant/matmul.h): ns per 256
+// weights and activation row, the five types' added.
 namespace avx512 { void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns); }
 
 // Tiled variants (VecDotTileFn): on AVX-512 VNNI for the formats dotted against Q8_0
 // (vec_dot_tiles_avx512.cpp) and for Q4_K / Q6_K (vec_dot_k_tiles_avx512.cpp); on AVX2 for the
-// same formats (vec_dot_simd.inc, vec_dot_k_tiles_avx2.cpp).
+// same formats (vec_dot_simd.inc, vec_dot_k_tiles_avx2.cpp). Q2_K, Q3_K and Q5_K have AVX-512
+// tiles only (KINFER_SIMD_VEC_DOTS_TILE_AVX512 below; on AVX2 vec_dot_multi).
 #define KINFER_SIMD_VEC_DOTS_TILE_Q8_0(X) X(q8_0_q8_0) X(q4_0_q8_0) X(q5_0_q8_0) X(iq4_nl_q8_0) X(mxfp4_q8_0)
 #define KINFER_SIMD_VEC_DOTS_TILE(X) KINFER_SIMD_VEC_DOTS_TILE_Q8_0(X) X(q4_K_q8_K) X(q6_K_q8_K)
 #define KINFER_DECLARE_VEC_DOT_TILE(name)                                                                     \

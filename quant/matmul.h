@@ -53,19 +53,21 @@ int decode_prefetch();
 // The distances calibration tries, the default first.
 std::vector<int> decode_prefetch_distances();
 
-// Prefill's K-quant tiles on AVX-512 (Q4_K and Q6_K weights against 4-16 activation rows) do
-// their integer work in one of two instruction forms (vec_dot_k_tiles_asm_avx512.inc): dpbusd
-// (fewer multiplies, which Zen 4's two multiply pipes favour) or maddubs (fewer instructions and
-// no single-port shifts: Sapphire Rapids). The integers, so the bits, are the same; only speed
-// differs, so the faster form is measured on the machine the first time k_tile_form() is asked
-// (every CPU backend asks when it starts, the tiles otherwise at first use): both forms on two
-// small tiles in cache, about 2 ms. Set it only while no kernel runs.
+// Prefill's K-quant tiles on AVX-512 (Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights against 4-16
+// activation rows) do their integer work in one of two instruction forms
+// (vec_dot_k_tiles_asm_avx512.inc): dpbusd (fewer multiplies, which Zen 4's two multiply pipes
+// favour) or maddubs (fewer instructions and no single-port shifts: Sapphire Rapids). The
+// integers, so the bits, are the same; only speed differs, so the faster form is measured on the
+// machine the first time k_tile_form() is asked in a process (a CPU backend with its own pool asks
+// when it starts, the tiles otherwise at first use): both forms on a small tile of each type in
+// cache, about 3 ms. A product reads the form once when it starts, so a change while one runs
+// only splits it between the two forms, with the same bits.
 enum class KTileForm { automatic, dpbusd, maddubs };
 void set_k_tile_form(KTileForm form);   // automatic: measure again when next asked
 // The form in force, measured now if it is automatic; automatic on ISAs without these tiles.
 KTileForm k_tile_form();
-// The last measurement: ns per 256 weights and activation row, a Q4_K tile's and a Q6_K tile's
-// added, for each form (zeros when the form was set, not measured).
+// The last measurement: ns per 256 weights and activation row, the five types' tiles added, for
+// each form (zeros when the form was set, not measured).
 struct KTileTimes {
     double dpbusd_ns = 0, maddubs_ns = 0;
 };

@@ -1,6 +1,7 @@
-// Q4_K and Q6_K x Q8_K prefill tiles for AVX-512 VNNI: two weight rows x up to 16 activation rows
-// per pass, with the activations repacked once per 64 of a call's rows so that the inner loop is 512-bit loads
-// and multiply-adds only.
+// K-quant x Q8_K prefill tiles for AVX-512 VNNI (Q4_K and Q6_K; Q2_K, Q3_K and Q5_K, whose AVX2
+// path is vec_dot_multi): two weight rows x up to 16 activation rows per pass, with the
+// activations repacked once per 64 of a call's rows so that the inner loop is 512-bit loads and
+// multiply-adds only.
 //
 // Bit equality. q4_K_tile (vec_dot_simd.inc), like ggml's AVX2 kernel, forms per super-block
 // eight exact int32 lanes (lane l: the scaled sums of bytes 4l..4l+3 of each 32-byte chunk),
@@ -17,7 +18,9 @@
 //     a time.
 // The final reductions are q4_K_tile's (hsum_f32, hsum_f32x4), so every output equals
 // vec_dot_q4_K_q8_K bit for bit (tests/quant). Q6_K follows q6_K_tile the same way: its lanes
-// less 32 * (the bsums times the scales, two rows per zmm), times d_y * d_w, into one chain.
+// less 32 * (the bsums times the scales, two rows per zmm), times d_y * d_w, into one chain. The
+// other three follow their vec_dot the same way; each tile<> says how (the min terms of Q2_K and
+// Q5_K, Q3_K's unsigned levels).
 //
 // Why: prefill on a Q4_K_M model is these products (80 + 10 % of k3-wide's pp256), and the
 // 1 x 4 tiles spend half their instructions on loads, broadcasts and the per-super-block float
@@ -77,8 +80,9 @@ struct ActPack {
     int extra = 0;   // kQ5Extra in a Q5_K pack, kQ3PerPair x pairs in a Q3_K one
     std::vector<Vec> v;
     size_t per_sb() const { return size_t(pairs) * kPerPair + size_t(pairs / 2) * 2 + size_t(extra); }
-    // Super-block i's Q5_K min-term vectors.
-    const Vec* q5_mins(int64_t i) const { return sb(i) + size_t(pairs) * kPerPair + size_t(pairs / 2) * 2; }
+    // Super-block i's vectors after the pairs and the quads: Q5_K's min-term operands, or Q3_K's
+    // offsets (kQ3PerPair a pair; the Q3_K statement finds them at that place by itself, KQ3_OFF).
+    const Vec* after_quads(int64_t i) const { return sb(i) + size_t(pairs) * kPerPair + size_t(pairs / 2) * 2; }
     const Vec* sb(int64_t i) const { return v.data() + size_t(i) * per_sb(); }
 };
 
@@ -310,7 +314,7 @@ void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid
                 }
             }
         }
-        const Vec* B = a.q5_mins(i);
+        const Vec* B = a.after_quads(i);
         for (int r = 0; r < NR; ++r) {
             __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), B[0].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 0)));
             isum = _mm512_dpwssd_epi32(isum, B[1].v, _mm512_set1_epi32(_mm_extract_epi32(mn[r], 1)));
@@ -402,19 +406,14 @@ void tile(int64_t nb, const block_q3_K* const* x, const ActPack& a, int ny_valid
         for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
     for (int64_t i = 0; i < nb; ++i) {
         const Vec* A = a.sb(i);
-        const Vec* C = A + size_t(a.pairs) * kPerPair + size_t(a.pairs / 2) * 2;   // the offsets, kQ3PerPair a pair
+        const Vec* C = a.after_quads(i);   // the offsets, kQ3PerPair a pair
         __m512i sc[NR];
         for (int r = 0; r < NR; ++r) {
-            // The 16 6-bit scales less 32 (vec_dot_simd.inc's q3_K_grid), as words in both halves.
-            uint32_t u[3];
-            std::memcpy(u, x[r][i].scales, 12);
-            const __m128i sc6 = _mm_set_epi32(int(((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4)),
-                                              int(((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4)),
-                                              int((u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4)),
-                                              int((u[0] & 0x0f0f0f0fu) | ((u[2] & 0x03030303u) << 4)));
-            sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(_mm_sub_epi8(sc6, _mm_set1_epi8(32))));
+            // The 16 scales less 32 as words in both halves.
+            sc[r] = _mm512_maskz_broadcast_i64x4(0xff, _mm256_cvtepi8_epi16(q3_K_scales(x[r][i].scales)));
         }
         if constexpr (NR == 2) {   // two rows: the assembly statement
+            assert(a.pairs == NP && a.extra == kQ3PerPair * NP);   // it finds the offsets after exactly NP pairs
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const uint8_t* const hm[2] = {x[0][i].hmask, x[1][i].hmask};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
@@ -654,15 +653,13 @@ double time_tile(int64_t nb, const Block* const* x, const ActPack& a, int reps) 
 }  // namespace
 
 void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
-    // Two weight rows and 16 activation rows of 8 super-blocks (K = 2048): the packs and weights
-    // sit in L1 / L2, so the timings are the cores' instruction throughput, which is what the forms
-    // differ in. Any bytes are valid quants; the scales are set to small normal values so that no
-    // float step meets an infinity (timing only, nothing is compared).
+    // Two weight rows and 16 activation rows of 8 super-blocks (K = 2048) of each of the five
+    // types: the packs and weights sit in L1 / L2, so the timings are the core's instruction
+    // throughput, which is what the forms differ in. Any bytes are valid quants; the scales are
+    // set to small normal values so that no float step meets an infinity (timing only, nothing is
+    // compared).
     constexpr int64_t nb = 8;
     constexpr int kRounds = 7, kReps = 48;
-    std::vector<block_q4_K> x4(2 * nb);
-    std::vector<block_q6_K> x6(2 * nb);
-    std::vector<block_q8_K> y(16 * nb);
     uint32_t seed = 0x9e3779b9u;
     auto fill = [&](void* p, size_t bytes) {
         auto* b = static_cast<uint8_t*>(p);
@@ -671,27 +668,38 @@ void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
             b[i] = uint8_t(seed >> 24);
         }
     };
-    fill(x4.data(), x4.size() * sizeof(block_q4_K));
-    fill(x6.data(), x6.size() * sizeof(block_q6_K));
+    std::vector<block_q8_K> y(16 * nb);
     fill(y.data(), y.size() * sizeof(block_q8_K));
-    for (auto& b : x4) b.d = b.dmin = 0x2c00;   // 1/16 as fp16
-    for (auto& b : x6) b.d = 0x2c00;
     for (auto& b : y) b.d = 0.01f;
-    ActPack a;
-    pack_acts(reinterpret_cast<const uint8_t*>(y.data()), nb * sizeof(block_q8_K), 16, 16, nb, a);
-    const block_q4_K* r4[2] = {x4.data(), x4.data() + nb};
-    const block_q6_K* r6[2] = {x6.data(), x6.data() + nb};
-    // Rounds over both forms (a drifting clock slows them alike), the best of each; the two
-    // types' times added, Q4_K and Q6_K being what K-quant models' prefill runs on these tiles.
-    double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}};
-    for (int round = 0; round < kRounds; ++round) {
-        best[0][0] = std::min(best[0][0], time_tile<block_q4_K, Form::dpbusd>(nb, r4, a, kReps));
-        best[1][0] = std::min(best[1][0], time_tile<block_q4_K, Form::maddubs>(nb, r4, a, kReps));
-        best[0][1] = std::min(best[0][1], time_tile<block_q6_K, Form::dpbusd>(nb, r6, a, kReps));
-        best[1][1] = std::min(best[1][1], time_tile<block_q6_K, Form::maddubs>(nb, r6, a, kReps));
-    }
-    dpbusd_ns = best[0][0] + best[0][1];
-    maddubs_ns = best[1][0] + best[1][1];
+    ActPack plain, q3, q5;
+    const auto* yb = reinterpret_cast<const uint8_t*>(y.data());
+    pack_acts(yb, nb * sizeof(block_q8_K), 16, 16, nb, plain);
+    pack_acts(yb, nb * sizeof(block_q8_K), 16, 16, nb, q3, PackExtra::q3);
+    pack_acts(yb, nb * sizeof(block_q8_K), 16, 16, nb, q5, PackExtra::q5);
+    // Each type's best of kRounds rounds over both forms (a drifting clock slows them alike); the
+    // types' times added, so the form kept is the faster over all of them.
+    dpbusd_ns = maddubs_ns = 0;
+    auto time_type = [&]<class Block>(const ActPack& a) {
+        std::vector<Block> w(2 * nb);
+        fill(w.data(), w.size() * sizeof(Block));
+        for (Block& b : w) {
+            b.d = 0x2c00;   // 1/16 as fp16
+            if constexpr (requires { b.dmin; }) b.dmin = 0x2c00;
+        }
+        const Block* r[2] = {w.data(), w.data() + nb};
+        double best[2] = {1e30, 1e30};
+        for (int round = 0; round < kRounds; ++round) {
+            best[0] = std::min(best[0], time_tile<Block, Form::dpbusd>(nb, r, a, kReps));
+            best[1] = std::min(best[1], time_tile<Block, Form::maddubs>(nb, r, a, kReps));
+        }
+        dpbusd_ns += best[0];
+        maddubs_ns += best[1];
+    };
+    time_type.template operator()<block_q2_K>(plain);
+    time_type.template operator()<block_q3_K>(q3);
+    time_type.template operator()<block_q4_K>(plain);
+    time_type.template operator()<block_q5_K>(q5);
+    time_type.template operator()<block_q6_K>(plain);
 }
 
 void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,

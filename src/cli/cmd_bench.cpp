@@ -161,13 +161,13 @@ int run_bench(const BenchArgs& a) {
     for (int nt : threads) {
         so.n_threads = nt;
         model::Session s(*m, so);
-        if (!tiles_told && quant::k_tile_form() != quant::KTileForm::automatic &&
+        if (!tiles_told && quant::active_isa() == quant::Isa::avx512 && quant::k_tile_form() != quant::KTileForm::automatic &&
             std::any_of(tests.begin(), tests.end(), [](auto t) { return t.first > 0; })) {
             // The prefill tiles' instruction form (the CPU backend measured it when it started).
             const quant::KTileTimes kt = quant::k_tile_times();
             std::fprintf(stderr, "prefill K-quant tiles: %s form (%s)\n", quant::k_tile_form_name(quant::k_tile_form()),
-                         kt.dpbusd_ns > 0 ? fmt::format("Q4_K + Q6_K ns per 256 weights and row in cache: dpbusd {:.2f}, "
-                                                        "maddubs {:.2f}", kt.dpbusd_ns, kt.maddubs_ns).c_str()
+                         kt.dpbusd_ns > 0 ? fmt::format("ns per 256 weights and row in cache, the five types added: dpbusd "
+                                                        "{:.2f}, maddubs {:.2f}", kt.dpbusd_ns, kt.maddubs_ns).c_str()
                                           : "KINFER_K_TILES");
             tiles_told = true;
         }

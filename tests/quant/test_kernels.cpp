@@ -299,7 +299,9 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
     // Q2_K's, 2 * 7 * 128 for Q3_K's unsigned ones (the dpbusd form's sums of four, shifted into a
     // word, twice those; Q3_K's offsets 4 * 4 * 128 a word). Here every weight is at its largest
     // level and the activations alternate between -128 and 127 (and all -128), where a mistake in
-    // that bound or in a scale's lane would show.
+    // that bound or in a scale's lane would show. (Every qh / hmask bit is set here: which bit a
+    // piece takes is checked by the random tiles above. The lone-row paths have one form: the loop
+    // runs them twice alike.)
     if (!cpu_supports(Isa::avx512)) {
         MESSAGE("skipped: no AVX-512 on this CPU");
         return;

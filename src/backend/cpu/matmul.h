@@ -102,7 +102,7 @@ int apply_decode_streams_env();
 // distance the same way (the calibration then keeps it); returns it, or 0 when unset.
 int apply_decode_prefetch_env();
 
-// KINFER_K_TILES=dpbusd|maddubs, when set, fixes the instruction form of the AVX-512 Q4_K / Q6_K
+// KINFER_K_TILES=dpbusd|maddubs, when set, fixes the instruction form of the AVX-512 K-quant
 // prefill tiles (quant::set_k_tile_form) instead of measuring it; returns whether it was set.
 // Throws on any other value.
 bool apply_k_tile_form_env();
