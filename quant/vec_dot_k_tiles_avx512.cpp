@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -161,12 +162,73 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
 
 #include "quant/vec_dot_k_tiles_asm_avx512.inc"
 
+// Pieces shared by the tiles' intrinsics (a product's lone last weight row, NR == 1) and their ends.
+// Q4_K's and Q5_K's lone row: chunk j's low nibbles pair with scale 2j, high with 2j + 1 (each lane's
+// four products of each by vpdpbusd, exact, |sum| <= 4 * 31 * 128 an int16, joined as the two
+// words of the lane, one multiply-add applying the scale pair: three multiplies where two maddubs
+// and two multiply-adds were four, Zen 4, Q4_K 512 x 7168 x 16: 3.8 -> 3.5 ns); high(k) gives the
+// bits above the nibbles of piece k (Q5_K's fifth bits, zero for Q4_K). sc: the 8 scales as words
+// in every 128-bit lane.
+template <int NP, class High>
+void lone_row_nibbles(const Vec* A, const uint8_t* qs, __m512i sc, High high, __m512i (&sum)[NP]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+        const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), high(2 * j));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), high(2 * j + 1));
+        // Every dword: scale 2j in its low word, 2j + 1 in its high word.
+        const __m512i s_pair = _mm512_shuffle_epi8(sc, _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
+        for (int p = 0; p < NP; ++p) {
+            const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, A[p * kPerPair + 2 * j].v);
+            const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, A[p * kPerPair + 2 * j + 1].v);
+            const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
+            sum[p] = _mm512_dpwssd_epi32(sum[p], w, s_pair);
+        }
+    }
+}
+// Q2_K's and Q3_K's lone row: the scaled products of its eight pieces against NP pairs: levels(k) gives piece
+// k's unsigned levels in both halves, sc the row's 16 group scales as words (Q6_K's group pattern,
+// which Q2_K and Q3_K share), summed into sum[p] by maddubs and vpdpwssd.
+template <int NP, class Levels>
+void lone_row_pieces(const Vec* A, __m512i sc, Levels levels, __m512i (&sum)[NP]) {
+    for (int k = 0; k < 8; ++k) {
+        const __m512i u = levels(k);
+        const __m512i s = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.singles[k / 2][k % 2]), sc);
+        for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_maddubs_epi16(u, A[p * kPerPair + k].v), s);
+    }
+}
+// acc[p] = (d_y * d_w) * float(sum[p]) + acc[p], the float step of a super-block (d_y from the pack).
+template <int NP>
+void chain_step(const Vec* A, float xd, const __m512i (&sum)[NP], float (*acc)[16]) {
+    const __m512 d_w = _mm512_set1_ps(xd);
+    for (int p = 0; p < NP; ++p) {
+        const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), d_w);   // d_y * d_w
+        _mm512_store_ps(acc[p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[p]), _mm512_load_ps(acc[p])));
+    }
+}
+// Each output, for the activation rows that were real: the reduction of its eight lanes (hsum_f32),
+// plus min(r, t) when given (a type's min terms: adding a zero instead would turn -0 into +0).
+template <int NR, int NP, class Mins = std::nullptr_t>
+void store_chains(const float (&acc)[NR][8][16], int ny_valid, float* const* out, size_t os, Mins mins = nullptr) {
+    for (int r = 0; r < NR; ++r)
+        for (int p = 0; p < NP; ++p) {
+            const __m512 v = _mm512_load_ps(acc[r][p]);
+            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
+            for (int h = 0; h < 2; ++h) {
+                const int t = 2 * p + h;
+                if (t >= ny_valid) break;
+                if constexpr (std::is_null_pointer_v<Mins>) out[r][size_t(t) * os] = hsum_f32(halves[h]);
+                else out[r][size_t(t) * os] = hsum_f32(halves[h]) + mins(r, t);
+            }
+        }
+}
+
+
 // NR weight rows x 2 NP packed activation rows (NP even), all nb super-blocks; out[t * os + r]
 // for the t < ny_valid that were real rows.
 template <int NR, int NP, Form F>
 void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
     constexpr int NQ = NP / 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     // The float chains live in memory, where the asm statements update them once per super-block
     // (as registers they would crowd out the integer sums); eight pairs' and four quads' room per
     // row whatever NP, as those statements address row 1. The one-row path shares the storage.
@@ -191,38 +253,10 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)}, xm[2] = {h2f(x[0][i].dmin), h2f(x[1][i].dmin)};
             q4k_superblock<NP, F>(q, sc, mn, xd, xm, A, acc[0][0], acc_m[0][0]);
         } else {   // the lone last weight row (NR == 1): intrinsics
-            for (int r = 0; r < NR; ++r)
-                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) {
-                // Chunk j of each weight row in both halves: low nibbles pair with scale 2j, high with 2j + 1.
-                __m512i lo[NR], hi[NR], s_pair[NR];
-                for (int r = 0; r < NR; ++r) {
-                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
-                    lo[r] = _mm512_and_si512(q, m4);
-                    hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-                    // Every dword: scale 2j in its low word, 2j + 1 in its high word.
-                    s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
-                }
-                for (int p = 0; p < NP; ++p) {
-                    const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
-                    for (int r = 0; r < NR; ++r) {
-                        // Each lane's four products of the low chunk and of the high chunk (vpdpbusd:
-                        // exact, |sum| <= 4 * 15 * 128 fits an int16) become the two words of the lane,
-                        // and one multiply-add applies the scale pair: three multiplies where two
-                        // maddubs and two multiply-adds were four (Zen 4, Q4_K 512 x 7168 x 16: 3.8 -> 3.5 ns).
-                        const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
-                        const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
-                        const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
-                        sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
-                    }
-                }
-            }
             for (int r = 0; r < NR; ++r) {
-                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-                for (int p = 0; p < NP; ++p) {
-                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), _mm512_load_ps(acc[r][p])));
-                }
+                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
+                lone_row_nibbles(A, x[r][i].qs, sc[r], [](int) { return _mm512_setzero_si512(); }, sum[r]);
+                chain_step(A, h2f(x[r][i].d), sum[r], acc[r]);
             }
             for (int r = 0; r < NR; ++r) {
                 const __m512 xdmin = _mm512_set1_ps(h2f(x[r][i].dmin));
@@ -235,17 +269,7 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
             }
         }
     }
-    for (int r = 0; r < NR; ++r) {
-        for (int p = 0; p < NP; ++p) {
-            const __m512 v = _mm512_load_ps(acc[r][p]);
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
-            for (int h = 0; h < 2; ++h) {
-                const int t = 2 * p + h;
-                if (t >= ny_valid) break;
-                out[r][size_t(t) * os] = hsum_f32(halves[h]) + hsum_f32x4(_mm_load_ps(&acc_m[r][t / 4][4 * (t % 4)]));
-            }
-        }
-    }
+    store_chains<NR, NP>(acc, ny_valid, out, os, [&](int r, int t) { return hsum_f32x4(_mm_load_ps(&acc_m[r][t / 4][4 * (t % 4)])); });
 }
 
 // Q5_K as q5_K_rows computes it, in the Q4_K tile's layout: the same integer lanes with the
@@ -257,18 +281,12 @@ void tile(int64_t nb, const block_q4_K* const* x, const ActPack& a, int ny_valid
 // transposed pair sums.
 template <int NR, int NP, Form F>
 void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid, float* const* out, size_t os) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     alignas(64) float acc[NR][8][16];   // in memory, eight pairs' room a row, as in the Q4_K tile
     __m512 summs[NR];
     for (int r = 0; r < NR; ++r) {
         for (int p = 0; p < NP; ++p) _mm512_store_ps(acc[r][p], _mm512_setzero_ps());
         summs[r] = _mm512_setzero_ps();
     }
-    // 16 in each byte whose bit k of qh is set: the bit moved to bit 4 of its own byte.
-    auto fifth = [](__m512i qh, int k) {
-        const __m512i bit = _mm512_and_si512(qh, _mm512_set1_epi8(char(1 << k)));
-        return k < 4 ? _mm512_slli_epi16(bit, unsigned(4 - k)) : _mm512_srli_epi16(bit, unsigned(k - 4));
-    };
     for (int64_t i = 0; i < nb; ++i) {
         const Vec* A = a.sb(i);
         __m512i sc[NR];
@@ -284,34 +302,15 @@ void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
             q5k_superblock<NP, F>(q, h, sc, xd, A, acc[0][0]);
         } else {   // the lone last weight row: Q4_K's intrinsics with the fifth bits
-            __m512i sum[NR][NP];
-            for (int r = 0; r < NR; ++r)
-                for (int p = 0; p < NP; ++p) sum[r][p] = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) {
-                __m512i lo[NR], hi[NR], s_pair[NR];
-                for (int r = 0; r < NR; ++r) {
-                    const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j)));
-                    const __m512i qh = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh)));
-                    lo[r] = _mm512_or_si512(_mm512_and_si512(q, m4), fifth(qh, 2 * j));
-                    hi[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), fifth(qh, 2 * j + 1));
-                    s_pair[r] = _mm512_shuffle_epi8(sc[r], _mm512_set1_epi32(int32_t(0x03020100u + 0x04040404u * uint32_t(j))));
-                }
-                for (int p = 0; p < NP; ++p) {
-                    const __m512i ylo = A[p * kPerPair + 2 * j].v, yhi = A[p * kPerPair + 2 * j + 1].v;
-                    for (int r = 0; r < NR; ++r) {
-                        const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], ylo);
-                        const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[r], yhi);
-                        const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, dl, _mm512_slli_epi32(dh, 16));
-                        sum[r][p] = _mm512_dpwssd_epi32(sum[r][p], w, s_pair[r]);
-                    }
-                }
-            }
             for (int r = 0; r < NR; ++r) {
-                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-                for (int p = 0; p < NP; ++p) {
-                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[r][p]), _mm512_load_ps(acc[r][p])));
-                }
+                __m512i sum[NP];
+                for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
+                const __m512i qh = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qh)));
+                lone_row_nibbles(A, x[r][i].qs, sc[r], [&](int k) {   // bit k of qh as 16
+                    const __m512i bit = _mm512_and_si512(qh, _mm512_set1_epi8(char(1 << k)));
+                    return k < 4 ? _mm512_slli_epi16(bit, unsigned(4 - k)) : _mm512_srli_epi16(bit, unsigned(k - 4));
+                }, sum);
+                chain_step(A, h2f(x[r][i].d), sum, acc[r]);
             }
         }
         const Vec* B = a.after_quads(i);
@@ -324,19 +323,9 @@ void tile(int64_t nb, const block_q5_K* const* x, const ActPack& a, int ny_valid
             summs[r] = _mm512_add_ps(summs[r], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(isum)));
         }
     }
-    for (int r = 0; r < NR; ++r) {
-        alignas(64) float sm[16];
-        _mm512_store_ps(sm, summs[r]);
-        for (int p = 0; p < NP; ++p) {
-            const __m512 v = _mm512_load_ps(acc[r][p]);
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
-            for (int h = 0; h < 2; ++h) {
-                const int t = 2 * p + h;
-                if (t >= ny_valid) break;
-                out[r][size_t(t) * os] = hsum_f32(halves[h]) + sm[t];
-            }
-        }
-    }
+    alignas(64) float sm[NR][16];
+    for (int r = 0; r < NR; ++r) _mm512_store_ps(sm[r], summs[r]);
+    store_chains<NR, NP>(acc, ny_valid, out, os, [&](int r, int t) { return sm[r][t]; });
 }
 
 // Q2_K as ggml's AVX2 kernel computes it, in the Q4_K tile's layout: per super-block first the min
@@ -367,31 +356,19 @@ void tile(int64_t nb, const block_q2_K* const* x, const ActPack& a, int ny_valid
             const uint8_t* const q[2] = {x[0][i].qs, x[1][i].qs};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
             q2k_superblock<NP, F>(q, sc, xd, A, acc[0][0]);
-        } else {   // the lone last weight row: each piece's levels and scales, maddubs and vpdpwssd
+        } else {   // the lone last weight row: piece k is field k % 4 of qs[32 (k / 4) + b]
             for (int r = 0; r < NR; ++r) {
                 __m512i sum[NP];
                 for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
-                for (int k = 0; k < 8; ++k) {   // piece k: field s = k % 4 of qs[32 (k / 4) + b]
+                lone_row_pieces(A, sc[r], [&](int k) {
                     const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * (k / 4))));
-                    const __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, unsigned(2 * (k % 4))), _mm512_set1_epi8(3));
-                    const __m512i s = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.singles[k / 2][k % 2]), sc[r]);
-                    for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_maddubs_epi16(u, A[p * kPerPair + k].v), s);
-                }
-                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-                for (int p = 0; p < NP; ++p) {
-                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[p]), _mm512_load_ps(acc[r][p])));
-                }
+                    return _mm512_and_si512(_mm512_srli_epi16(q, unsigned(2 * (k % 4))), _mm512_set1_epi8(3));
+                }, sum);
+                chain_step(A, h2f(x[r][i].d), sum, acc[r]);
             }
         }
     }
-    for (int r = 0; r < NR; ++r)
-        for (int p = 0; p < NP; ++p) {
-            const __m512 v = _mm512_load_ps(acc[r][p]);
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
-            for (int h = 0; h < 2; ++h)
-                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
-        }
+    store_chains<NR, NP>(acc, ny_valid, out, os);
 }
 
 // Q3_K as ggml's AVX2 kernel computes it (one chain of d_y * d_w times the lanes), in the Q4_K
@@ -418,39 +395,26 @@ void tile(int64_t nb, const block_q3_K* const* x, const ActPack& a, int ny_valid
             const uint8_t* const hm[2] = {x[0][i].hmask, x[1][i].hmask};
             const float xd[2] = {h2f(x[0][i].d), h2f(x[1][i].d)};
             q3k_superblock<NP, F>(q, hm, sc, xd, A, acc[0][0]);
-        } else {   // the lone last weight row: intrinsics
+        } else {   // the lone last weight row: piece k is field k % 4 of qs[32 (k / 4) + b], hmask bit k
             for (int r = 0; r < NR; ++r) {
                 __m512i sum[NP];
                 for (int p = 0; p < NP; ++p) sum[p] = _mm512_setzero_si512();
                 const __m512i hm = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].hmask)));
-                for (int k = 0; k < 8; ++k) {   // piece k: field s = k % 4 of qs[32 (k / 4) + b], hmask bit k
+                lone_row_pieces(A, sc[r], [&](int k) {
                     const __m512i q = _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * (k / 4))));
                     const __m512i two = _mm512_and_si512(_mm512_srli_epi16(q, unsigned(2 * (k % 4))), _mm512_set1_epi8(3));
                     const __m512i bit = _mm512_and_si512(hm, _mm512_set1_epi8(char(1 << k)));
-                    const __m512i high = k < 2 ? _mm512_slli_epi16(bit, unsigned(2 - k)) : _mm512_srli_epi16(bit, unsigned(k - 2));
-                    const __m512i u = _mm512_or_si512(two, high);
-                    const __m512i s = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.singles[k / 2][k % 2]), sc[r]);
-                    for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], _mm512_maddubs_epi16(u, A[p * kPerPair + k].v), s);
-                }
-                for (int j = 0; j < 4; ++j) {
+                    return _mm512_or_si512(two, k < 2 ? _mm512_slli_epi16(bit, unsigned(2 - k)) : _mm512_srli_epi16(bit, unsigned(k - 2)));
+                }, sum);
+                for (int j = 0; j < 4; ++j) {   // the offsets
                     const __m512i pair = _mm512_permutexvar_epi16(_mm512_load_si512(kQ6ScalePairs.pairs[j]), sc[r]);
                     for (int p = 0; p < NP; ++p) sum[p] = _mm512_dpwssd_epi32(sum[p], C[kQ3PerPair * p + j].v, pair);
                 }
-                const __m512 xd = _mm512_set1_ps(h2f(x[r][i].d));
-                for (int p = 0; p < NP; ++p) {
-                    const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(A[p * kPerPair + 8].v), xd);   // d_y * d_w
-                    _mm512_store_ps(acc[r][p], _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum[p]), _mm512_load_ps(acc[r][p])));
-                }
+                chain_step(A, h2f(x[r][i].d), sum, acc[r]);
             }
         }
     }
-    for (int r = 0; r < NR; ++r)
-        for (int p = 0; p < NP; ++p) {
-            const __m512 v = _mm512_load_ps(acc[r][p]);
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
-            for (int h = 0; h < 2; ++h)
-                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
-        }
+    store_chains<NR, NP>(acc, ny_valid, out, os);
 }
 
 // q6_K_tile<NR, 2 NP> in the same layout: the 6-bit levels (stored + 32) of piece k of a row in
@@ -511,13 +475,7 @@ void tile(int64_t nb, const block_q6_K* const* x, const ActPack& a, int ny_valid
             }
         }
     }
-    for (int r = 0; r < NR; ++r)
-        for (int p = 0; p < NP; ++p) {
-            const __m512 v = _mm512_load_ps(acc[r][p]);
-            const __m256 halves[2] = {_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1)};
-            for (int h = 0; h < 2; ++h)
-                if (2 * p + h < ny_valid) out[r][size_t(2 * p + h) * os] = hsum_f32(halves[h]);
-        }
+    store_chains<NR, NP>(acc, ny_valid, out, os);
 }
 
 // Every weight row against one packed block, two rows per tile (tile() of the row's block type).
@@ -702,29 +660,17 @@ void measure_k_tile_forms(double& dpbusd_ns, double& maddubs_ns) {
     time_type.template operator()<block_q6_K>(plain);
 }
 
-void vec_dot_tile_q4_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
-                            size_t os) {
-    tiled<block_q4_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q4_K_q8_K);
-}
-
-void vec_dot_tile_q2_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
-                            size_t os) {
-    tiled<block_q2_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q2_K_q8_K);
-}
-
-void vec_dot_tile_q3_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
-                            size_t os) {
-    tiled<block_q3_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q3_K_q8_K);
-}
-
-void vec_dot_tile_q5_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
-                            size_t os) {
-    tiled<block_q5_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q5_K_q8_K);
-}
-
-void vec_dot_tile_q6_K_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny, float* out,
-                            size_t os) {
-    tiled<block_q6_K>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_q6_K_q8_K);
-}
+// The exported tiles: each type's tiled(), its vec_dot_multi for blocks of fewer than four rows.
+#define KINFER_K_TILE(t)                                                                                          \
+    void vec_dot_tile_##t##_q8_K(int64_t n, const void* x, size_t xs, int nx, const void* y, size_t ys, int ny,   \
+                                 float* out, size_t os) {                                                         \
+        tiled<block_##t>(n, x, xs, nx, y, ys, ny, out, os, vec_dot_multi_##t##_q8_K);                              \
+    }
+KINFER_K_TILE(q2_K)
+KINFER_K_TILE(q3_K)
+KINFER_K_TILE(q4_K)
+KINFER_K_TILE(q5_K)
+KINFER_K_TILE(q6_K)
+#undef KINFER_K_TILE
 
 }  // namespace kinfer::quant::avx512
