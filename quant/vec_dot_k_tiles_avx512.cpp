@@ -91,7 +91,6 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
                PackExtra extra = PackExtra::none) {
     a.pairs = padded / 2;
     a.extra = extra == PackExtra::q5 ? kQ5Extra : extra == PackExtra::q3 ? kQ3PerPair * a.pairs : 0;
-    const bool q5_mins = extra == PackExtra::q5;
     a.v.resize(size_t(nb) * a.per_sb());
     auto row = [&](int t) { return reinterpret_cast<const block_q8_K*>(y + size_t(std::min(t, ny - 1)) * y_stride); };
     for (int64_t i = 0; i < nb; ++i) {
@@ -126,7 +125,7 @@ void pack_acts(const uint8_t* y, size_t y_stride, int ny, int padded, int64_t nb
             oq[2 * q].v = _mm512_load_si512(hb);
             oq[2 * q + 1].v = _mm512_castps_si512(_mm512_load_ps(dn));
         }
-        if (q5_mins) {
+        if (extra == PackExtra::q5) {
             Vec* o5 = oq + size_t(a.pairs / 2) * 2;
             alignas(64) uint32_t bp[4][kMaxActs];
             alignas(64) float nd[kMaxActs];

@@ -25,7 +25,7 @@ CpuBackend::CpuBackend(int n_threads) : pool_(std::make_shared<runtime::ThreadPo
     cpu::apply_decode_streams_env();   // a layout fixed by the user holds in run / chat too
     cpu::apply_decode_prefetch_env();
     // The prefill tiles' instruction form: KINFER_K_TILES's, else measured here once a process
-    // (about 2 ms on AVX-512, nothing elsewhere) rather than inside the first product's threads.
+    // (about 3 ms on AVX-512, nothing elsewhere) rather than inside the first product's threads.
     if (!cpu::apply_k_tile_form_env()) quant::k_tile_form();
 }
 

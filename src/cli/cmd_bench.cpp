@@ -161,7 +161,7 @@ int run_bench(const BenchArgs& a) {
     for (int nt : threads) {
         so.n_threads = nt;
         model::Session s(*m, so);
-        if (!tiles_told && quant::active_isa() == quant::Isa::avx512 && quant::k_tile_form() != quant::KTileForm::automatic &&
+        if (!tiles_told && quant::active_isa() == quant::Isa::avx512 &&
             std::any_of(tests.begin(), tests.end(), [](auto t) { return t.first > 0; })) {
             // The prefill tiles' instruction form (the CPU backend measured it when it started).
             const quant::KTileTimes kt = quant::k_tile_times();
