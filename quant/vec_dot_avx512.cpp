@@ -1,5 +1,11 @@
 // AVX-512 (F, BW, VL, VNNI) dot products (reached only through dispatch.cpp after a CPU check).
 // The kernels themselves live in vec_dot_simd.inc; this file supplies VNNI primitives (vpdpbusd on 256-bit lanes) and 512-bit F32.
+// GCC 12 reports its own 512-bit intrinsics (their deliberately undefined pass-through operand)
+// as used uninitialized once inlined into the 512-bit decode kernel (q4_K_xrows4).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <bit>
