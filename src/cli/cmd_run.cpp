@@ -229,6 +229,10 @@ int run(RunArgs& a, bool dash) {
     if (r.think_closed_by_budget && !habits().log_disable)
         std::fprintf(stderr, "kinfer: thinking closed after %lld tokens (--reasoning-budget)\n", (long long)a.gen.reasoning_budget);
     if (!habits().log_disable) std::fprintf(stderr, "kinfer: %s\n", timing_line(t, r.stop).c_str());
+    if (habits().verbose) {
+        const std::string tuned = decode_tuning_summary();
+        if (!tuned.empty()) std::fprintf(stderr, "kinfer: decode layout tuned on this run's steps: %s\n", tuned.c_str());
+    }
     return 0;
 }
 

@@ -82,7 +82,8 @@ void fma_f32(float* y, const float* a, const float* b, int64_t n);
 // default unless another is > 3 % faster). Then, in the layout kept, each prefetch distance
 // (quant::decode_prefetch_distances; the default unless another is > 2 % faster). Up to a second
 // or so (the weights read 3 times per layout and per distance, after a warm-up), so `kinfer
-// bench` runs it, not every load. KINFER_DECODE_PREFETCH=BYTES fixes the distance (the layouts
+// bench` runs it, not every load; `run` and `chat` tune the same two knobs on their own first
+// decode steps instead (decode_tuner.h). KINFER_DECODE_PREFETCH=BYTES fixes the distance (the layouts
 // are still measured); KINFER_DECODE_STREAMS=N (1, 2, 4, 8) sets the layout and skips the whole
 // calibration (the distance is then KINFER_DECODE_PREFETCH's or the default). Results are
 // bit-identical whatever it picks; only decode speed differs.

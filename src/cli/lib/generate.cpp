@@ -1,5 +1,7 @@
 #include "cli/lib/generate.h"
 
+#include "backend/cpu/decode_tuner.h"
+
 #include "cli/lib/cache_flags.h"
 #include "cli/lib/expert_session.h"
 #include "cli/lib/flag_check.h"
@@ -343,6 +345,18 @@ size_t prefill_chunked(model::Session& s, std::span<const Token> tokens, Timings
     return done;
 }
 
+namespace {
+
+// One tuner for the process: chat's replies go on where the last one left off.
+backend::cpu::DecodeTuner& decode_tuner() {
+    static backend::cpu::DecodeTuner tuner = backend::cpu::DecodeTuner::for_this_machine();
+    return tuner;
+}
+
+}  // namespace
+
+std::string decode_tuning_summary() { return decode_tuner().summary(); }
+
 GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokenizer& tok, const GenLimits& lim,
                    Timings& t, const std::function<void(std::string_view)>& on_text) {
     GenResult r;
@@ -396,7 +410,11 @@ GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokeni
         if (limit_reached()) { r.stop = StopReason::Length; break; }
         if (s.n_past() >= s.n_ctx()) { r.stop = StopReason::ContextFull; break; }
         if (interrupted()) { r.stop = StopReason::Interrupted; break; }
+        backend::cpu::DecodeTuner& tuner = decode_tuner();
+        tuner.before_step();
+        const auto step0 = std::chrono::steady_clock::now();
         s.decode(id);
+        tuner.after_step(seconds_since(step0));
         ++r.n_fed;
     }
     if (!stops.stopped()) {

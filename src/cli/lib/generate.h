@@ -171,6 +171,10 @@ void set_think_limits(GenLimits& lim, const GenArgs& a, text::ChatFormat format,
 GenResult generate(model::Session& s, text::Sampler& sampler, const text::Tokenizer& tok, const GenLimits& lim,
                    Timings& t, const std::function<void(std::string_view)>& on_text);
 
+// The CPU decode layout tuned on this process's first decode steps (backend/cpu/decode_tuner.h:
+// generate() runs the tuner around every step): what was tried and kept, empty before any.
+std::string decode_tuning_summary();
+
 // Splits streamed chat output into its channels: K3's think / response channels and K2's
 // <think>...</think>, hiding the markers themselves. A marker split across pushes is held
 // back until it is decided.
