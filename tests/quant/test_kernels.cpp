@@ -293,7 +293,7 @@ TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache b
     if (cpu_supports(Isa::avx2)) CHECK(compared > 0);
 }
 
-TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the form measured") {
+TEST_CASE("K-quant tiles and decode rows: both tile forms at the extreme bytes, and the form measured") {
     // The maddubs form sums byte products in pairs as int16 (saturating): at most 2 * 63 * 128 =
     // 16128 for Q6_K's levels, 2 * 31 * 128 for Q5_K's, 2 * 15 * 128 for Q4_K's, 2 * 3 * 128 for
     // Q2_K's, 2 * 7 * 128 for Q3_K's unsigned ones (the dpbusd form's sums of four, shifted into a
@@ -301,7 +301,8 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
     // level and the activations alternate between -128 and 127 (and all -128), where a mistake in
     // that bound or in a scale's lane would show. (Every qh / hmask bit is set here: which bit a
     // piece takes is checked by the random tiles above. The lone-row paths have one form: the loop
-    // runs them twice alike.)
+    // runs them twice alike.) The decode kernels (vec_dot_rows: four rows of 512-bit registers,
+    // Q2_K / Q3_K levels times 4 in half of them) run on the same bytes.
     if (!cpu_supports(Isa::avx512)) {
         MESSAGE("skipped: no AVX-512 on this CPU");
         return;
@@ -309,9 +310,10 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
     const TileFormGuard restore;
     const int64_t n = 2304, nb = n / QK_K;
     const int nx = 5, ny = 16;
-    int compared = 0;
+    int compared = 0, rows_compared = 0;
     for (Type w : {Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K}) {
         const VecDotTileFn tile = vec_dot_tile_for(w, Isa::avx512);
+        const VecDotRowsFn rows = vec_dot_rows_for(w, Isa::avx512);
         const VecDotFn single = vec_dot_for(w, Isa::avx512);
         REQUIRE(bool(tile));
         auto wq = quantize(w, random_row(n * nx, 91));
@@ -369,9 +371,19 @@ TEST_CASE("K-quant tiles: both instruction forms at the extreme bytes, and the f
                 CHECK(bad == 0);
                 ++compared;
             }
+            for (int t = 0; t < 2; ++t) {
+                INFO(traits(w).name, ", activation pattern ", pattern, ", decode of activation row ", t);
+                std::vector<float> out(static_cast<size_t>(nx));
+                rows(n, wq.data(), rb, nx, aq.data() + size_t(t) * ab, out.data());
+                int bad = 0;
+                for (int r = 0; r < nx; ++r) bad += out[size_t(r)] != single(n, wq.data() + size_t(r) * rb, aq.data() + size_t(t) * ab);
+                CHECK(bad == 0);
+                ++rows_compared;
+            }
         }
     }
     CHECK(compared == 20);
+    CHECK(rows_compared == 20);
     // Automatic: measured once, both forms timed, the one in force one of them.
     set_k_tile_form(KTileForm::automatic);
     if (active_isa() == Isa::avx512) {
