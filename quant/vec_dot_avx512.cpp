@@ -10,6 +10,7 @@
 
 #include <bit>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/blocks.h"
