@@ -1,11 +1,5 @@
 // AVX-512 (F, BW, VL, VNNI) dot products (reached only through dispatch.cpp after a CPU check).
 // The kernels themselves live in vec_dot_simd.inc; this file supplies VNNI primitives (vpdpbusd on 256-bit lanes) and 512-bit F32.
-// GCC 12 reports its own 512-bit intrinsics (their deliberately undefined pass-through operand)
-// as used uninitialized once inlined into the 512-bit decode kernel (q4_K_xrows4).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <bit>
@@ -59,7 +53,21 @@ float k_f32_f32(int64_t n, const void* vx, const void* vy) {
     return hsum_f32(_mm256_add_ps(lo, hi));
 }
 
+// The shared kernels' AVX-512 parts (the 512-bit decode kernels, four weight rows at a time) are
+// compiled here only: a macro of this file rather than __AVX512BW__, which -march=native
+// (KINFER_NATIVE) would define in vec_dot_avx2.cpp too.
+#define KINFER_SIMD_AVX512 1
+// GCC 12 reports its own 512-bit intrinsics (their deliberately undefined pass-through operand)
+// as used uninitialized once inlined into those kernels.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "quant/vec_dot_simd.inc"
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace
 

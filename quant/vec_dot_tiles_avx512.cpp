@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -418,6 +419,10 @@ void decode_chains512(int64_t nb, const Block* const* x, const block_q8_0* y, co
 template <class Block, class DecodeU>
 void decode_one_chain512(int64_t nb, const Block* const* x, const block_q8_0* y, const float* dy, DecodeU decode_u,
                          float* const* out) {
+    // The weight scale is read as the block's fp16 d here, not through tiles()' scale(): true of
+    // these three formats only.
+    static_assert(std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q5_0>,
+                  "decode_one_chain512 reads each block's scale as its fp16 d");
     // [scale of row 2p x 8 | row 2p + 1 x 8] from the eight products.
     const __m512i i_pair[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),

@@ -40,6 +40,22 @@ int drive(DecodeTuner& t, Rig& rig, Ms ms, int limit = 100, std::map<int, double
     return steps;
 }
 
+// Sets (value) or unsets (nullptr) an environment variable for a scope, restoring it after.
+struct EnvSave {
+    EnvSave(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) had_ = true, old_ = old;
+        if (value) setenv(name, value, 1);
+        else unsetenv(name);
+    }
+    ~EnvSave() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+    const char* name_;
+    bool had_ = false;
+    std::string old_;
+};
+
 }  // namespace
 
 TEST_CASE("decode tuner: the warm-up, then each layout and each distance three times, the fastest kept") {
@@ -114,9 +130,9 @@ TEST_CASE("decode tuner: nothing to tune, a run that ends mid-way, and this mach
     CHECK(partial.summary() == "streams undecided (best step ms: 4: 50.0, 1: 50.0)");
 
     // KINFER_DECODE_STREAMS fixes the layout: only the distance is tuned (and the layout left alone).
-    setenv("KINFER_DECODE_STREAMS", "8", 1);
+    // Both variables as this test needs them, and as they were afterwards.
+    const EnvSave streams("KINFER_DECODE_STREAMS", "8"), prefetch("KINFER_DECODE_PREFETCH", nullptr);
     DecodeTuner env = DecodeTuner::for_this_machine();
-    unsetenv("KINFER_DECODE_STREAMS");
     const int layout_before = kinfer::quant::decode_streams();
     int steps = 0;
     for (; env.tuning() && steps < 100; ++steps) {

@@ -8,7 +8,10 @@
 // pages) is kept if it beats the default by the calibration's margin; then the prefetch distances
 // the same way. About 20 steps, all of them producing tokens; the bits are the same in every
 // layout (tests/quant), so tuning changes only speed. KINFER_DECODE_STREAMS /
-// KINFER_DECODE_PREFETCH fix their knob and it is not tuned.
+// KINFER_DECODE_PREFETCH fix their knob and it is not tuned. The layout knob reaches the K-quant
+// (and on AVX2 the Q8_0-family) decode kernels; the distance all of them. A model none of whose
+// decode runs on the CPU (all layers on a GPU) only times noise: the default then stays unless
+// noise beats the margin, which changes nothing either way.
 #pragma once
 #include <functional>
 #include <string>
