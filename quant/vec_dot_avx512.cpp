@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/fp16.h"

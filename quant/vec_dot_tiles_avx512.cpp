@@ -364,13 +364,13 @@ void tile_any(int rm, int rn, A... a) {
 // brought together by a broadcast and a masked broadcast (lanes [q_2p, q_2p, q_2p+1, q_2p+1], the
 // high nibbles shifted down in lanes 1 and 3) and the activation pair, its offset share and its
 // scale pair formed once for the RM rows. The odd last block of an odd row is added afterwards
-// as in tile(). table16 is the code book plus 128, scale(block) the weight scale. One core,
+// as in tile(), from decode_u (its 32 offset bytes). scale(block) is the weight scale. One core,
 // 256 x 7168: 8.5 -> 7.3 ns per 256 weights. IQ4_NL stays on tile(): its fp16 scale converted per
 // block made the 512-bit form no faster (11.2 against 11.5 ns).
-template <int RM, class Block, class Scale>
-void decode_chains512(int64_t nb, const Block* const* x, const block_q8_0* y, const float* dy, __m128i table16,
+template <int RM, class DecodeU, class Scale>
+void decode_chains512(int64_t nb, const block_mxfp4* const* x, const block_q8_0* y, const float* dy, DecodeU decode_u,
                       Scale scale, float* const* out) {
-    const __m512i table = _mm512_broadcast_i32x4(table16), m4 = _mm512_set1_epi8(0x0f);
+    const __m512i table = _mm512_broadcast_i32x4(codebook16_plus_128(kvalues_mxfp4)), m4 = _mm512_set1_epi8(0x0f);
     __m512 acc[RM];
     for (int r = 0; r < RM; ++r) acc[r] = _mm512_setzero_ps();
     const int64_t nb2 = nb & ~int64_t(1);
@@ -394,13 +394,10 @@ void decode_chains512(int64_t nb, const Block* const* x, const block_q8_0* y, co
     for (int r = 0; r < RM; ++r) {
         float s = hsum_f32(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
                                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1))));
-        if (nb2 < nb) {
+        if (nb2 < nb) {   // ggml's scalar last block, as tile() adds it
             const int64_t b = nb2;
             const __m256i yq = load32(y[b].qs);
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
-            const __m256i idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
-            const __m256i u = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table16), idx);
-            s += (scale(x[r][b]) * dy[b]) * float(hsum_i32(_mm256_dpbusd_epi32(offset_share(yq), u, yq)));
+            s += (scale(x[r][b]) * dy[b]) * float(hsum_i32(_mm256_dpbusd_epi32(offset_share(yq), decode_u(x[r][b]), yq)));
         }
         *out[r] = s;
     }
@@ -433,13 +430,8 @@ void decode_one_chain512(int64_t nb, const Block* const* x, const block_q8_0* y,
     for (int64_t b = 0; b < nb; ++b) {
         const __m512i yq = _mm512_broadcast_i64x4(load32(y[b].qs));
         const __m512i base = offset_share(yq);
-        auto h = [&](int r) {
-            uint16_t v;
-            std::memcpy(&v, &x[r][b].d, 2);
-            return uint64_t(v);
-        };
-        // Put together in general registers (their ALUs are free here), two moves into the vector.
-        const uint64_t lo = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48, hi = h(4) | h(5) << 16 | h(6) << 32 | h(7) << 48;
+        const uint64_t lo = pack_u16x4(&x[0][b].d, &x[1][b].d, &x[2][b].d, &x[3][b].d);
+        const uint64_t hi = pack_u16x4(&x[4][b].d, &x[5][b].d, &x[6][b].d, &x[7][b].d);
         const __m128i d16 = _mm_insert_epi64(_mm_cvtsi64_si128(int64_t(lo)), int64_t(hi), 1);
         // The scale products round like ggml's scalar d_w * d_y.
         const __m512 dw = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(d16), _mm256_broadcast_ss(dy + b)));
@@ -465,8 +457,7 @@ void decode_one_chain512(int64_t nb, const Block* const* x, const block_q8_0* y,
 // inlined into tiles() beside the packed prefill tiles, GCC compiled this loop 15 % slower.)
 template <class Block, int Chains, class DecodeU, class Scale>
 [[gnu::noinline]] void decode_tiles(int64_t nb, const uint8_t* xb, size_t x_stride, int nx, const block_q8_0* const* yrow,
-                                    const float* const* dyrow, float* out, size_t out_stride, DecodeU decode_u, Scale scale,
-                                    const int8_t* codebook) {
+                                    const float* const* dyrow, float* out, size_t out_stride, DecodeU decode_u, Scale scale) {
     const Block* xrow[kDecodeStreams];
     float* orow[kDecodeStreams];
     auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
@@ -484,14 +475,16 @@ template <class Block, int Chains, class DecodeU, class Scale>
             xrow[rm] = reinterpret_cast<const Block*>(xb + size_t(r) * x_stride);
             orow[rm] = out + r;
         }
-        if constexpr (Chains == 2) {
-            if (codebook && rm == streams) {
-                decode_chains512<streams>(nb, xrow, yrow[0], dyrow[0], codebook16_plus_128(codebook), scale, orow);
+        if constexpr (std::is_same_v<Block, block_mxfp4>) {
+            if (rm == streams) {
+                decode_chains512<streams>(nb, xrow, yrow[0], dyrow[0], decode_u, scale, orow);
                 continue;
             }
-        } else if (rm == streams) {
-            decode_one_chain512(nb, xrow, yrow[0], dyrow[0], decode_u, orow);
-            continue;
+        } else if constexpr (Chains == 1) {
+            if (rm == streams) {
+                decode_one_chain512(nb, xrow, yrow[0], dyrow[0], decode_u, orow);
+                continue;
+            }
         }
         tile_any<Chains>(rm, 1, nb, du_ahead, sc, yrow, dyrow, orow, out_stride);
     }
@@ -499,14 +492,13 @@ template <class Block, int Chains, class DecodeU, class Scale>
 
 // Every tile of an nx x ny product. Block is the weight block type, decode_u(block) its 32
 // offset bytes, scale(block) its float scale.
-// codebook: MXFP4's code book, for its 512-bit decode (decode_chains512), else nullptr.
 // decode_scale: the scale as decode's loop reads it. MXFP4's comes from a table there (1.35x
 // faster decode on Zen 4); given to the prefill tiles as well, the same table made GCC's 2- and
 // 3-row MXFP4 tiles 1.25x / 1.14x slower (kernel lab, 3072 x 7168, four alternating runs), for a
 // reason in the generated code that was not pinned down, so prefill computes the scale.
 template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale>
 void tiles_slab(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
-                size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale, const int8_t* codebook) {
+                size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
     constexpr int RN = kTileActs<Chains>;
     const int64_t nb = n / QK8_0;
     const auto* xb = static_cast<const uint8_t*>(vx);
@@ -527,7 +519,7 @@ void tiles_slab(int64_t n, const void* vx, size_t x_stride, int nx, const void* 
     float* orow[kDecodeStreams];
     auto du = [&](int r, int64_t b) { return decode_u(xrow[r][b]); };
     if (ny_max == 1) {
-        decode_tiles<Block, Chains>(nb, xb, x_stride, nx, yrow, dyrow, out, out_stride, decode_u, decode_scale, codebook);
+        decode_tiles<Block, Chains>(nb, xb, x_stride, nx, yrow, dyrow, out, out_stride, decode_u, decode_scale);
     } else {
         // Prefill, blocked for the cache: the weight rows in chunks of about kChunkBytes (whole
         // row groups), each chunk against every activation unit group while it sits in L2, the
@@ -600,11 +592,11 @@ void tiles_slab(int64_t n, const void* vx, size_t x_stride, int nx, const void* 
 // The whole product, kSlabActs activation rows at a time (quant::gemm passes all of a chunk's).
 template <class Block, int Chains, class DecodeU, class Scale, class DecodeScale>
 void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
-           size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale, const int8_t* codebook) {
+           size_t out_stride, DecodeU decode_u, Scale scale, DecodeScale decode_scale) {
     const auto* yb = static_cast<const uint8_t*>(vy);
     for (int t0 = 0; t0 < ny; t0 += kSlabActs)
         tiles_slab<Block, Chains>(n, vx, x_stride, nx, yb + size_t(t0) * y_stride, y_stride, std::min(kSlabActs, ny - t0),
-                                  out + size_t(t0) * out_stride, out_stride, decode_u, scale, decode_scale, codebook);
+                                  out + size_t(t0) * out_stride, out_stride, decode_u, scale, decode_scale);
     // Leave the upper halves clean: the legacy-SSE code of callers otherwise pays a transition
     // penalty on every instruction (measured: glibc expf and the KDA loop 5-10x slower).
     _mm256_zeroupper();
@@ -613,13 +605,10 @@ void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, s
 template <class Block, int Chains, class DecodeU, class Scale>
 void tiles(int64_t n, const void* vx, size_t x_stride, int nx, const void* vy, size_t y_stride, int ny, float* out,
            size_t out_stride, DecodeU decode_u, Scale scale) {
-    tiles<Block, Chains>(n, vx, x_stride, nx, vy, y_stride, ny, out, out_stride, decode_u, scale, scale, nullptr);
+    tiles<Block, Chains>(n, vx, x_stride, nx, vy, y_stride, ny, out, out_stride, decode_u, scale, scale);
 }
 
-__m256i table_plus_128(const int8_t* values) {
-    return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values))),
-                           _mm256_set1_epi8(char(0x80)));
-}
+__m256i table_plus_128(const int8_t* values) { return _mm256_broadcastsi128_si256(codebook16_plus_128(values)); }
 
 }  // namespace
 
@@ -657,7 +646,7 @@ void vec_dot_tile_mxfp4_q8_0(int64_t n, const void* x, size_t xs, int nx, const 
     tiles<block_mxfp4, 2>(n, x, xs, nx, y, ys, ny, out, os,
                           [](const block_mxfp4& b) { return _mm256_shuffle_epi8(table_plus_128(kvalues_mxfp4), nibbles_32(b.qs)); },
                           [](const block_mxfp4& b) { return e8m0_to_fp32_half(b.e); },
-                          [](const block_mxfp4& b) { return e8m0_half(b.e); }, kvalues_mxfp4);
+                          [](const block_mxfp4& b) { return e8m0_half(b.e); });
 }
 
 }  // namespace kinfer::quant::avx512

@@ -1,23 +1,14 @@
 #include "backend/cpu/decode_tuner.h"
 
+#include "backend/cpu/matmul.h"
 #include "quant/matmul.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 namespace kinfer::backend::cpu {
-
-namespace {
-
-bool env_set(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v;
-}
-
-}  // namespace
 
 DecodeTuner::DecodeTuner(Knob layout, Knob distance) {
     states_[0].knob = std::move(layout);
@@ -33,13 +24,15 @@ DecodeTuner DecodeTuner::for_this_machine() {
     std::vector<int> layouts = quant::decode_stream_layouts(isa);
     // The scalar kernels have one layout and do not prefetch: nothing to tune.
     if (layouts.empty()) return DecodeTuner(std::move(layout), std::move(distance));
-    if (!env_set("KINFER_DECODE_STREAMS")) {
+    // The variables put their value in force (as the CPU backend did when it started) and say
+    // whether they fixed it; a malformed one throws, naming what it accepts.
+    if (apply_decode_streams_env() == 0) {
         const int def = quant::default_decode_streams(isa);
         layout.candidates.push_back(def);
         for (int s : layouts)
             if (s != def) layout.candidates.push_back(s);
     }
-    if (!env_set("KINFER_DECODE_PREFETCH")) distance.candidates = quant::decode_prefetch_distances();
+    if (apply_decode_prefetch_env() == 0) distance.candidates = quant::decode_prefetch_distances();
     return DecodeTuner(std::move(layout), std::move(distance));
 }
 
