@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -10,12 +11,19 @@
 namespace kinfer::runtime {
 
 namespace {
-// Workers spin this many rounds (a few tens of microseconds) before sleeping on a futex: decode
-// issues an op every few microseconds. Longer spins hurt badly when cores are oversubscribed.
-constexpr int kSpinRounds = 2000;
+// Workers spin this long before sleeping on a futex. Decode wakes the pool every 20-400 us, with
+// the main thread's own work in between (norms, routing, sampling between tokens). The spin used
+// to be 2000 pause rounds: about 60 us on a Sapphire Rapids core, where a pause takes ~140
+// cycles, so the worker slept through most of those gaps and every run began with a futex wake,
+// 30-40 us late (k3-wide Q4_K_M decode on a 2-vCPU Xeon VM: 27 runs a token, the worker's starts
+// 1.0-1.2 ms late in all per token; 0.06 ms with this spin). Counted in time, not rounds, because
+// a pause costs 10 to 140 cycles depending on the core.
+constexpr std::chrono::nanoseconds kSpin{1'000'000};
 // With more threads than the CPUs this process may run on, a spinning worker holds a CPU that a
 // thread with work needs: spin only briefly, then sleep.
-constexpr int kSpinRoundsOversubscribed = 20;
+constexpr std::chrono::nanoseconds kSpinOversubscribed{2'000};
+// The clock is read once every this many pause rounds.
+constexpr int kSpinClockEvery = 16;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,7 +61,7 @@ ThreadPool::ThreadPool(int n_threads) {
     n_threads_ = n_threads > 0 ? n_threads : default_threads();
     const int cpus = available_cpus();
     oversubscribed_ = cpus > 0 && n_threads_ > cpus;   // not known: taken as fitting
-    spin_rounds_ = oversubscribed_ ? kSpinRoundsOversubscribed : kSpinRounds;
+    spin_ = oversubscribed_ ? kSpinOversubscribed : kSpin;
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -76,9 +84,11 @@ void ThreadPool::worker(int) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = generation_.load(std::memory_order_acquire);
-        for (int spin = 0; gen == seen && spin < spin_rounds_; ++spin) {
+        const auto spin_end = std::chrono::steady_clock::now() + spin_;
+        for (int spin = 1; gen == seen; ++spin) {
             cpu_relax();
             gen = generation_.load(std::memory_order_acquire);
+            if (spin % kSpinClockEvery == 0 && std::chrono::steady_clock::now() >= spin_end) break;
         }
         if (gen == seen) {
             generation_.wait(seen, std::memory_order_acquire);

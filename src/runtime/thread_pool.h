@@ -4,6 +4,7 @@
 // CPUs (oversubscribed()), the matmuls take finer slices claimed in turn instead (matmul.cpp).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -45,7 +46,7 @@ private:
 
     int n_threads_ = 1;
     bool oversubscribed_ = false;
-    int spin_rounds_ = 0;   // a worker's spin before it sleeps (thread_pool.cpp)
+    std::chrono::nanoseconds spin_{0};   // a worker's spin before it sleeps (thread_pool.cpp)
     std::vector<std::thread> threads_;
     // Claims the next task of generation gen; -1 when none is left (or gen is over).
     int claim(uint32_t gen);
