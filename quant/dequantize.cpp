@@ -6,6 +6,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kernels.h"
+#include "quant/types.h"
 
 namespace kinfer::quant {
 
@@ -223,9 +224,17 @@ void dequantize_row_mxfp4(const void* vx, float* y, int64_t n) {
     }
 }
 
-void dequantize_row_f16(const void* vx, float* y, int64_t n) {
+void dequantize_row_f16_scalar(const void* vx, float* y, int64_t n) {
     const auto* x = static_cast<const fp16_t*>(vx);
     for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+void dequantize_row_f16_avx2(const void* vx, float* y, int64_t n);   // dequantize_avx2.cpp: F16C
+
+void dequantize_row_f16(const void* vx, float* y, int64_t n) {
+    static const bool simd = active_isa() != Isa::scalar;
+    if (simd) return dequantize_row_f16_avx2(vx, y, n);
+    dequantize_row_f16_scalar(vx, y, n);
 }
 
 void dequantize_row_bf16(const void* vx, float* y, int64_t n) {

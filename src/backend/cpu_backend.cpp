@@ -190,7 +190,11 @@ void CpuBackend::add(float* y, const float* a, int64_t n) {
 void CpuBackend::mul_sigmoid(float* y, const float* g, int64_t n) {
     need_f32(y, n, "mul_sigmoid", "y");
     need_f32(g, n, "mul_sigmoid", "gate");
-    for (int64_t i = 0; i < n; ++i) y[i] *= ops::sigmoid(g[i]);
+    // A K3 layer's output gate (KDA or MLA) is 12288 elements a token, each a libm expf: worth
+    // the pool in decode too.
+    pool_->parallel_for(n, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) y[i] *= ops::sigmoid(g[i]);
+    }, 2048);
 }
 
 void CpuBackend::sigmoid(float* x, int64_t n) {
@@ -213,6 +217,17 @@ void CpuBackend::copy_rows(float* dst, int64_t ldd, const float* src, int64_t ld
 void CpuBackend::glu(float* g, const float* u, int64_t rows, int64_t ff, const Glu& act) {
     need_f32(g, rows * ff, "glu", "gate");
     need_f32(u, rows * ff, "glu", "up");
+    if (rows == 1) {
+        // Decode: the row's elements split in whole blocks of 256 from its start, so every element
+        // takes the vector SiLU / tanh path it takes in one call (ops.h), and the same bits.
+        constexpr int64_t kBlock = 256;
+        pool_->parallel_for((ff + kBlock - 1) / kBlock, [&](int64_t b0, int64_t b1, int) {
+            const int64_t i0 = b0 * kBlock, m = std::min(ff, b1 * kBlock) - i0;
+            if (act.situ) ops::situ_glu(g + i0, u + i0, g + i0, m, act.beta, act.linear_beta);
+            else ops::swiglu(g + i0, u + i0, g + i0, m);
+        }, 4);
+        return;
+    }
     // Split by rows across the pool once there is enough work to pay for waking it.
     pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) {
         const int64_t m = (e - b) * ff;
@@ -227,7 +242,13 @@ void CpuBackend::conv_silu(float* x, int64_t n, int64_t channels, int64_t W, con
     need_f32(x, n * channels, "conv_silu", "x");
     need_f32(taps, channels * W, "conv_silu", "taps");
     need_f32(state, channels * (W - 1), "conv_silu", "state");
-    cpu::conv_silu(x, n, channels, W, taps, state);
+    // Split by channels, 16 at a time (kda_kernels.h: the same bits as one call). Decode runs
+    // this three times a KDA layer over a K3 layer's 12288 channels: ~140 us each on one core of
+    // the Xeon VM, half of the main thread's work between the pool's runs.
+    constexpr int64_t kGroup = 16;
+    pool_->parallel_for((channels + kGroup - 1) / kGroup, [&](int64_t g0, int64_t g1, int) {
+        cpu::conv_silu_channels(x, n, channels, W, taps, state, g0 * kGroup, std::min(channels, g1 * kGroup));
+    }, 64);
 }
 
 void CpuBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64_t n, int64_t H, int64_t D,
@@ -236,21 +257,19 @@ void CpuBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64
     need_f32(g, n * di, "kda_decay", "g");
     need_f32(dt_bias, di, "kda_decay", "ssm_dt.bias");
     need_f32(a, H, "kda_decay", "ssm_a");
-    // Per-token element-wise work, split by tokens in prefill.
-    pool_->parallel_for(n, [&](int64_t t0, int64_t t1, int) {
-        for (int64_t t = t0; t < t1; ++t) {
-            float* gt = g + t * di;
-            for (int64_t h = 0; h < H; ++h) {
-                const float ah = a[h];                     // -exp(A_log)
-                for (int64_t i = 0; i < D; ++i) {
-                    const float f = gt[h * D + i] + dt_bias[h * D + i];
-                    gt[h * D + i] = gate.lower_bound
-                        ? ops::sigmoid(-(f * ah)) * gate.lb      // K3: lb * sigmoid(exp(A_log) f)
-                        : ops::softplus(f) * ah;                 // Kimi Linear
-                }
+    // Element-wise, split by (token, head): decode's one token has 96 heads of K3 to share.
+    pool_->parallel_for(n * H, [&](int64_t u0, int64_t u1, int) {
+        for (int64_t u = u0; u < u1; ++u) {
+            float* gh = g + (u / H) * di + (u % H) * D;
+            const float* bh = dt_bias + (u % H) * D;
+            const float ah = a[u % H];                    // -exp(A_log)
+            for (int64_t i = 0; i < D; ++i) {
+                const float f = gh[i] + bh[i];
+                gh[i] = gate.lower_bound ? ops::sigmoid(-(f * ah)) * gate.lb   // K3: lb * sigmoid(exp(A_log) f)
+                                         : ops::softplus(f) * ah;              // Kimi Linear
             }
         }
-    }, 2);
+    }, 16);
 }
 
 void CpuBackend::kda_scan(const KdaScan& s) {
@@ -438,7 +457,7 @@ void CpuBackend::attn_res_mix(std::span<const float* const> stack, const float* 
     need_f32(p, n * d, "attn_res_mix", "partial sum");
     need_f32(w, d, "attn_res_mix", "score");
     need_f32(out, n * d, "attn_res_mix", "out");
-    cpu::attn_res_mix(stack, p, w, out, n, d, eps);
+    cpu::attn_res_mix(*pool_, stack, p, w, out, n, d, eps);
 }
 
 }  // namespace kinfer::backend

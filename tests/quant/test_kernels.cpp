@@ -596,3 +596,22 @@ TEST_CASE("gemm: row ranges and several activation rows equal per-row dots") {
         for (int64_t r = 0; r < rows; ++r) CHECK(g[size_t(r)] == y[size_t(r)]);
     }
 }
+
+TEST_CASE("dequantize_row_f16: every fp16 code (NaNs included) gives fp16_to_fp32's bits, at any offset and length") {
+    std::vector<uint16_t> codes(65536 + 40);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint16_t(i * 40503u);   // odd step: every code, shuffled
+    for (const size_t off : {size_t(0), size_t(1), size_t(7), size_t(17)}) {
+        for (const int64_t n : {int64_t(65536), int64_t(15), int64_t(33)}) {
+            CAPTURE(off);
+            CAPTURE(n);
+            std::vector<float> y(static_cast<size_t>(n));
+            kinfer::quant::dequantize_row_f16(codes.data() + off, y.data(), n);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const float want = kinfer::quant::fp16_to_fp32(codes[off + size_t(i)]);
+                bad += std::memcmp(&want, &y[size_t(i)], sizeof want) != 0;
+            }
+            CHECK(bad == 0);
+        }
+    }
+}

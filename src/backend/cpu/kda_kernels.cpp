@@ -164,7 +164,15 @@ void kda_chunked_head(int64_t D, int64_t n, const float* q, const float* k, cons
 // per tap: ggml_ssm_conv's order, as the golden build's compiler contracts it (unfused, the conv
 // outputs differ in the last bit and k3-tiny-a Q8_0 drifts 0.37 in the logits at AVX-512).
 void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state) {
-    const int64_t S = W - 1;
+    conv_silu_channels(x, n, di, W, taps, state, 0, di);
+}
+
+void conv_silu_channels(float* x_rows, int64_t n, int64_t ld, int64_t W, const float* all_taps, float* all_state,
+                        int64_t c0, int64_t c1) {
+    const int64_t S = W - 1, di = c1 - c0;
+    float* x = x_rows + c0;                       // rows ld apart; channels c0.. of each
+    const float* taps = all_taps + c0 * W;
+    float* state = all_state + c0 * S;
     // Scratch kept by the thread between calls: decode calls this three times a KDA layer, and
     // fresh vectors of a K3 layer's 12288 channels (tw alone 192 KiB) came from mmap each time,
     // zeroed and faulted in page by page (k3-wide Q4_K_M decode: 336 page faults a token, 17
@@ -177,7 +185,7 @@ void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, fl
     for (int64_t ch = 0; ch < di; ++ch)
         for (int64_t j = 0; j < W; ++j) tw[size_t(j * di + ch)] = taps[ch * W + j];
     // Input row i of the window [state; x] (state is [ch][S], x is [t][ch]).
-    auto in = [&](int64_t i, int64_t ch) { return i < S ? state[ch * S + i] : x[(i - S) * di + ch]; };
+    auto in = [&](int64_t i, int64_t ch) { return i < S ? state[ch * S + i] : x[(i - S) * ld + ch]; };
     for (int64_t j = 0; j < S; ++j)      // the new state: the last S inputs, read before x is overwritten
         for (int64_t ch = 0; ch < di; ++ch) next[size_t(ch * S + j)] = in(n + j, ch);
     // Descending t: output t reads inputs t..t+S of the window, i.e. x rows < t and the state only.
@@ -188,13 +196,13 @@ void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, fl
             const float* w = tw.data() + j * di;
             const int64_t i = t + j;
             if (i >= S) {
-                fma_f32(o, x + (i - S) * di, w, di);
+                fma_f32(o, x + (i - S) * ld, w, di);
             } else {
                 for (int64_t ch = 0; ch < di; ++ch) col[size_t(ch)] = state[ch * S + i];   // state is [ch][S]
                 fma_f32(o, col.data(), w, di);
             }
         }
-        ops::silu(o, x + t * di, di);
+        ops::silu(o, x + t * ld, di);
     }
     std::copy(next.begin(), next.begin() + S * di, state);
 }
