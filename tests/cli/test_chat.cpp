@@ -1,6 +1,7 @@
 // kinfer chat with piped input (no terminal): turns, slash commands, /save and /load, and the
 // prefix reuse of the session (each turn prefills only the new tokens).
 #include "cli_util.h"
+#include "quant/types.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -33,6 +34,8 @@ TEST_CASE("chat: piped turns, /stats, /save, /load, /regen, /clear") {
     CHECK(r.out.find("[conversation cleared]") != std::string::npos);
     CHECK(r.out.find("[loaded 4 messages from") != std::string::npos);
     CHECK(r.out.find("[unknown command /bogus") != std::string::npos);
+    // The decode tuner's choice after 8 decode steps; the scalar kernels have nothing to tune.
+    CHECK((r.out.find("[decode layout: ") != std::string::npos) == (kinfer::quant::active_isa() != kinfer::quant::Isa::scalar));
     CHECK(r.out.find("kinfer: error") == std::string::npos);
 
     std::ifstream f(save);
