@@ -3,7 +3,10 @@
 #include <sched.h>
 
 #include <chrono>
+#include <algorithm>
+#include <charconv>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <utility>
@@ -11,13 +14,15 @@
 namespace kinfer::runtime {
 
 namespace {
-// Workers spin this long before sleeping on a futex. Decode wakes the pool every 20-400 us, with
+// Workers spin this long before sleeping on a futex. Decode wakes the pool every 20-650 us, with
 // the main thread's own work in between (norms, routing, sampling between tokens). The spin used
-// to be 2000 pause rounds: about 60 us on a Sapphire Rapids core, where a pause takes ~140
-// cycles, so the worker slept through most of those gaps and every run began with a futex wake,
-// 30-40 us late (k3-wide Q4_K_M decode on a 2-vCPU Xeon VM: 27 runs a token, the worker's starts
-// 1.0-1.2 ms late in all per token; 0.06 ms with this spin). Counted in time, not rounds, because
-// a pause costs 10 to 140 cycles depending on the core.
+// to be 2000 pause rounds, about 0.1 ms on a Sapphire Rapids core (~140 cycles a pause), so the
+// worker slept through the longer gaps and those runs began with a futex wake 30-40 us late
+// (k3-wide Q4_K_M decode on a 2-vCPU Xeon VM: 27 runs a token, the worker's starts 1.0-1.2 ms late
+// in all per token; 0.06 ms with this spin). Counted in time, not rounds, because a pause costs 10
+// to 140 cycles depending on the core. The cost is a CPU busy for up to 1 ms after each run, which
+// is why available_cpus() counts a container's CPU quota: a pool with more threads than that spins
+// only briefly.
 constexpr std::chrono::nanoseconds kSpin{1'000'000};
 // With more threads than the CPUs this process may run on, a spinning worker holds a CPU that a
 // thread with work needs: spin only briefly, then sleep.
@@ -47,14 +52,80 @@ int ThreadPool::default_threads() {
     int hw = int(std::thread::hardware_concurrency());
     int n = cores.empty() ? hw : int(cores.size());
     if (hw > 0 && n > hw) n = hw;
+    // No more than this process may use: its affinity mask (taskset) and CPU quota (a container's
+    // --cpus), which /proc/cpuinfo does not show.
+    const int avail = available_cpus();
+    if (avail > 0 && n > avail) n = avail;
     return n > 0 ? n : 1;
 }
 
+int ThreadPool::quota_cpus(std::string_view cpu_max) {
+    long long quota = 0, period = 0;
+    const char* p = cpu_max.data();
+    const char* const end = p + cpu_max.size();
+    const auto number = [&](long long& v) {
+        while (p < end && (*p == ' ' || *p == '\n')) ++p;
+        const auto [next, ec] = std::from_chars(p, end, v);
+        p = next;
+        return ec == std::errc() && v > 0;
+    };
+    if (!number(quota) || !number(period)) return 0;   // "max", -1 (v1's unlimited), garbage
+    return int(std::min<long long>((quota + period - 1) / period, 1 << 20));
+}
+
+namespace {
+std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    return f ? std::string(std::istreambuf_iterator<char>(f), {}) : std::string();
+}
+
+// The smallest CPU quota on this process's cgroup and its ancestors (0: none). cgroup v2 keeps it
+// in cpu.max; v1 in the cpu controller's cpu.cfs_quota_us / cpu.cfs_period_us.
+int cgroup_quota_cpus() {
+    std::ifstream f("/proc/self/cgroup");
+    int best = 0;
+    auto take = [&](int c) {
+        if (c > 0 && (best == 0 || c < best)) best = c;
+    };
+    for (std::string line; std::getline(f, line);) {
+        const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+        if (b == std::string::npos) continue;
+        const std::string controllers = line.substr(a + 1, b - a - 1);
+        std::string path = line.substr(b + 1);
+        const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+        bool v1 = false;
+        for (size_t i = 0; i <= controllers.size();) {   // "cpu" among "cpu,cpuacct"
+            const size_t j = std::min(controllers.find(',', i), controllers.size());
+            v1 = v1 || controllers.compare(i, j - i, "cpu") == 0;
+            i = j + 1;
+        }
+        if (!v2 && !v1) continue;
+        for (;;) {   // this cgroup, then each parent up to the root
+            if (v2) {
+                take(ThreadPool::quota_cpus(read_file("/sys/fs/cgroup" + path + "/cpu.max")));
+            } else {
+                const std::string dir = "/sys/fs/cgroup/cpu" + path;
+                take(ThreadPool::quota_cpus(read_file(dir + "/cpu.cfs_quota_us") + " " + read_file(dir + "/cpu.cfs_period_us")));
+            }
+            if (path.empty() || path == "/") break;
+            const size_t slash = path.find_last_of('/');
+            path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+        }
+    }
+    return best;
+}
+}  // namespace
+
 int ThreadPool::available_cpus() {
+    int n = int(std::thread::hardware_concurrency());   // 0 when not known
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    return int(std::thread::hardware_concurrency());   // 0 when not known
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
+    // A CPU quota gives this process that many CPUs' worth of time, whatever the mask allows:
+    // more threads than that share them (the pool then spins briefly, matmul takes finer slices).
+    static const int quota = cgroup_quota_cpus();
+    if (quota > 0 && (n == 0 || quota < n)) n = quota;
+    return n;
 }
 
 ThreadPool::ThreadPool(int n_threads) {

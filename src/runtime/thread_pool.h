@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,9 +38,13 @@ public:
 
     // Physical cores when known, else the hardware thread count.
     static int default_threads();
-    // The CPUs this process may run on (its affinity mask; the hardware thread count without one;
-    // 0 when neither is known).
+    // The CPUs this process may run on: its affinity mask (the hardware thread count without one),
+    // capped by a cgroup CPU quota (v2 cpu.max, v1 cfs quota / period, on its cgroup or an
+    // ancestor); 0 when nothing is known.
     static int available_cpus();
+    // The CPUs a quota of "QUOTA PERIOD" (cgroup v2's cpu.max; v1's two files joined by a space)
+    // allows, rounded up; 0 for "max", v1's -1 or anything unreadable.
+    static int quota_cpus(std::string_view cpu_max);
 
 private:
     void worker(int ith);

@@ -48,6 +48,22 @@ TEST_CASE("thread pool: oversubscribed, every task once per run, across sleeps")
     }
 }
 
+TEST_CASE("thread pool: a cgroup CPU quota in CPUs, rounded up; none for max, -1 or garbage") {
+    using P = runtime::ThreadPool;
+    CHECK(P::quota_cpus("200000 100000\n") == 2);
+    CHECK(P::quota_cpus("150000 100000") == 2);
+    CHECK(P::quota_cpus("50000 100000") == 1);
+    CHECK(P::quota_cpus("-1 100000") == 0);        // cgroup v1's unlimited
+    CHECK(P::quota_cpus("max 100000") == 0);       // cgroup v2's
+    CHECK(P::quota_cpus("100000") == 0);           // no period
+    CHECK(P::quota_cpus("") == 0);
+    CHECK(P::quota_cpus("1x 5") == 0);
+    const int avail = P::available_cpus();
+    CHECK(avail >= 0);
+    CHECK(P::default_threads() >= 1);
+    if (avail > 0) CHECK(P::default_threads() <= avail);
+}
+
 // matmul_jobs with more threads than CPUs takes finer slices, claimed in turn (matmul.cpp says
 // why): the same bits as one thread, for a quantized and an F32 weight.
 TEST_CASE("thread pool: an oversubscribed pool's matmul gives one thread's bits") {
