@@ -10,7 +10,7 @@
 # and MXFP4_MOE; files that are not there are listed with the command that makes them.
 #
 # Decode is judged against the machine's best read bandwidth (tools/bench/membw.cpp, the fastest of
-# its 1 / 4 / 8-stream reads with and without prefetch, on 4 KiB and on 2 MiB pages, not memcpy),
+# its 1 / 4 / 8-stream reads with and without prefetch, on default and on 2 MiB pages, not memcpy),
 # measured right before each model: "of read" = weight bytes a token reads x tokens/s / that.
 #
 # KINFER_BASE=/path/to/older/kinfer adds a third contestant (before / after a change, e.g. a build

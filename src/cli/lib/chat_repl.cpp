@@ -30,7 +30,7 @@ constexpr const char* kHelp =
     "  /load FILE       read a conversation written by /save\n"
     "  /save-state FILE write the whole chat: the conversation and the model's state after it\n"
     "  /load-state FILE continue a chat written by /save-state, without reading it again\n"
-    "  /stats           context use, the last reply's speed and the decode layout kept\n"
+    "  /stats           context use, the last reply's speed, the decode layout tuned so far\n"
     "  /help            this list\n"
     "  A line ending in \\ continues on the next line; Ctrl-C stops a reply; //text sends /text.\n";
 
@@ -325,7 +325,8 @@ bool ChatRepl::command(const std::string& name, const std::string& arg) {
                                  snapshots_.count(), double(snapshots_.bytes()) / (1 << 20))
                    : std::string("[state snapshots off: an edit re-reads the conversation from the start]"));
         if (c.turns > 0) notice("[last reply: " + timing_line(last_, last_stop_) + "]");
-        // What the decode tuner kept (generate.cpp tunes the layout on the first replies' steps).
+        // The decode tuner's layout and prefetch distance: tried so far, or kept once decided
+        // (generate.cpp tunes them on the first ~20 decode steps, over the replies).
         if (const std::string tuned = decode_tuning_summary(); !tuned.empty()) notice("[decode layout: " + tuned + "]");
         if (!pending_.empty()) notice(fmt::format("[{} image(s) attached to your next message]", pending_.size()));
     } else {
