@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@ inline std::string data(const std::string& rel) {
     return p;
 }
 inline std::string kinfer_bin() { return KINFER_BIN; }
+
+// n normal floats (mean 0, standard deviation scale) from a seeded generator: the same on every run.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    return x;
+}
 
 // Why a case skipped: its golden input is missing, a tool scripts/setup.sh installs is missing,
 // or the machine lacks something (a CPU feature, a libm behaviour) no setup can provide.

@@ -10,20 +10,13 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
 using namespace kinfer;
 
-namespace {
+using kinfer::test::randn;
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, scale);
-    std::vector<float> x(n);
-    for (auto& v : x) v = nd(rng);
-    return x;
-}
+namespace {
 
 // Equal bit patterns, naming the first element that differs.
 void check_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {

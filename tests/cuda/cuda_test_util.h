@@ -2,6 +2,8 @@
 // are checked against, a tolerance check that reports the worst element, and the bound on the
 // CPU backend's activation rounding in a matmul.
 #pragma once
+#include "test_util.h"
+
 #include "backend/cpu_backend.h"
 #include "backend/cuda/kernels.h"
 #include "quant/types.h"
@@ -24,13 +26,7 @@ inline constexpr quant::Type kKernelTypes[] = {
     quant::Type::Q5_0, quant::Type::Q4_1, quant::Type::Q5_1,   quant::Type::IQ4_NL, quant::Type::MXFP4,
     quant::Type::Q4_K, quant::Type::Q5_K, quant::Type::Q6_K,   quant::Type::IQ4_XS};
 
-inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, scale);
-    std::vector<float> x(n);
-    for (auto& v : x) v = nd(rng);
-    return x;
-}
+using kinfer::test::randn;   // test_util.h
 
 inline backend::CpuBackend& cpu() {
     static backend::CpuBackend be(2);
