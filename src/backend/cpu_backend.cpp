@@ -217,23 +217,16 @@ void CpuBackend::copy_rows(float* dst, int64_t ldd, const float* src, int64_t ld
 void CpuBackend::glu(float* g, const float* u, int64_t rows, int64_t ff, const Glu& act) {
     need_f32(g, rows * ff, "glu", "gate");
     need_f32(u, rows * ff, "glu", "up");
-    if (rows == 1) {
-        // Decode: the row's elements split in whole blocks of 256 from its start, so every element
-        // takes the vector SiLU / tanh path it takes in one call (ops.h), and the same bits.
-        constexpr int64_t kBlock = 256;
-        pool_->parallel_for((ff + kBlock - 1) / kBlock, [&](int64_t b0, int64_t b1, int) {
-            const int64_t i0 = b0 * kBlock, m = std::min(ff, b1 * kBlock) - i0;
-            if (act.situ) ops::situ_glu(g + i0, u + i0, g + i0, m, act.beta, act.linear_beta);
-            else ops::swiglu(g + i0, u + i0, g + i0, m);
-        }, 4);
-        return;
-    }
-    // Split by rows across the pool once there is enough work to pay for waking it.
-    pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) {
-        const int64_t m = (e - b) * ff;
-        if (act.situ) ops::situ_glu(g + b * ff, u + b * ff, g + b * ff, m, act.beta, act.linear_beta);
-        else ops::swiglu(g + b * ff, u + b * ff, g + b * ff, m);
-    }, std::max<int64_t>(1, 1024 / ff));
+    // Element-wise over all rows * ff elements, split in whole blocks of 256 from the start once
+    // there are 1024 a thread (decode's one row too): every element takes the vector SiLU / tanh
+    // path it takes in one call (ops.h), so the bits do not depend on the thread count.
+    constexpr int64_t kBlock = 256;
+    const int64_t total = rows * ff;
+    pool_->parallel_for((total + kBlock - 1) / kBlock, [&](int64_t b0, int64_t b1, int) {
+        const int64_t i0 = b0 * kBlock, m = std::min(total, b1 * kBlock) - i0;
+        if (act.situ) ops::situ_glu(g + i0, u + i0, g + i0, m, act.beta, act.linear_beta);
+        else ops::swiglu(g + i0, u + i0, g + i0, m);
+    }, 4);
 }
 
 // ---- mixers ----
@@ -260,9 +253,10 @@ void CpuBackend::kda_decay(float* g, const float* dt_bias, const float* a, int64
     // Element-wise, split by (token, head): decode's one token has 96 heads of K3 to share.
     pool_->parallel_for(n * H, [&](int64_t u0, int64_t u1, int) {
         for (int64_t u = u0; u < u1; ++u) {
-            float* gh = g + (u / H) * di + (u % H) * D;
-            const float* bh = dt_bias + (u % H) * D;
-            const float ah = a[u % H];                    // -exp(A_log)
+            const int64_t h = u % H;
+            float* gh = g + (u / H) * di + h * D;
+            const float* bh = dt_bias + h * D;
+            const float ah = a[h];                        // -exp(A_log)
             for (int64_t i = 0; i < D; ++i) {
                 const float f = gh[i] + bh[i];
                 gh[i] = gate.lower_bound ? ops::sigmoid(-(f * ah)) * gate.lb   // K3: lb * sigmoid(exp(A_log) f)

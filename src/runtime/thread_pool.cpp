@@ -2,9 +2,9 @@
 
 #include <sched.h>
 
-#include <chrono>
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -93,12 +93,7 @@ int cgroup_quota_cpus() {
         const std::string controllers = line.substr(a + 1, b - a - 1);
         std::string path = line.substr(b + 1);
         const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
-        bool v1 = false;
-        for (size_t i = 0; i <= controllers.size();) {   // "cpu" among "cpu,cpuacct"
-            const size_t j = std::min(controllers.find(',', i), controllers.size());
-            v1 = v1 || controllers.compare(i, j - i, "cpu") == 0;
-            i = j + 1;
-        }
+        const bool v1 = ("," + controllers + ",").find(",cpu,") != std::string::npos;   // "cpu,cpuacct"
         if (!v2 && !v1) continue;
         for (;;) {   // this cgroup, then each parent up to the root
             if (v2) {

@@ -9,7 +9,6 @@
 namespace kinfer::backend::cpu {
 
 namespace tiled_portable {
-inline void load_rows(const LatentPages& c, int64_t j0, int64_t n, float* out) { latent_load(c, j0, n, out); }
 #include "backend/cpu/attention_tiled_body.h"
 }  // namespace tiled_portable
 

@@ -10,17 +10,6 @@
 namespace kinfer::backend::cpu {
 
 namespace tiled_avx2 {
-// f16 rows through F16C (eight values per instruction; the shared latent_load converts one at a
-// time), everything else through latent_load.
-inline void load_rows(const LatentPages& c, int64_t j0, int64_t n, float* out) {
-    if (c.type != CacheType::f16 || c.R % 8 != 0) return latent_load(c, j0, n, out);
-    for (int64_t j = 0; j < n; ++j) {
-        const auto* src = reinterpret_cast<const uint16_t*>(c.row(j0 + j));
-        float* y = out + j * c.R;
-        for (int64_t d = 0; d < c.R; d += 8)
-            _mm256_storeu_ps(y + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));
-    }
-}
 #include "backend/cpu/attention_tiled_body.h"
 }  // namespace tiled_avx2
 

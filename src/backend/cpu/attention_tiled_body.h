@@ -10,9 +10,9 @@
 // longest (latest) tiles dealt first. The MHA (prefill) form takes its scores transposed,
 // S^T = K . Q^T, so that the softmax runs one query per vector lane (ColumnSoftmax).
 //
-// Needs from the includer: runtime::ThreadPool, backend::LatentPages / MlaShape / Mat,
-// load_rows(const LatentPages&, int64_t j0, int64_t n, float* out) giving f32 rows, and in the
-// AVX2 build ops::exp8 (exp_avx2.h: ggml's vector exp).
+// Needs from the includer: runtime::ThreadPool, backend::LatentPages / MlaShape / Mat, latent_load
+// (latent_cache.h: f32 rows; f16 ones through F16C in dequantize_row_f16), and in the AVX2 build
+// ops::exp8 (exp_avx2.h: ggml's vector exp).
 // The includer includes attention_tiled_std.h first (standard headers cannot be included inside
 // a namespace).
 
@@ -348,7 +348,7 @@ inline std::vector<TiledScratch>& scratch_for(int n) {
 // tile converted once for every head and query, and the chunks' partial softmaxes merged at the
 // end (flash decoding), so a long cache is read once per token, not once per head.
 inline void few_query_absorbed(runtime::ThreadPool& pool, const backend::LatentPages& c, const float* Q, float* lat,
-                               const backend::MlaShape& sh, void (*load)(const backend::LatentPages&, int64_t, int64_t, float*)) {
+                               const backend::MlaShape& sh) {
     const int64_t H = sh.H, r = sh.r, R = sh.r + sh.dr, n = sh.n, pos0 = sh.pos0, n_keys = pos0 + n, rows_q = n * H;
     const int64_t per = std::max<int64_t>(8 * TK, (n_keys + 4 * pool.size() - 1) / (4 * pool.size()) / TK * TK + TK);
     const int64_t n_chunks = (n_keys + per - 1) / per;
@@ -373,7 +373,7 @@ inline void few_query_absorbed(runtime::ThreadPool& pool, const backend::LatentP
                 const int nk = int(std::min<int64_t>(TK, k_end - k0));
                 const float* rows = w.rows.data();
                 if (in_place) rows = reinterpret_cast<const float*>(c.row(k0));
-                else load(c, k0, nk, w.rows.data());
+                else latent_load(c, k0, nk, w.rows.data());
                 for (int64_t t = 0; t < n; ++t) {
                     const int vis = int(std::max<int64_t>(0, std::min<int64_t>(nk, pos0 + t - k0 + 1)));
                     for (int64_t h = 0; h < H; ++h) {
@@ -410,7 +410,7 @@ inline void few_query_absorbed(runtime::ThreadPool& pool, const backend::LatentP
 inline void tiled_absorbed(runtime::ThreadPool& pool, const backend::LatentPages& c, const float* Q, float* lat,
                            const backend::MlaShape& sh) {
     const int64_t H = sh.H, r = sh.r, R = sh.r + sh.dr, n = sh.n, pos0 = sh.pos0;
-    if (n < 4) return few_query_absorbed(pool, c, Q, lat, sh, &load_rows);
+    if (n < 4) return few_query_absorbed(pool, c, Q, lat, sh);
     auto& scr = scratch_for(pool.size());
     for (int i = 0; i < pool.size(); ++i) scr[size_t(i)].size(R, r, R);
     for_tiles(pool, n, H, [&](int ith, int64_t qt, int64_t h) {
@@ -430,7 +430,7 @@ inline void tiled_absorbed(runtime::ThreadPool& pool, const backend::LatentPages
             const int nk = int(std::min<int64_t>(TK, n_keys - k0));
             const float* rows = w.rows.data();
             if (in_place) rows = reinterpret_cast<const float*>(c.row(k0));
-            else load_rows(c, k0, nk, w.rows.data());
+            else latent_load(c, k0, nk, w.rows.data());
             if (nq < 4) {
                 // A few queries (decode): scores straight from the rows, no transposed tile.
                 for (int i = 0; i < nq; ++i)
@@ -564,7 +564,7 @@ inline void tiled_mha(runtime::ThreadPool& pool, const backend::Mat& k_b, const 
             for (int64_t k; (k = next.fetch_add(1)) < bt * H;) {
                 const int64_t ti = k / H, h = k % H, k0 = b0 + ti * TK;
                 const int nk = int(std::min<int64_t>(TK, n_keys - k0));
-                load_rows(c, k0, nk, w.rows.data());
+                latent_load(c, k0, nk, w.rows.data());
                 float* K = kt.data() + (h * tiles_per_block + ti) * TK * dk;
                 float* V = vt.data() + (h * tiles_per_block + ti) * TK * dv;
                 float* t = w.kv.data();                                   // [TK][dn_p], then [TK][dv_p]

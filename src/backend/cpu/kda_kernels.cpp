@@ -158,15 +158,10 @@ void kda_chunked_head(int64_t D, int64_t n, const float* q, const float* k, cons
 }
 
 
-// Causal depthwise conv over the last W projected inputs (tap W-1 = current token), then SiLU, in
-// place. state: [di][W-1] oldest first; updated to the last W-1 inputs. Channels are the inner loop
+// Causal depthwise conv over channels [c0, c1), then SiLU, in place (kda_kernels.h). Channels are the inner loop
 // so it vectorises; each channel still sums its taps in order from 0.0f with one fused multiply-add
 // per tap: ggml_ssm_conv's order, as the golden build's compiler contracts it (unfused, the conv
 // outputs differ in the last bit and k3-tiny-a Q8_0 drifts 0.37 in the logits at AVX-512).
-void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state) {
-    conv_silu_channels(x, n, di, W, taps, state, 0, di);
-}
-
 void conv_silu_channels(float* x_rows, int64_t n, int64_t ld, int64_t W, const float* all_taps, float* all_state,
                         int64_t c0, int64_t c1) {
     const int64_t S = W - 1, di = c1 - c0;

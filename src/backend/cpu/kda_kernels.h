@@ -16,11 +16,10 @@ size_t kda_chunk_scratch_floats(int64_t D);
 constexpr int64_t kKdaChunk = 16;
 
 // Causal depthwise conv over the last W projected inputs (tap W-1 = current token), then SiLU, in
-// place on x [n][di]; state [di][W-1] (oldest first) is updated to the last W-1 inputs.
-void conv_silu(float* x, int64_t n, int64_t di, int64_t W, const float* taps, float* state);
-// The same for channels [c0, c1) only, x's rows ld apart (ld = di). Each channel's result does not
-// depend on the others, except through the vector SiLU's scalar tail (ops.h): split at multiples of
-// 16 channels, the parts give conv_silu's bits (CpuBackend::conv_silu splits them over the pool).
+// place, for channels [c0, c1) of x [n][ld] (ld = all channels); state [ld][W-1] (oldest first) is
+// updated to the last W-1 inputs. A channel's result does not depend on the others except through
+// the vector SiLU's scalar tail (ops.h): parts split at multiples of 16 channels give one call's
+// bits (CpuBackend::conv_silu splits them over the pool).
 void conv_silu_channels(float* x, int64_t n, int64_t ld, int64_t W, const float* taps, float* state, int64_t c0,
                         int64_t c1);
 
