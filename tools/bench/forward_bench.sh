@@ -11,7 +11,8 @@
 #
 # Decode is judged against the machine's best read bandwidth (tools/bench/membw.cpp, the fastest of
 # its 1 / 4 / 8-stream reads with and without prefetch, on default and on 2 MiB pages, not memcpy),
-# measured right before each model: "of read" = weight bytes a token reads x tokens/s / that.
+# measured right before each round's kinfer run: "of read" = the weight bytes a token reads x that
+# run's tokens/s / that read rate, averaged over the rounds (the smallest and largest in brackets).
 #
 # KINFER_BASE=/path/to/older/kinfer adds a third contestant (before / after a change, e.g. a build
 # of an earlier commit), run in the same rounds, with its own ratio column.
@@ -43,8 +44,11 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, pp$P / tg$N, $R repetitions x $ROUNDS rounds; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 # The machine's read bandwidth, the yardstick for decode's GB/s (kinfer bench prints those on stderr).
-# It drifts with the neighbours on a shared machine (19.6 to 41.6 GB/s in one day), so it is
-# measured again right before each model's rounds and that model is judged against its own.
+# It drifts with the neighbours on a shared machine (19.6 to 41.6 GB/s in one day, and 10-15 %
+# between runs a minute apart), so it is measured again right before each kinfer run, and each
+# run is judged against its own: with one measurement before a model's rounds, a Xeon VM's
+# k3-wide MXFP4_MOE decode came out at 0.78 of read in one invocation and 0.89-0.92 in three
+# kinfer / membw pairs run right after it.
 best_read=""
 c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null || echo "membw did not build: no read bandwidth, no \"of read\"" >&2
 measure_read() {
@@ -62,11 +66,14 @@ for model in "${models[@]}"; do
   name="$(basename "$model" .gguf)"
   d="$out/$name"; mkdir -p "$d"
   echo; echo "## $name"
-  measure_read
-  [ -n "$best_read" ] && echo "best read bandwidth right before it (membw, $threads threads): $best_read GB/s"
   for round in $(seq "$ROUNDS"); do
+    measure_read
+    [ -n "$best_read" ] && echo "best read bandwidth right before this round (membw, $threads threads): $best_read GB/s"
     "$kinfer" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2> "$d/stderr.txt" | tee -a "$d/kinfer.md"
     grep "GB/s" "$d/stderr.txt" | tee -a "$d/gbs.txt" >&2 || true
+    # This round's decode GB/s (kinfer's "tgN: ... -> X GB/s" line) against this round's read.
+    round_gbs="$(grep -o "^tg$N: .* -> [0-9.]* GB/s" "$d/stderr.txt" | tail -1 | sed 's/.* -> \([0-9.]*\) GB\/s/\1/' || true)"
+    [ -n "$best_read" ] && [ -n "$round_gbs" ] && echo "$best_read $round_gbs" >> "$d/pairs.txt"
     if [ -n "${KINFER_BASE:-}" ]; then
       "$KINFER_BASE" bench -m "$model" -t "$threads" -p "$P" -n "$N" -r "$R" 2>/dev/null | tee -a "$d/base.md"
     fi
@@ -85,11 +92,15 @@ for model in "${models[@]}"; do
     while read -r test k; do
       l="$(awk -v t="$test" '$1==t {print $2}' "$d/l.txt")"
       gbs="-"; frac="-"
+      rd="-"
       if [[ "$test" == tg* ]] && [ -n "$mb" ]; then
         gbs="$(awk -v m="$mb" -v t="$k" 'BEGIN{printf "%.1f", m * t / 1000}')"
-        [ -n "$best_read" ] && frac="$(ratio "$gbs" "$best_read")"
+        if [ -s "$d/pairs.txt" ]; then
+          rd="$(awk '{ s += $1 } END { printf "%.1f", s / NR }' "$d/pairs.txt")"
+          frac="$(awk '{ f = $2 / $1; s += f; if (NR == 1 || f < lo) lo = f; if (f > hi) hi = f }
+                       END { printf "%.2f (%.2f-%.2f)", s / NR, lo, hi }' "$d/pairs.txt")"
+        fi
       fi
-      rd="-"; [[ "$test" == tg* ]] && rd="${best_read:--}"
       line="| $name | $test | $k | ${l:--} | $(ratio "$k" "$l") | $gbs | $rd | $frac |"
       if [ -n "${KINFER_BASE:-}" ]; then
         b="$(awk -v t="$test" '$1==t {print $2}' "$d/b.txt")"
@@ -100,5 +111,5 @@ for model in "${models[@]}"; do
   } >> "$out/summary.md"
 done
 echo
-echo "(\"of read\": decode GB/s over the best membw read measured right before that model)"
+echo "(\"of read\": each round's decode GB/s over the best membw read measured right before it, the mean over the rounds and, in brackets, the lowest and highest; \"membw read\": those reads' mean)"
 cat "$out/summary.md"
