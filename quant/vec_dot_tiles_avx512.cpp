@@ -23,9 +23,10 @@
 // Decode (one activation row) is memory-bound instead: there the tile's rows are spread over the
 // range so that the core reads from several places at once (see tiles()).
 
-// GCC 12 reports its own 512-bit insert / extract intrinsics (their deliberately undefined
-// pass-through operand) as maybe-uninitialized once inlined here.
+// GCC 12 reports its own 512-bit insert / broadcast / extract intrinsics (their deliberately
+// undefined pass-through operand) as maybe-uninitialized, or uninitialized, once inlined here.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <bit>
@@ -39,6 +40,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kernels.h"
+#include "quant/matmul.h"
 
 namespace kinfer::quant::avx512 {
 
@@ -450,11 +452,21 @@ void decode_one_chain512(int64_t nb, const Block* const* x, const block_q8_0* y,
     }
 }
 
-// Decode (one activation row): memory-bound. The rows of a tile come from `streams` segments of
-// the range (rows i, i + K, i + 2K, ...), so the core reads from that many places at once: here
-// one core reads a large matrix 1.3-1.5x faster from 4-8 streams than from one (membw). The
-// scales convert in the loop, which keeps those reads interleaved too. (A function of its own:
-// inlined into tiles() beside the packed prefill tiles, GCC compiled this loop 15 % slower.)
+// Decode (one activation row): memory-bound. A tile computes R rows (8; 4 for the two-chain
+// formats), and the layout (quant::decode_streams(), calibrated per machine: see quant/matmul.h)
+// says from how many places S of the range a core reads at once: with S >= R, S / R tiles in turn
+// take one row from each of S segments (rows i, i + seg, i + 2 seg, ...); with S < R, each tile
+// takes R / S adjacent rows from each of S segments, so S = 1 reads its rows side by side. A
+// Sapphire-Rapids-class Xeon reads fastest from several places, a Zen 4 EPYC from one (membw:
+// 44.2 GB/s from one stream a thread, 27.7 from eight), so this is measured, not fixed: these
+// kernels were the one decode path the calibrated layout did not reach (always S = R).
+// The ISA's default layout (0, or 4: the K-quant kernels' group) is S = R here: on the Xeon VM
+// k3-wide MXFP4_MOE decode read 26.0-27.7 GB/s with S = 8 against 24.5-25.8 with 4 segments of
+// two adjacent rows (three alternating rounds), while the K-quants read fastest from 4. Rows that
+// fill no whole layout go R at a time, side by side. Each row's arithmetic is the same in every
+// tile (bit-equal). The scales convert in the loop, which keeps those reads interleaved too. (A
+// function of its own: inlined into tiles() beside the packed prefill tiles, GCC compiled this
+// loop 15 % slower.)
 template <class Block, int Chains, class DecodeU, class Scale>
 [[gnu::noinline]] void decode_tiles(int64_t nb, const uint8_t* xb, size_t x_stride, int nx, const block_q8_0* const* yrow,
                                     const float* const* dyrow, float* out, size_t out_stride, DecodeU decode_u, Scale scale) {
@@ -467,26 +479,44 @@ template <class Block, int Chains, class DecodeU, class Scale>
         prefetch_ahead(xrow[r] + b);
         return decode_u(xrow[r][b]);
     };
-    constexpr int streams = kDecodeStreams / Chains;   // two-chain formats: registers for 4
-    const int seg = (nx + streams - 1) / streams;
-    for (int i = 0; i < seg; ++i) {
-        int rm = 0;
-        for (int r = i; r < nx; r += seg, ++rm) {
-            xrow[rm] = reinterpret_cast<const Block*>(xb + size_t(r) * x_stride);
-            orow[rm] = out + r;
-        }
+    constexpr int R = kDecodeStreams / Chains;   // two-chain formats: registers for 4
+    auto put = [&](int k, int r) {
+        xrow[k] = reinterpret_cast<const Block*>(xb + size_t(r) * x_stride);
+        orow[k] = out + r;
+    };
+    auto run = [&](int rm) {
         if constexpr (std::is_same_v<Block, block_mxfp4>) {
-            if (rm == streams) {
-                decode_chains512<streams>(nb, xrow, yrow[0], dyrow[0], decode_u, scale, orow);
-                continue;
-            }
+            if (rm == R) return decode_chains512<R>(nb, xrow, yrow[0], dyrow[0], decode_u, scale, orow);
         } else if constexpr (Chains == 1) {
-            if (rm == streams) {
-                decode_one_chain512(nb, xrow, yrow[0], dyrow[0], decode_u, orow);
-                continue;
-            }
+            if (rm == R) return decode_one_chain512(nb, xrow, yrow[0], dyrow[0], decode_u, orow);
         }
         tile_any<Chains>(rm, 1, nb, du_ahead, sc, yrow, dyrow, orow, out_stride);
+    };
+    const int want = decode_streams();   // 1, 4 or 8 (decode_stream_layouts); 2 works too
+    const int S = want <= 0 || want == weight_rows_per_group() ? R : std::min(want, kDecodeStreams);
+    int done = 0;
+    if (S >= R) {
+        const int seg = nx / S;
+        for (int i = 0; i < seg; ++i)
+            for (int g = 0; g < S; g += R) {
+                for (int k = 0; k < R; ++k) put(k, i + (g + k) * seg);
+                run(R);
+            }
+        done = seg * S;
+    } else {
+        const int adj = R / S;   // adjacent rows from each segment
+        const int seg = nx / S / adj * adj;
+        for (int i = 0; i < seg; i += adj) {
+            for (int s = 0, k = 0; s < S; ++s)
+                for (int a = 0; a < adj; ++a, ++k) put(k, i + s * seg + a);
+            run(R);
+        }
+        done = seg * S;
+    }
+    for (int r0 = done; r0 < nx; r0 += R) {
+        const int rm = std::min(R, nx - r0);
+        for (int k = 0; k < rm; ++k) put(k, r0 + k);
+        run(rm);
     }
 }
 

@@ -243,6 +243,44 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
     if (cpu_supports(Isa::avx2)) CHECK(compared_avx2 > 0);
 }
 
+// Decode through the tiles (one activation row: the AVX-512 Q8_0 family and the AVX2 tiles) in
+// every stream layout: 8- and 4-row tiles take rows from S segments, S / R tiles in turn or R / S
+// adjacent rows from each; the rows no layout fills (up to 8 S - 1 of them) go side by side.
+// Every row keeps vec_dot's bits and is written once, nothing else is.
+TEST_CASE("vec_dot_tile: decode gives vec_dot's bits in every stream layout, uneven row counts included") {
+    int compared = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!cpu_supports(isa)) continue;
+        for (Type w : kWeightTypes) {
+            const VecDotTileFn tile = vec_dot_tile_for(w, isa);
+            if (!tile) continue;
+            const VecDotFn single = vec_dot_for(w, isa);
+            const int64_t n = traits(w).block_size == 32 ? 37 * 32 : 768;
+            const auto a = random_row(n, 11);
+            std::vector<uint8_t> aq(act_row_size(w, n));
+            quantize_acts(w, a.data(), 1, n, aq.data());
+            for (int nx : {1, 3, 4, 7, 8, 9, 12, 16, 17, 23, 32, 33, 63, 64, 71}) {
+                const auto x = random_row(n * nx, 500 + uint32_t(nx));
+                const auto wq = quantize(w, x);
+                const size_t rb = wq.size() / size_t(nx);
+                for (int streams : {0, 1, 2, 4, 8}) {
+                    INFO(std::string(traits(w).name), " at ", isa_name(isa), ", streams ", streams, ", ", nx, " rows");
+                    std::vector<float> out(size_t(nx) + 1, std::nanf(""));
+                    out[size_t(nx)] = -1.0f;
+                    set_decode_streams(streams);
+                    tile(n, wq.data(), rb, nx, aq.data(), aq.size(), 1, out.data(), size_t(nx));
+                    set_decode_streams(0);
+                    for (int r = 0; r < nx; ++r) CHECK(out[size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data()));
+                    CHECK(out[size_t(nx)] == -1.0f);
+                    ++compared;
+                }
+            }
+        }
+    }
+    MESSAGE("decode tile calls compared: ", compared);
+    CHECK(compared > 0);
+}
+
 TEST_CASE("vec_dot_tile: a whole prefill product in one call, across the cache blocks' edges") {
     // quant::gemm passes all activation rows at once; the AVX-512 K-quant tiles pack up to 64 of
     // them and take the weight rows in chunks of about 256 KiB (64 Q4_K rows of 7168, at most 256

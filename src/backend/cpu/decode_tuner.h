@@ -8,8 +8,8 @@
 // pages) is kept if it beats the default by the calibration's margin; then the prefetch distances
 // the same way. 20 steps on AVX-512 (three layouts), 23 on AVX2 (four), all of them producing
 // tokens; the bits are the same in every layout (tests/quant), so tuning changes only speed. KINFER_DECODE_STREAMS /
-// KINFER_DECODE_PREFETCH fix their knob and it is not tuned. The layout knob reaches the K-quant
-// (and on AVX2 the Q8_0-family) decode kernels; the distance all of them. A model none of whose
+// KINFER_DECODE_PREFETCH fix their knob and it is not tuned. Both knobs reach every quantized
+// decode kernel (K-quants, IQ4_XS, the Q8_0 family and MXFP4, at both ISA levels). A model none of whose
 // decode runs on the CPU (all layers on a GPU) only times noise: the default then stays unless
 // noise beats the margin, which changes nothing either way.
 #pragma once

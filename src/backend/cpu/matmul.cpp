@@ -351,35 +351,38 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
 #endif
     const size_t want = std::clamp<size_t>(2 * size_t(std::max(0L, llc)), size_t(32) << 20, size_t(512) << 20);
     // Q4_K and Q6_K, the two types of a Q4_K_M model's decode (its attn_v, ffn_down and output
-    // are Q6_K), half the size each: they do not prefer the same layouts (Zen 5, one thread:
-    // Q6_K reads at 8 GB/s with its rows side by side and at 30 GB/s from 4 segments; Q4_K at 19
-    // and 25), so a layout chosen by one alone can halve the other's speed.
+    // are Q6_K), and Q8_0, most of an MXFP4_MOE model's bytes (everything but the routed experts),
+    // a third of the size each: they do not prefer the same layouts (Zen 5, one thread: Q6_K reads
+    // at 8 GB/s with its rows side by side and at 30 GB/s from 4 segments; Q4_K at 19 and 25), so a
+    // layout chosen by one alone can halve another's speed. (Q8_0's kernels take their own layout
+    // at the default, vec_dot_tiles_avx512.cpp's decode_tiles.)
     struct Bench {
         Mat W;
         std::vector<uint8_t> buf;
         QuantActs xq;
     };
-    Bench bench[2];
-    const quant::Type types[2] = {quant::Type::Q4_K, quant::Type::Q6_K};
+    constexpr int kTypes = 3;
+    Bench bench[kTypes];
+    const quant::Type types[kTypes] = {quant::Type::Q4_K, quant::Type::Q6_K, quant::Type::Q8_0};
     std::vector<float> x(7168);
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.125f;
     size_t rows_max = 0;
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kTypes; ++k) {
         Mat& W = bench[k].W;
         W.type = types[k];
         W.cols = 7168;
         W.row_bytes = quant::row_size(quant::traits(W.type), W.cols);
-        W.rows = int64_t(want / 2 / W.row_bytes) / 64 * 64;
+        W.rows = int64_t(want / kTypes / W.row_bytes) / 64 * 64;
         W.name = "decode-calibration";
         // Every byte written (fresh zero pages would all map to one page and read from cache);
-        // the super-block scales (Q4_K: d and dmin first, Q6_K: d last) are small fp16 values so
-        // the float sums stay finite.
+        // the (super-)block scales (Q4_K: d and dmin first, Q6_K: d last, Q8_0: d first) are small
+        // fp16 values so the float sums stay finite.
         std::vector<uint8_t>& buf = bench[k].buf;
         buf.resize(W.bytes());
         std::memset(buf.data(), 0x5a, buf.size());
         const size_t sb = quant::traits(W.type).type_size;
         for (size_t off = 0; off + sb <= buf.size(); off += sb) {
-            const size_t d = W.type == quant::Type::Q4_K ? off : off + sb - 2;
+            const size_t d = W.type == quant::Type::Q6_K ? off + sb - 2 : off;
             buf[d] = 0x00, buf[d + 1] = 0x1c;   // d = 2^-8
             if (W.type == quant::Type::Q4_K) buf[off + 2] = 0x00, buf[off + 3] = 0x1c;   // dmin
         }
