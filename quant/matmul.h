@@ -31,8 +31,8 @@ void gemm(Type w, const void* W, size_t w_row_bytes, int64_t n, const void* acts
 // Decode's stream layout: how many places of its row range one core reads at once. The rows a
 // kernel computes together (2 on AVX2, 4 on AVX-512) come from that many segments of the range
 // (rows i, i + K, i + 2K, ...); 1 takes them side by side. The AVX-512 tiles of the formats dotted
-// against Q8_0 compute 8 rows (MXFP4 4): from 8 (4) segments at the default layout, from S
-// segments at S = 8 and 1 (vec_dot_tiles_avx512.cpp, decode_tiles). Which is fastest depends on the machine
+// against Q8_0 compute 8 rows (IQ4_NL and MXFP4: 4): from 8 (4) segments at the default layout
+// (0 or 4), from S segments at S = 1, 2 and 8 (vec_dot_tiles_avx512.cpp, decode_tiles). Which is fastest depends on the machine
 // (how many reads one core keeps in flight), so it is measured, not fixed (see
 // backend::cpu::calibrate_decode_streams). Every value gives the same bits: each row's arithmetic is
 // that of the one-row kernel. 0 (the start) = the ISA's default, the rows of one group.

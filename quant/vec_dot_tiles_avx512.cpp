@@ -470,8 +470,8 @@ void decode_one_chain512(int64_t nb, const Block* const* x, const block_q8_0* y,
 template <class Block, int Chains, class DecodeU, class Scale>
 [[gnu::noinline]] void decode_tiles(int64_t nb, const uint8_t* xb, size_t x_stride, int nx, const block_q8_0* const* yrow,
                                     const float* const* dyrow, float* out, size_t out_stride, DecodeU decode_u, Scale scale) {
-    const Block* xrow[kDecodeStreams];
-    float* orow[kDecodeStreams];
+    const Block* xrow[kDecodeStreams] = {};
+    float* orow[kDecodeStreams] = {};
     auto sc = [&](int r, int64_t b) { return scale(xrow[r][b]); };
     // And each row asks for its bytes decode_prefetch() ahead (prefetch_ahead, the shared
     // primitives say why; one line per block: they are 17-34 bytes).
@@ -492,8 +492,9 @@ template <class Block, int Chains, class DecodeU, class Scale>
         }
         tile_any<Chains>(rm, 1, nb, du_ahead, sc, yrow, dyrow, orow, out_stride);
     };
-    const int want = decode_streams();   // 1, 4 or 8 (decode_stream_layouts); 2 works too
-    const int S = want <= 0 || want == weight_rows_per_group() ? R : std::min(want, kDecodeStreams);
+    // 1, 4 or 8 (decode_stream_layouts); 2 works too, and a value between them rounds down.
+    const int want = decode_streams();
+    const int S = want <= 0 || want == weight_rows_per_group() ? R : int(std::bit_floor(unsigned(std::min(want, kDecodeStreams))));
     int done = 0;
     if (S >= R) {
         const int seg = nx / S;

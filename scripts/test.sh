@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: the Release build's doctest suites (at the best ISA level, then the ISA-dependent ones again
-# with KINFER_ISA=avx2 where that is a lower level), the same suites under AddressSanitizer +
+# The whole test suite: the Release build's doctest suites (at the best ISA level, then again with
+# KINFER_ISA=avx2 where that is a lower level, less the slow suites that do not depend on it), the same suites under AddressSanitizer +
 # UndefinedBehaviorSanitizer, and a bounded libFuzzer run of every fuzz target from that build. Exits non-zero on any failure; the last line is
 # "ctest: N passed, 0 failed, S skipped" (doctest cases). Used by .ci/run (CI=true: no golden skips).
 set -euo pipefail
@@ -68,7 +68,8 @@ if [ "${CI:-}" = true ] && [ ! -d ../shared/golden ]; then
 fi
 
 echo "== Release suites"
-run_ctest build "Release"
+# cli_parity is a part of cli, registered on its own for the KINFER_ISA=avx2 pass below.
+run_ctest build "Release" -E '^cli_parity$'
 
 # The same build with the AVX2 kernels forced: every parity bound is held at this level too
 # (the per-type bounds in tests/model/parity_util.h), and the AVX2 kernels run end to end. On a
@@ -79,8 +80,9 @@ if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw
     # Once is enough for what does not depend on the ISA level: tests/reference (PyTorch against
     # llama.cpp), the CPU mode's other schedules and the cubins' shared memory (test_cuda's first
     # run still compares the CUDA kernels with this level's CPU ops), the MPI ranks' plans and
-    # parity with one process (dist), the CLI's behaviour (cli; the golden tokens and logits at
-    # this level are the model and perplexity suites'). About 150 s of the 2-core CI's time.
+    # parity with one process (dist, one thread a rank, split by experts and layers), the CLI's
+    # behaviour (cli: its checks that depend on the level run as cli_parity). About 150 s of the
+    # 2-core CI's time.
     KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E '^(reference|cuda_reverse|cuda_warps|cuda_warps_reverse|cuda_static_smem|dist|cli)$'
 else
     echo "== Release suites, KINFER_ISA=avx2: not run (this CPU lacks AVX-512, the pass above ran AVX2)"
@@ -97,7 +99,7 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KINFER_SANIT
 # The CPU mode's other schedules (cuda_reverse, cuda_warps, cuda_warps_reverse) look for races by
 # the results a different order gives, which the Release suites show as well; under the
 # sanitizers they cost 130 s of CI's time for no check the default schedule's run lacks.
-run_ctest build-asan "ASan + UBSan" -E '^(reference|cuda_reverse|cuda_warps|cuda_warps_reverse)$'
+run_ctest build-asan "ASan + UBSan" -E '^(reference|cuda_reverse|cuda_warps|cuda_warps_reverse|cli_parity)$'
 unset ASAN_OPTIONS UBSAN_OPTIONS KINFER_SANITIZED
 
 # The fuzz targets run $JOBS at a time (each is single-threaded), each for FUZZ_SECONDS.

@@ -44,6 +44,21 @@ double abs_dot(Type w, const void* wq, const void* aq, int64_t n) {
     return s;
 }
 
+// body(isa, w, kernel, single) for each ISA level this CPU runs and each weight type that
+// lookup(w, isa) has a kernel for there; single is that level's one-row vec_dot, the bits to match.
+template <class Lookup, class Body>
+void for_each_kernel(Lookup lookup, Body body) {
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!cpu_supports(isa)) continue;
+        for (Type w : kWeightTypes) {
+            const auto kernel = lookup(w, isa);
+            if (!kernel) continue;
+            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
+            body(isa, w, kernel, vec_dot_for(w, isa));
+        }
+    }
+}
+
 // The instruction forms a tile is to be run in: both for the AVX-512 K-quant tiles (the same bits
 // either way, quant::k_tile_form), else the one there is.
 std::vector<KTileForm> tile_forms(Type w, Isa isa) {
@@ -128,28 +143,21 @@ TEST_CASE("vec_dot: AVX2 and AVX-512 kernels equal the scalar reference within 1
 
 TEST_CASE("vec_dot_multi: several activation rows give vec_dot's bits exactly") {
     int compared = 0;
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        if (!cpu_supports(isa)) continue;
-        for (Type w : kWeightTypes) {
-            const VecDotMultiFn multi = vec_dot_multi_for(w, isa);
-            if (!multi) continue;
-            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
-            const VecDotFn single = vec_dot_for(w, isa);
-            const int64_t n = 2304;  // 9 super-blocks, 72 blocks of 32: odd block counts
-            const auto x = random_row(n, 17);
-            const auto wq = quantize(w, x);
-            for (int ny : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16}) {   // 8 + 4 + 1, two eights (AVX-512 grids)
-                const auto a = random_row(n * ny, 100 + uint32_t(ny));
-                const size_t ab = act_row_size(w, n);
-                std::vector<uint8_t> aq(ab * size_t(ny));
-                quantize_acts(w, a.data(), ny, n, aq.data());
-                std::vector<float> out(static_cast<size_t>(ny));
-                multi(n, wq.data(), aq.data(), ab, ny, out.data());
-                for (int t = 0; t < ny; ++t) CHECK(out[size_t(t)] == single(n, wq.data(), aq.data() + size_t(t) * ab));
-                ++compared;
-            }
+    for_each_kernel(vec_dot_multi_for, [&](Isa, Type w, VecDotMultiFn multi, VecDotFn single) {
+        const int64_t n = 2304;  // 9 super-blocks, 72 blocks of 32: odd block counts
+        const auto x = random_row(n, 17);
+        const auto wq = quantize(w, x);
+        for (int ny : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16}) {   // 8 + 4 + 1, two eights (AVX-512 grids)
+            const auto a = random_row(n * ny, 100 + uint32_t(ny));
+            const size_t ab = act_row_size(w, n);
+            std::vector<uint8_t> aq(ab * size_t(ny));
+            quantize_acts(w, a.data(), ny, n, aq.data());
+            std::vector<float> out(static_cast<size_t>(ny));
+            multi(n, wq.data(), aq.data(), ab, ny, out.data());
+            for (int t = 0; t < ny; ++t) CHECK(out[size_t(t)] == single(n, wq.data(), aq.data() + size_t(t) * ab));
+            ++compared;
         }
-    }
+    });
     MESSAGE("multi-row calls compared: ", compared);
 }
 
@@ -245,38 +253,32 @@ TEST_CASE("vec_dot_tile: weight-row x activation-row tiles give vec_dot's bits e
 
 // Decode through the tiles (one activation row: the AVX-512 Q8_0 family and the AVX2 tiles) in
 // every stream layout: 8- and 4-row tiles take rows from S segments, S / R tiles in turn or R / S
-// adjacent rows from each; the rows no layout fills (up to 8 S - 1 of them) go side by side.
-// Every row keeps vec_dot's bits and is written once, nothing else is.
+// adjacent rows from each; the rows no layout fills (fewer than 8) go side by side. Every row
+// keeps vec_dot's bits and is written once, nothing past the rows is.
 TEST_CASE("vec_dot_tile: decode gives vec_dot's bits in every stream layout, uneven row counts included") {
     int compared = 0;
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        if (!cpu_supports(isa)) continue;
-        for (Type w : kWeightTypes) {
-            const VecDotTileFn tile = vec_dot_tile_for(w, isa);
-            if (!tile) continue;
-            const VecDotFn single = vec_dot_for(w, isa);
-            const int64_t n = traits(w).block_size == 32 ? 37 * 32 : 768;
-            const auto a = random_row(n, 11);
-            std::vector<uint8_t> aq(act_row_size(w, n));
-            quantize_acts(w, a.data(), 1, n, aq.data());
-            for (int nx : {1, 3, 4, 7, 8, 9, 12, 16, 17, 23, 32, 33, 63, 64, 71}) {
-                const auto x = random_row(n * nx, 500 + uint32_t(nx));
-                const auto wq = quantize(w, x);
-                const size_t rb = wq.size() / size_t(nx);
-                for (int streams : {0, 1, 2, 4, 8}) {
-                    INFO(std::string(traits(w).name), " at ", isa_name(isa), ", streams ", streams, ", ", nx, " rows");
-                    std::vector<float> out(size_t(nx) + 1, std::nanf(""));
-                    out[size_t(nx)] = -1.0f;
-                    set_decode_streams(streams);
-                    tile(n, wq.data(), rb, nx, aq.data(), aq.size(), 1, out.data(), size_t(nx));
-                    set_decode_streams(0);
-                    for (int r = 0; r < nx; ++r) CHECK(out[size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data()));
-                    CHECK(out[size_t(nx)] == -1.0f);
-                    ++compared;
-                }
+    for_each_kernel(vec_dot_tile_for, [&](Isa, Type w, VecDotTileFn tile, VecDotFn single) {
+        const int64_t n = traits(w).block_size == 32 ? 37 * 32 : 768;
+        const auto a = random_row(n, 11);
+        std::vector<uint8_t> aq(act_row_size(w, n));
+        quantize_acts(w, a.data(), 1, n, aq.data());
+        for (int nx : {1, 3, 4, 7, 8, 9, 12, 16, 17, 23, 32, 33, 63, 64, 71}) {
+            const auto x = random_row(n * nx, 500 + uint32_t(nx));
+            const auto wq = quantize(w, x);
+            const size_t rb = wq.size() / size_t(nx);
+            for (int streams : {0, 1, 2, 4, 8}) {
+                INFO("streams ", streams, ", ", nx, " rows");
+                std::vector<float> out(size_t(nx) + 1, std::nanf(""));
+                out[size_t(nx)] = -1.0f;
+                set_decode_streams(streams);
+                tile(n, wq.data(), rb, nx, aq.data(), aq.size(), 1, out.data(), size_t(nx));
+                set_decode_streams(0);
+                for (int r = 0; r < nx; ++r) CHECK(out[size_t(r)] == single(n, wq.data() + size_t(r) * rb, aq.data()));
+                CHECK(out[size_t(nx)] == -1.0f);
+                ++compared;
             }
         }
-    }
+    });
     MESSAGE("decode tile calls compared: ", compared);
     CHECK(compared > 0);
 }

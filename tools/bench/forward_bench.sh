@@ -19,6 +19,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 P="${P:-512}"; N="${N:-128}"; R="${R:-3}"; ROUNDS="${ROUNDS:-2}"
+# One generation length: each round's decode GB/s is read from kinfer's "tgN:" line.
+[[ "$N" =~ ^[0-9]+$ ]] || { echo "N=$N: one generation length (a number), e.g. N=128" >&2; exit 2; }
 MODELS="${MODELS:-/work/bench-models}"
 source "$here/tools/bench/common.sh"
 need_kinfer
@@ -54,7 +56,7 @@ c++ -O2 -pthread "$here/tools/bench/membw.cpp" -o "$out/membw" 2>/dev/null || ec
 measure_read() {
   [ -x "$out/membw" ] || return 0
   "$out/membw" "$threads" | tee "$out/membw.txt"
-  best_read="$(grep -o '[0-9.]* GB/s from' "$out/membw.txt" | awk '{ if ($1 > b) b = $1 } END { print b }')"
+  best_read="$(grep -o '[0-9.]* GB/s from' "$out/membw.txt" | awk '{ if ($1 > b) b = $1 } END { print b }' || true)"
 }
 
 # Mean t/s per test over the rounds.

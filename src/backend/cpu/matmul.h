@@ -76,8 +76,8 @@ void mad_f32(float* y, const float* x, float a, int64_t n);
 // KDA conv: GCC contracts ggml_ssm_conv's `sumf += s * c` into fused multiply-adds).
 void fma_f32(float* y, const float* a, const float* b, int64_t n);
 
-// Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K and a Q6_K
-// product, whose weights together are twice the last-level cache (32-512 MiB), run on all of pool's
+// Decode's stream layout (quant::set_decode_streams) chosen for this machine: a Q4_K, a Q6_K and a
+// Q8_0 product, whose weights together are twice the last-level cache (32-512 MiB), run on all of pool's
 // threads in each of the ISA's layouts (quant::decode_stream_layouts), and the fastest stays (the
 // default unless another is > 3 % faster). Then, in the layout kept, each prefetch distance
 // (quant::decode_prefetch_distances; the default unless another is > 2 % faster). Up to a second
