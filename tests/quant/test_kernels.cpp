@@ -165,25 +165,19 @@ TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly, in eve
     int compared = 0;
     // Each layout (quant::set_decode_streams) groups other rows together; every row must still
     // come out with the one-row kernel's bits, and every row must be written.
-    for (int streams : {0, 1, 2, 4, 8})
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        if (!cpu_supports(isa)) continue;
-        for (Type w : kWeightTypes) {
-            const VecDotRowsFn rows = vec_dot_rows_for(w, isa);
-            if (!rows) continue;
-            INFO(std::string(isa_name(isa)), " ", std::string(traits(w).name));
-            const VecDotFn single = vec_dot_for(w, isa);
-            // 37 blocks of 32: an odd count, so the two-chain formats take their scalar last block.
-            for (int64_t n : {int64_t(256), int64_t(768), int64_t(2304), int64_t(37 * 32)}) {
-                if (n % traits(w).block_size != 0) continue;
-                const auto a = random_row(n, 7);
-                std::vector<uint8_t> aq(act_row_size(w, n));
-                quantize_acts(w, a.data(), 1, n, aq.data());
-                for (int nx : {1, 2, 3, 4, 5, 7, 8, 9, 17, 31}) {
+    for_each_kernel(vec_dot_rows_for, [&](Isa, Type w, VecDotRowsFn rows, VecDotFn single) {
+        // 37 blocks of 32: an odd count, so the two-chain formats take their scalar last block.
+        for (int64_t n : {int64_t(256), int64_t(768), int64_t(2304), int64_t(37 * 32)}) {
+            if (n % traits(w).block_size != 0) continue;
+            const auto a = random_row(n, 7);
+            std::vector<uint8_t> aq(act_row_size(w, n));
+            quantize_acts(w, a.data(), 1, n, aq.data());
+            for (int nx : {1, 2, 3, 4, 5, 7, 8, 9, 17, 31}) {
+                const auto x = random_row(n * nx, 200 + uint32_t(nx));
+                const auto wq = quantize(w, x);
+                const size_t rb = wq.size() / size_t(nx);
+                for (int streams : {0, 1, 2, 4, 8}) {
                     INFO("streams ", streams, ", ", nx, " rows of ", n);
-                    const auto x = random_row(n * nx, 200 + uint32_t(nx));
-                    const auto wq = quantize(w, x);
-                    const size_t rb = wq.size() / size_t(nx);
                     std::vector<float> out(static_cast<size_t>(nx), std::nanf(""));
                     set_decode_streams(streams);
                     rows(n, wq.data(), rb, nx, aq.data(), out.data());
@@ -193,7 +187,7 @@ TEST_CASE("vec_dot_rows: several weight rows give vec_dot's bits exactly, in eve
                 }
             }
         }
-    }
+    });
     MESSAGE("several-weight-row calls compared: ", compared);
     CHECK(compared > 0);
 }
