@@ -67,6 +67,10 @@ if [ "${CI:-}" = true ] && [ ! -d ../shared/golden ]; then
     exit 1
 fi
 
+# test_cuda's kernel cases under the CPU mode's other schedules (tests/CMakeLists.txt registers
+# one ctest each); they look for races by their results, so one build's run is enough.
+CPU_MODE_SCHEDULES='cuda_reverse|cuda_warps|cuda_warps_reverse'
+
 echo "== Release suites"
 # cli_parity is a part of cli, registered on its own for the KINFER_ISA=avx2 pass below.
 run_ctest build "Release" -E '^cli_parity$'
@@ -83,7 +87,7 @@ if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw
     # parity with one process (dist, one thread a rank, split by experts and layers), the CLI's
     # behaviour (cli: its checks that depend on the level run as cli_parity). About 150 s of the
     # 2-core CI's time.
-    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E '^(reference|cuda_reverse|cuda_warps|cuda_warps_reverse|cuda_static_smem|dist|cli)$'
+    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|dist|cli)\$"
 else
     echo "== Release suites, KINFER_ISA=avx2: not run (this CPU lacks AVX-512, the pass above ran AVX2)"
 fi
@@ -96,10 +100,8 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
     -DKINFER_SANITIZE=ON -DKINFER_FUZZ=ON -DKINFER_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KINFER_SANITIZED=1
-# The CPU mode's other schedules (cuda_reverse, cuda_warps, cuda_warps_reverse) look for races by
-# the results a different order gives, which the Release suites show as well; under the
-# sanitizers they cost 130 s of CI's time for no check the default schedule's run lacks.
-run_ctest build-asan "ASan + UBSan" -E '^(reference|cuda_reverse|cuda_warps|cuda_warps_reverse|cli_parity)$'
+# The CPU mode's other schedules ran in the Release suites (130 s of CI's time under ASan).
+run_ctest build-asan "ASan + UBSan" -E "^(reference|$CPU_MODE_SCHEDULES|cli_parity)\$"
 unset ASAN_OPTIONS UBSAN_OPTIONS KINFER_SANITIZED
 
 # The fuzz targets run $JOBS at a time (each is single-threaded), each for FUZZ_SECONDS.

@@ -187,9 +187,9 @@ int run_bench(const BenchArgs& a) {
                 const std::string ahead = ds.prefetch_from_env ? std::string(" (KINFER_DECODE_PREFETCH)")
                                                                : fmt::format(" (by bytes: {})", list(ds.prefetch_gbps));
                 std::fprintf(stderr,
-                             "decode layout: %d stream(s) per core, prefetch %d bytes ahead, %d threads (Q4_K + Q6_K + Q8_0 read GB/s by "
+                             "decode layout: %d stream(s) per core, prefetch %d bytes ahead, %d threads (%s read GB/s by "
                              "streams: %s; prefetch%s; %.0f ms)\n",
-                             ds.chosen, ahead_bytes, nt, list(ds.gbps).c_str(), ahead.c_str(), ds.ms);
+                             ds.chosen, ahead_bytes, nt, ds.products.c_str(), list(ds.gbps).c_str(), ahead.c_str(), ds.ms);
             }
         }
         for (auto [p, g] : tests) {

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <string_view>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -368,6 +369,9 @@ DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.125f;
     size_t rows_max = 0;
     for (int k = 0; k < kTypes; ++k) {
+        std::string name = quant::traits(types[k]).name;   // ggml's "q4_K": upper-case as in the docs
+        name[0] = char(std::toupper(static_cast<unsigned char>(name[0])));
+        d.products += (k ? " + " : "") + name;
         Mat& W = bench[k].W;
         W.type = types[k];
         W.cols = 7168;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <string>
 #include <vector>
 
 namespace kinfer::backend::cpu {
@@ -94,6 +95,7 @@ struct DecodeStreams {
     bool prefetch_from_env = false;                  // KINFER_DECODE_PREFETCH set the distance (quant::decode_prefetch())
     double ms = 0;                                   // time the calibration took
     bool from_env = false;
+    std::string products;                            // the weight types it read, "Q4_K + Q6_K + Q8_0"
 };
 DecodeStreams calibrate_decode_streams(runtime::ThreadPool& pool);
 // KINFER_DECODE_STREAMS, when set, put in force (every CPU backend does this when it starts);
