@@ -1,5 +1,7 @@
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/row_split.h"
+
 #include "common/error.h"
 #include "quant/fp16.h"
 #include "quant/matmul.h"
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <charconv>
 #include <string_view>
+#include <vector>
 #include <chrono>
 #include <cctype>
 #include <cmath>
@@ -55,6 +58,9 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 constexpr int64_t kTokenBlock = 16;
 // matmul_jobs' slices per thread when the pool has more threads than CPUs.
 constexpr int kSlicesPerThreadOversubscribed = 2;
+// matmul_jobs claims no piece of a region below this many weight bytes (row_split.h): each piece
+// starts its streams and their prefetch anew.
+constexpr double kMinPieceBytes = 64 << 10;
 
 }  // namespace
 
@@ -227,27 +233,56 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
         work += jobs[i].W.rows * jobs[i].W.cols * jobs[i].n;
         rows += jobs[i].W.rows;
     }
-    auto slice = [&](const MatJob& j, int ith, int nth) {
-        // Contiguous row slices of every job, rounded to 4 rows so the F32 kernel's row groups
-        // stay whole.
-        const int64_t groups = (j.W.rows + 3) / 4;
-        const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
-        const int64_t r0 = std::min(j.W.rows, g0 * 4), r1 = std::min(j.W.rows, g1 * 4);
+    // Rows r0..r1 of job j (the result rows are their own: the bits do not depend on the split).
+    auto rows_of = [&](const MatJob& j, int64_t r0, int64_t r1) {
+        r1 = std::min(j.W.rows, r1);
         if (r0 < r1 && j.n > 0) matmul_q_rows(j.W, *j.xq, j.n, j.y, j.ldy ? j.ldy : j.W.rows, r0, r1);
     };
     if (pool.size() == 1 || work < kMinParallelWork || rows < 8) {
-        for (size_t i = 0; i < count; ++i) slice(jobs[i], 0, 1);
+        for (size_t i = 0; i < count; ++i) rows_of(jobs[i], 0, jobs[i].W.rows);
         return;
     }
-    // Slices claimed in turn by whichever thread is free: one a thread, or with more threads
-    // than CPUs two, since a CPU the scheduler gives two threads would otherwise finish last,
-    // a whole slice after the others (3 threads on 2 CPUs, k3-wide Q4_K_M pp64: 64 t/s against
-    // 78 with 2; 73 this way). Each row's result is its own, so the bits do not depend on it.
-    const int slices = pool.size() * (pool.oversubscribed() ? kSlicesPerThreadOversubscribed : 1);
-    std::atomic<int> next{0};
-    pool.run([&](int, int) {
-        for (int s; (s = next.fetch_add(1, std::memory_order_relaxed)) < slices;)
-            for (size_t i = 0; i < count; ++i) slice(jobs[i], s, slices);
+    if (pool.oversubscribed()) {
+        // Slices claimed in turn by whichever thread is free, two a thread: a CPU the scheduler
+        // gives two threads would otherwise finish last, a whole slice after the others (3
+        // threads on 2 CPUs, k3-wide Q4_K_M pp64: 64 t/s against 78 with 2; 73 this way). Each
+        // slice is a part of every job, rounded to 4 rows so the F32 kernel's row groups stay whole.
+        const int slices = pool.size() * kSlicesPerThreadOversubscribed;
+        std::atomic<int> next{0};
+        pool.run([&](int, int) {
+            for (int s; (s = next.fetch_add(1, std::memory_order_relaxed)) < slices;)
+                for (size_t i = 0; i < count; ++i) {
+                    const int64_t groups = (jobs[i].W.rows + 3) / 4;
+                    rows_of(jobs[i], groups * s / slices * 4, groups * (s + 1) / slices * 4);
+                }
+        });
+        return;
+    }
+    // One region of rows a thread, the jobs end to end, helped at its end by the threads that
+    // finish first (row_split.h). Units of 4 rows (the F32 kernel's row groups); a unit's cost is
+    // its weight bytes, once per block of activation rows that reads them.
+    // The calling thread's (the pool's tasks reach it through `split`, not by its own name, which
+    // would be each worker's own).
+    thread_local RowSplit split_of_caller;
+    RowSplit& split = split_of_caller;
+    thread_local std::vector<int64_t> units;
+    thread_local std::vector<double> cost;
+    units.resize(count);
+    cost.resize(count);
+    double total = 0;
+    int64_t total_units = 0;
+    for (size_t i = 0; i < count; ++i) {
+        units[i] = jobs[i].n > 0 ? (jobs[i].W.rows + 3) / 4 : 0;
+        cost[i] = 4.0 * double(jobs[i].W.row_bytes) * double((jobs[i].n + kTokenBlock - 1) / kTokenBlock);
+        total += double(units[i]) * cost[i];
+        total_units += units[i];
+    }
+    const int64_t min_units = total_units > 0 ? int64_t(std::ceil(kMinPieceBytes / (total / double(total_units)))) : 1;
+    split.reset(units.data(), cost.data(), count, pool.size(), min_units);
+    pool.run([&](int ith, int) {
+        int cursor = 0;
+        for (int64_t b, e; split.claim(ith, cursor, b, e);)
+            split.for_each_job(b, e, [&](size_t j, int64_t u0, int64_t u1) { rows_of(jobs[j], u0 * 4, u1 * 4); });
     });
 }
 

@@ -58,8 +58,9 @@ struct MatJob {
     float* y = nullptr;
     int64_t ldy = 0;        // 0: W.rows
 };
-// Runs every job in one pass of the pool, each thread taking its slice of every job's rows: one
-// wake-up instead of one per matrix, which is what decode's many small matrices need.
+// Runs every job in one pass of the pool: one wake-up instead of one per matrix, which is what
+// decode's many small matrices need. Each thread takes one region of the rows, the jobs end to end,
+// and the threads that finish first take the ends of the others' (row_split.h).
 void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count);
 // ys[i][n x Ws[i].rows] = Ws[i] . x for weights that share one input: x is converted once per
 // vec_dot type, then all products run as one batch.
