@@ -59,6 +59,26 @@ TEST_CASE("parallel decode ops: conv_silu split by channels gives one thread's o
     }
 }
 
+// Decode's one-token form of the convolution (conv_step_avx2.cpp) against the general form:
+// a prompt of three tokens in one call, and the same tokens one call each, give the same outputs
+// and the same final state, bit for bit.
+TEST_CASE("parallel decode ops: conv_silu one token a call gives the bits of one call over the tokens") {
+    for (const int64_t di : {int64_t(1024), int64_t(2056), int64_t(37)}) {
+        for (const int64_t W : {int64_t(4), int64_t(2)}) {
+            CAPTURE(di);
+            CAPTURE(W);
+            const int64_t n = 3;
+            const std::vector<float> x0 = randn(size_t(n * di), 4), taps = randn(size_t(di * W), 5, 0.5f),
+                                     st0 = randn(size_t(di * (W - 1)), 6);
+            std::vector<float> xa = x0, sa = st0, xb = x0, sb = st0;
+            one().conv_silu(xa.data(), n, di, W, taps.data(), sa.data());
+            for (int64_t t = 0; t < n; ++t) one().conv_silu(xb.data() + t * di, 1, di, W, taps.data(), sb.data());
+            check_bits(xb, xa, "outputs");
+            check_bits(sb, sa, "state");
+        }
+    }
+}
+
 TEST_CASE("parallel decode ops: SwiGLU / SiTU-GLU split in blocks gives one thread's bits, one row or several") {
     for (const int64_t rows : {int64_t(1), int64_t(3)}) {
     for (const int64_t ff : {int64_t(9216), int64_t(3000)}) {

@@ -18,6 +18,7 @@ namespace kinfer::backend::cpu {
 
 void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
                         const float* v, float beta, float* o);
+void conv_step_avx2(const float* x, int64_t di, int64_t W, const float* taps, float* state, float* out);
 
 namespace {
 // For rows j < nrows of M (M[j] = column j of S):
@@ -176,6 +177,13 @@ void conv_silu_channels(float* x_rows, int64_t n, int64_t ld, int64_t W, const f
     auto fit = [](std::vector<float>& v, int64_t size) {
         if (v.size() < size_t(size)) v.resize(size_t(size));
     };
+    static const bool avx2 = quant::active_isa() >= quant::Isa::avx2;
+    if (n == 1 && avx2) {   // decode: the same sums, channel by channel (conv_step_avx2.cpp)
+        fit(out, di);
+        conv_step_avx2(x, di, W, taps, state, out.data());
+        ops::silu(out.data(), x, di);
+        return;
+    }
     fit(tw, W * di), fit(out, di), fit(next, S * di), fit(col, di);
     for (int64_t ch = 0; ch < di; ++ch)
         for (int64_t j = 0; j < W; ++j) tw[size_t(j * di + ch)] = taps[ch * W + j];
