@@ -136,6 +136,14 @@ int run_bench(const BenchArgs& a) {
             else touched += double(t.nbytes);
         }
     }
+    // The KDA layers' fp32 state, read and written back once a token: memory traffic too, but not
+    // weights, so told beside the GB/s rather than in it (k3-wide: 12.6 MB each way against 1171 MB).
+    double kda_state = 0;
+    {
+        const auto& hp = m->hparams();
+        for (int il = 0; il < hp.n_layer; ++il)
+            if (hp.is_kda(il)) kda_state += double(hp.kda_state_floats()) * sizeof(float);
+    }
 
     std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend", "threads",
                 "test", "t/s");
@@ -207,7 +215,8 @@ int run_bench(const BenchArgs& a) {
                         fmt::format("{:.2f} ± {:.2f}", mean, sd).c_str());
             std::fflush(stdout);
             if (g > 0)   // decode streams the weights a token touches: how fast, in GB/s
-                std::fprintf(stderr, "%s: %.1f MB of weights per token -> %.2f GB/s\n", test.c_str(), touched / 1e6,
+                std::fprintf(stderr, "%s: %.1f MB of weights per token%s -> %.2f GB/s\n", test.c_str(), touched / 1e6,
+                             kda_state > 0 ? fmt::format(" (and the KDA state's {:.1f} MB, read and written)", kda_state / 1e6).c_str() : "",
                              touched * mean / 1e9);
         }
     }
