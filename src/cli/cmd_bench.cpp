@@ -136,13 +136,14 @@ int run_bench(const BenchArgs& a) {
             else touched += double(t.nbytes);
         }
     }
-    // The KDA layers' fp32 state, read and written back once a token: memory traffic too, but not
-    // weights, so told beside the GB/s rather than in it (k3-wide: 12.6 MB each way against 1171 MB).
+    // The KDA layers' fp32 state (the delta rule's and the short convolutions'), read and written
+    // back once a token: memory traffic too, but not weights, so told beside the GB/s rather than in
+    // it (k3-wide: 13.5 MB each way against 1171 MB of weights).
     double kda_state = 0;
     {
         const auto& hp = m->hparams();
         for (int il = 0; il < hp.n_layer; ++il)
-            if (hp.is_kda(il)) kda_state += double(hp.kda_state_floats()) * sizeof(float);
+            if (hp.is_kda(il)) kda_state += double(hp.kda_state_floats() + hp.conv_state_floats()) * sizeof(float);
     }
 
     std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend", "threads",

@@ -1,7 +1,8 @@
 // A persistent pool of worker threads. Decode is memory bound, so each op hands every thread
-// one contiguous slice of the weight rows (see DESIGN.md section 5): the slices are stable from
-// call to call, so a thread keeps streaming "its" part of each matrix. With more threads than
-// CPUs (oversubscribed()), the matmuls take finer slices claimed in turn instead (matmul.cpp).
+// one contiguous run of the weight rows (see DESIGN.md section 5); the matmuls let the threads
+// that finish first take the ends of the others' runs (backend/cpu/row_split.h). With more
+// threads than CPUs (oversubscribed()), the matmuls take finer slices claimed in turn instead
+// (matmul.cpp).
 #pragma once
 #include <atomic>
 #include <chrono>

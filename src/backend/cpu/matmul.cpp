@@ -12,12 +12,12 @@
 #include <atomic>
 #include <charconv>
 #include <string_view>
-#include <vector>
 #include <chrono>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace kinfer::backend::cpu {
 
@@ -59,8 +59,10 @@ constexpr int64_t kTokenBlock = 16;
 // matmul_jobs' slices per thread when the pool has more threads than CPUs.
 constexpr int kSlicesPerThreadOversubscribed = 2;
 // matmul_jobs claims no piece of a region below this many weight bytes (row_split.h): each piece
-// starts its streams and their prefetch anew.
+// starts its streams and their prefetch anew. With several tokens, no piece below this many rows
+// either (each piece packs the activations again).
 constexpr double kMinPieceBytes = 64 << 10;
+constexpr int64_t kMinPieceRowsPrefill = 64;
 
 }  // namespace
 
@@ -258,26 +260,32 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
         });
         return;
     }
-    // One region of rows a thread, the jobs end to end, helped at its end by the threads that
-    // finish first (row_split.h). Units of 4 rows (the F32 kernel's row groups); a unit's cost is
-    // its weight bytes, once per block of activation rows that reads them.
-    // The calling thread's (the pool's tasks reach it through `split`, not by its own name, which
-    // would be each worker's own).
+    // One region of rows a task (normally one a thread), the jobs end to end, helped at its end by
+    // the tasks that finish first (row_split.h). Units of 4 rows, the F32 kernel's row groups.
+    // A unit's cost: its weight bytes when one token reads them (decode streams them), times the
+    // token count when there are several (prefill multiplies each byte by every token: a routed
+    // expert's 200 tokens cost 100 times its 2).
+    // The calling thread's split (the pool's tasks reach it through `split`, not by its own name,
+    // which would be each worker's own).
     thread_local RowSplit split_of_caller;
     RowSplit& split = split_of_caller;
     thread_local std::vector<int64_t> units;
     thread_local std::vector<double> cost;
     units.resize(count);
     cost.resize(count);
-    double total = 0;
-    int64_t total_units = 0;
+    double bytes = 0;
+    int64_t total_units = 0, n_max = 0;
     for (size_t i = 0; i < count; ++i) {
         units[i] = jobs[i].n > 0 ? (jobs[i].W.rows + 3) / 4 : 0;
-        cost[i] = 4.0 * double(jobs[i].W.row_bytes) * double((jobs[i].n + kTokenBlock - 1) / kTokenBlock);
-        total += double(units[i]) * cost[i];
+        cost[i] = 4.0 * double(jobs[i].W.row_bytes) * double(std::max<int64_t>(1, jobs[i].n));
+        bytes += 4.0 * double(jobs[i].W.row_bytes) * double(units[i]);
         total_units += units[i];
+        n_max = std::max(n_max, jobs[i].n);
     }
-    const int64_t min_units = total_units > 0 ? int64_t(std::ceil(kMinPieceBytes / (total / double(total_units)))) : 1;
+    // The smallest piece, in weight bytes; with several tokens also in rows, since each piece
+    // of a prefill product packs its activations anew (quant/vec_dot_k_tiles_avx512.cpp, pack_acts).
+    int64_t min_units = total_units > 0 ? int64_t(std::ceil(kMinPieceBytes / (bytes / double(total_units)))) : 1;
+    if (n_max > 1) min_units = std::max(min_units, kMinPieceRowsPrefill / 4);
     split.reset(units.data(), cost.data(), count, pool.size(), min_units);
     pool.run([&](int ith, int) {
         int cursor = 0;

@@ -1,8 +1,8 @@
 // How one pass of several products (matmul_jobs) divides its weight rows among the pool's tasks.
 //
-// Each task owns one contiguous region of the rows, all jobs laid end to end, of about equal cost,
-// so a thread streams its own part of the weights as before (DESIGN.md section 5). Equal cost is
-// not equal time: two threads of one machine read memory at different rates from pass to pass
+// Each task owns one contiguous region of the rows, all jobs laid end to end, of about equal cost;
+// the pool runs one task a thread (unless a worker starts late), so each thread streams one long
+// run of the weights (DESIGN.md section 5). Equal cost is not equal time: two threads of one machine read memory at different rates from pass to pass
 // (2-vCPU Xeon VM, k3-wide Q4_K_M decode: one thread idle 10 % of the time waiting for the other,
 // either one). So a task that has finished its region takes the last pieces of a region whose
 // owner is still at work. The owner claims from its front, helpers from its back, each claim half
