@@ -29,6 +29,15 @@ void check_bits(const std::vector<float>& got, const std::vector<float>& want, c
     CHECK(bad == 0);
 }
 
+// conv_silu's operands: n tokens of di channels, W taps a channel, the state of W - 1 inputs
+// (random, from seeds seed..seed + 2).
+struct ConvCase {
+    std::vector<float> x, taps, state;
+    ConvCase(int64_t n, int64_t di, int64_t W, uint32_t seed)
+        : x(randn(size_t(n * di), seed)), taps(randn(size_t(di * W), seed + 1, 0.5f)),
+          state(randn(size_t(di * (W - 1)), seed + 2)) {}
+};
+
 backend::CpuBackend& one() {
     static backend::CpuBackend be(1);
     return be;
@@ -46,12 +55,11 @@ TEST_CASE("parallel decode ops: conv_silu split by channels gives one thread's o
             CAPTURE(di);
             CAPTURE(n);
             const int64_t W = 4;
-            const std::vector<float> x0 = randn(size_t(n * di), 1), taps = randn(size_t(di * W), 2, 0.5f),
-                                     st0 = randn(size_t(di * (W - 1)), 3);
-            std::vector<float> x1 = x0, s1 = st0, x3 = x0, s3 = st0;
+            const ConvCase c(n, di, W, 1);
+            std::vector<float> x1 = c.x, s1 = c.state, x3 = c.x, s3 = c.state;
             for (int call = 0; call < 2; ++call) {   // the second call starts from the carried state
-                one().conv_silu(x1.data(), n, di, W, taps.data(), s1.data());
-                three().conv_silu(x3.data(), n, di, W, taps.data(), s3.data());
+                one().conv_silu(x1.data(), n, di, W, c.taps.data(), s1.data());
+                three().conv_silu(x3.data(), n, di, W, c.taps.data(), s3.data());
             }
             check_bits(x3, x1, "outputs");
             check_bits(s3, s1, "state");
@@ -63,20 +71,18 @@ TEST_CASE("parallel decode ops: conv_silu split by channels gives one thread's o
 // a prompt of three tokens in one call, and the same tokens one call each, give the same outputs
 // and the same final state, bit for bit.
 TEST_CASE("parallel decode ops: conv_silu one token a call gives the bits of one call over the tokens") {
-    for (const int64_t di : {int64_t(1024), int64_t(2056), int64_t(37)}) {
-        for (const int64_t W : {int64_t(4), int64_t(2)}) {
+    const int64_t n = 3;
+    for (const int64_t W : {int64_t(4), int64_t(2)})   // the models' 4 taps (unrolled), the general loop
+        for (const int64_t di : {int64_t(1024), int64_t(2056), int64_t(37)}) {
             CAPTURE(di);
             CAPTURE(W);
-            const int64_t n = 3;
-            const std::vector<float> x0 = randn(size_t(n * di), 4), taps = randn(size_t(di * W), 5, 0.5f),
-                                     st0 = randn(size_t(di * (W - 1)), 6);
-            std::vector<float> xa = x0, sa = st0, xb = x0, sb = st0;
-            one().conv_silu(xa.data(), n, di, W, taps.data(), sa.data());
-            for (int64_t t = 0; t < n; ++t) one().conv_silu(xb.data() + t * di, 1, di, W, taps.data(), sb.data());
+            const ConvCase c(n, di, W, 4);
+            std::vector<float> xa = c.x, sa = c.state, xb = c.x, sb = c.state;
+            one().conv_silu(xa.data(), n, di, W, c.taps.data(), sa.data());
+            for (int64_t t = 0; t < n; ++t) one().conv_silu(xb.data() + t * di, 1, di, W, c.taps.data(), sb.data());
             check_bits(xb, xa, "outputs");
             check_bits(sb, sa, "state");
         }
-    }
 }
 
 TEST_CASE("parallel decode ops: SwiGLU / SiTU-GLU split in blocks gives one thread's bits, one row or several") {

@@ -49,29 +49,16 @@ size_t RowSplit::job_of(int64_t unit) const {
     return size_t(std::upper_bound(first_.begin(), first_.end() - 1, unit) - first_.begin()) - 1;
 }
 
-bool RowSplit::take_front(int r, int64_t& begin, int64_t& end) {
+bool RowSplit::take(int r, bool front, int64_t& begin, int64_t& end) {
     std::atomic<uint64_t>& fb = regions_[r].front_back;
     uint64_t cur = fb.load(std::memory_order_relaxed);
     for (;;) {
         const int64_t f = front_of(cur), b = back_of(cur);
         if (f >= b) return false;
-        const int64_t n = std::min(b - f, std::max(min_units_, (b - f + 1) / 2));
-        if (fb.compare_exchange_weak(cur, pack(f + n, b), std::memory_order_relaxed)) {
-            begin = f, end = f + n;
-            return true;
-        }
-    }
-}
-
-bool RowSplit::take_back(int r, int64_t& begin, int64_t& end) {
-    std::atomic<uint64_t>& fb = regions_[r].front_back;
-    uint64_t cur = fb.load(std::memory_order_relaxed);
-    for (;;) {
-        const int64_t f = front_of(cur), b = back_of(cur);
-        if (f >= b) return false;
-        const int64_t n = std::min(b - f, std::max(min_units_, (b - f) / 2));
-        if (fb.compare_exchange_weak(cur, pack(f, b - n), std::memory_order_relaxed)) {
-            begin = b - n, end = b;
+        // Half of what is left (the owner rounds up), no less than the minimum piece.
+        const int64_t n = std::min(b - f, std::max(min_units_, (b - f + (front ? 1 : 0)) / 2));
+        if (fb.compare_exchange_weak(cur, front ? pack(f + n, b) : pack(f, b - n), std::memory_order_relaxed)) {
+            begin = front ? f : b - n, end = front ? f + n : b;
             return true;
         }
     }
@@ -80,11 +67,11 @@ bool RowSplit::take_back(int r, int64_t& begin, int64_t& end) {
 bool RowSplit::claim(int own, int& cursor, int64_t& begin, int64_t& end) {
     // cursor 0: the own region; k > 0: region own + k (mod parts), helped from its back.
     if (cursor == 0) {
-        if (take_front(own, begin, end)) return true;
+        if (take(own, true, begin, end)) return true;
         cursor = 1;
     }
     for (; cursor < parts_; ++cursor)
-        if (take_back((own + cursor) % parts_, begin, end)) return true;
+        if (take((own + cursor) % parts_, false, begin, end)) return true;
     return false;
 }
 

@@ -47,8 +47,8 @@ public:
 
 private:
     size_t job_of(int64_t unit) const;
-    bool take_front(int r, int64_t& begin, int64_t& end);
-    bool take_back(int r, int64_t& begin, int64_t& end);
+    // A piece of region r from its front (the owner) or its back (a helper).
+    bool take(int r, bool front, int64_t& begin, int64_t& end);
 
     // A region's unclaimed units: front in the low 32 bits, back in the high 32, one atomic so
     // that the owner and a helper never claim the same unit. A cache line each.
