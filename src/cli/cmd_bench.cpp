@@ -126,25 +126,18 @@ int run_bench(const BenchArgs& a) {
                                          ftype_name(f.get_int_or("general.file_type", -1)));
     // Bytes of weights one decoded token reads: every matrix, the routed experts' share
     // n_expert_used / n_expert, one row of the token embedding.
+    const auto& hp = m->hparams();
     double touched = 0;
-    {
-        const auto& hp = m->hparams();
-        for (const auto& t : f.tensors()) {
-            if (t.name == "token_embd.weight") touched += double(t.nbytes) / double(std::max<int64_t>(1, t.ne[1]));
-            else if (t.name.find("_exps.") != std::string::npos)
-                touched += double(t.nbytes) * double(hp.n_expert_used) / double(std::max<int64_t>(1, hp.n_expert));
-            else touched += double(t.nbytes);
-        }
+    for (const auto& t : f.tensors()) {
+        if (t.name == "token_embd.weight") touched += double(t.nbytes) / double(std::max<int64_t>(1, t.ne[1]));
+        else if (t.name.find("_exps.") != std::string::npos)
+            touched += double(t.nbytes) * double(hp.n_expert_used) / double(std::max<int64_t>(1, hp.n_expert));
+        else touched += double(t.nbytes);
     }
     // The KDA layers' fp32 state (the delta rule's and the short convolutions'), read and written
     // back once a token: memory traffic too, but not weights, so told beside the GB/s rather than in
     // it (k3-wide: 13.5 MB each way against 1171 MB of weights).
-    double kda_state = 0;
-    {
-        const auto& hp = m->hparams();
-        for (int il = 0; il < hp.n_layer; ++il)
-            if (hp.is_kda(il)) kda_state += double(hp.kda_state_floats() + hp.conv_state_floats()) * sizeof(float);
-    }
+    const double kda_state = double(hp.n_kda_layers()) * double(hp.kda_state_floats() + hp.conv_state_floats()) * sizeof(float);
 
     std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend", "threads",
                 "test", "t/s");

@@ -71,11 +71,11 @@ TEST_CASE("parallel decode ops: conv_silu split by channels gives one thread's o
 // a prompt of three tokens in one call, and the same tokens one call each, give the same outputs
 // and the same final state, bit for bit.
 TEST_CASE("parallel decode ops: conv_silu one token a call gives the bits of one call over the tokens") {
-    const int64_t n = 3;
-    for (const int64_t W : {int64_t(4), int64_t(2)})   // the models' 4 taps (unrolled), the general loop
-        for (const int64_t di : {int64_t(1024), int64_t(2056), int64_t(37)}) {
+    // The one-token form is the models' 4 taps at the AVX2 level and up (at the scalar level both
+    // sides run the general form).
+    const int64_t n = 3, W = 4;
+    for (const int64_t di : {int64_t(1024), int64_t(2056), int64_t(37)}) {
             CAPTURE(di);
-            CAPTURE(W);
             const ConvCase c(n, di, W, 4);
             std::vector<float> xa = c.x, sa = c.state, xb = c.x, sb = c.state;
             one().conv_silu(xa.data(), n, di, W, c.taps.data(), sa.data());

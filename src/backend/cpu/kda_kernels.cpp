@@ -18,7 +18,7 @@ namespace kinfer::backend::cpu {
 
 void kda_rows_step_avx2(float* M, int64_t nrows, const float* eg, const float* k, const float* q, int64_t D,
                         const float* v, float beta, float* o);
-void conv_step_avx2(const float* x, int64_t di, int64_t W, const float* taps, float* state, float* out);
+void conv4_step_avx2(const float* x, int64_t di, const float* taps, float* state, float* out);
 
 namespace {
 // For rows j < nrows of M (M[j] = column j of S):
@@ -178,9 +178,9 @@ void conv_silu_channels(float* x_rows, int64_t n, int64_t ld, int64_t W, const f
         if (v.size() < size_t(size)) v.resize(size_t(size));
     };
     static const bool avx2 = quant::active_isa() >= quant::Isa::avx2;
-    if (n == 1 && avx2) {   // decode: the same sums, channel by channel (conv_step_avx2.cpp)
+    if (n == 1 && W == 4 && avx2) {   // decode: the same sums, channel by channel (conv_step_avx2.cpp)
         fit(out, di);
-        conv_step_avx2(x, di, W, taps, state, out.data());
+        conv4_step_avx2(x, di, taps, state, out.data());
         ops::silu(out.data(), x, di);
         return;
     }

@@ -230,10 +230,29 @@ void matmul_q(runtime::ThreadPool& pool, const Mat& W, const QuantActs& xq, int6
 }
 
 void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
-    int64_t work = 0, rows = 0;
+    // Per job: its units of 4 rows (the F32 kernel's row groups) and a unit's cost, its weight
+    // bytes when one token reads them (decode streams them), times the token count when there are
+    // several (prefill multiplies each byte by every token: a routed expert's 200 tokens cost 100
+    // times its 2). Kept by the calling thread from call to call (no allocation a pass); the
+    // pool's tasks reach them (and the split below) through these references, since a
+    // thread_local named in a task would be the worker's own.
+    thread_local std::vector<int64_t> units_of_caller;
+    thread_local std::vector<double> cost_of_caller;
+    std::vector<int64_t>& units = units_of_caller;
+    std::vector<double>& cost = cost_of_caller;
+    units.resize(count);
+    cost.resize(count);
+    int64_t work = 0, rows = 0, total_units = 0, n_max = 0;
+    double bytes = 0;
     for (size_t i = 0; i < count; ++i) {
-        work += jobs[i].W.rows * jobs[i].W.cols * jobs[i].n;
-        rows += jobs[i].W.rows;
+        const MatJob& j = jobs[i];
+        work += j.W.rows * j.W.cols * j.n;
+        rows += j.W.rows;
+        units[i] = j.n > 0 ? (j.W.rows + 3) / 4 : 0;
+        cost[i] = 4.0 * double(j.W.row_bytes) * double(std::max<int64_t>(1, j.n));
+        bytes += 4.0 * double(j.W.row_bytes) * double(units[i]);
+        total_units += units[i];
+        n_max = std::max(n_max, j.n);
     }
     // Rows r0..r1 of job j (the result rows are their own: the bits do not depend on the split).
     auto rows_of = [&](const MatJob& j, int64_t r0, int64_t r1) {
@@ -248,44 +267,23 @@ void matmul_jobs(runtime::ThreadPool& pool, const MatJob* jobs, size_t count) {
         // Slices claimed in turn by whichever thread is free, two a thread: a CPU the scheduler
         // gives two threads would otherwise finish last, a whole slice after the others (3
         // threads on 2 CPUs, k3-wide Q4_K_M pp64: 64 t/s against 78 with 2; 73 this way). Each
-        // slice is a part of every job, rounded to 4 rows so the F32 kernel's row groups stay whole.
+        // slice is a part of every job's units.
         const int slices = pool.size() * kSlicesPerThreadOversubscribed;
         std::atomic<int> next{0};
         pool.run([&](int, int) {
             for (int s; (s = next.fetch_add(1, std::memory_order_relaxed)) < slices;)
-                for (size_t i = 0; i < count; ++i) {
-                    const int64_t groups = (jobs[i].W.rows + 3) / 4;
-                    rows_of(jobs[i], groups * s / slices * 4, groups * (s + 1) / slices * 4);
-                }
+                for (size_t i = 0; i < count; ++i) rows_of(jobs[i], units[i] * s / slices * 4, units[i] * (s + 1) / slices * 4);
         });
         return;
     }
-    // One region of rows a task (normally one a thread), the jobs end to end, helped at its end by
-    // the tasks that finish first (row_split.h). Units of 4 rows, the F32 kernel's row groups.
-    // A unit's cost: its weight bytes when one token reads them (decode streams them), times the
-    // token count when there are several (prefill multiplies each byte by every token: a routed
-    // expert's 200 tokens cost 100 times its 2).
-    // The calling thread's split (the pool's tasks reach it through `split`, not by its own name,
-    // which would be each worker's own).
-    thread_local RowSplit split_of_caller;
-    RowSplit& split = split_of_caller;
-    thread_local std::vector<int64_t> units;
-    thread_local std::vector<double> cost;
-    units.resize(count);
-    cost.resize(count);
-    double bytes = 0;
-    int64_t total_units = 0, n_max = 0;
-    for (size_t i = 0; i < count; ++i) {
-        units[i] = jobs[i].n > 0 ? (jobs[i].W.rows + 3) / 4 : 0;
-        cost[i] = 4.0 * double(jobs[i].W.row_bytes) * double(std::max<int64_t>(1, jobs[i].n));
-        bytes += 4.0 * double(jobs[i].W.row_bytes) * double(units[i]);
-        total_units += units[i];
-        n_max = std::max(n_max, jobs[i].n);
-    }
-    // The smallest piece, in weight bytes; with several tokens also in rows, since each piece
-    // of a prefill product packs its activations anew (quant/vec_dot_k_tiles_avx512.cpp, pack_acts).
+    // One region of units a task (normally one a thread), the jobs end to end, helped at its end
+    // by the tasks that finish first (row_split.h). The smallest piece is in weight bytes; with
+    // several tokens also in rows, since each piece of a prefill product packs its activations anew
+    // (quant/vec_dot_k_tiles_avx512.cpp, pack_acts).
     int64_t min_units = total_units > 0 ? int64_t(std::ceil(kMinPieceBytes / (bytes / double(total_units)))) : 1;
     if (n_max > 1) min_units = std::max(min_units, kMinPieceRowsPrefill / 4);
+    thread_local RowSplit split_of_caller;
+    RowSplit& split = split_of_caller;
     split.reset(units.data(), cost.data(), count, pool.size(), min_units);
     pool.run([&](int ith, int) {
         int cursor = 0;
