@@ -98,6 +98,24 @@ static_assert(sizeof(MatvecQ8Group) + 2 * sizeof(size_t) + sizeof(int64_t) + 2 *
               "a launch takes at most 4 KiB of parameters");
 void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8Group& group, void* stream);
 
+// ---- prefill GEMM on int8 tensor cores (mmq.cu) ------------------------------------------------
+// matvec_q8's product for many tokens: the types and alignments of matvec_q8_supported, the
+// activations quantize_act's rows (q8_act_row_bytes apart), y[t * ldy + r] (ldy 0: rows). The
+// weights are read once per 64 tokens and multiplied as int8 levels on the tensor cores (mma.cuh):
+// the integer sums are the CPU's, so results agree with the CPU backend to fp32 rounding (closer
+// than gemm_matmul's fp16 operands). Not yet measured on a GPU against gemm_matmul: CudaBackend
+// takes it when KINFER_CUDA_GEMM=int8. At most 65535 x 64 tokens a call.
+void mmq_matmul(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, int64_t n,
+                float* y, int64_t ldy, void* stream);
+// mmq_matmul for every task of the group (a MoE layer's experts in prefill) in one launch; each
+// task's results are the bits it gets alone.
+void mmq_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8Group& group, void* stream);
+// mma.cuh's product on one warp, for the checks: A 16 x 32 int8 (rows 32 bytes apart) times B, 8
+// columns of 32 (each 32 bytes apart), into out[4][16][8] (row-major): k = 32 by the tensor cores
+// and by the plain form, then k = 16 (the first 16 of each row and column) the same two ways. In
+// CPU mode all four are the plain form; on a GPU the first and third are PTX's mma.sync.
+void mma_check(const int8_t* A, const int8_t* B, int32_t* out, void* stream);
+
 // ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------
 // From this many tokens on, a matmul takes gemm_matmul instead of matvec. The matvec reads a
 // weight row once per 4 tokens; the GEMM path reads the quantized row once, then writes and reads

@@ -10,6 +10,7 @@
 #include "backend/cuda/matvec.cu"
 #include "backend/cuda/matvec_q8.cu"
 #include "backend/cuda/mix.cu"
+#include "backend/cuda/mmq.cu"
 #include "backend/cuda/mla.cu"
 #include "backend/cuda/mla_mha.cu"
 #include "backend/cuda/route.cu"
