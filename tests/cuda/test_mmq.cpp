@@ -7,8 +7,8 @@
 //    activations to the same Q8_K / Q8_0 / Q8_1 and sums the same integer products: only the float
 //    steps differ, so |err| <= 1e-5 * sum |w x| + 1e-6 per output (a level at the wrong byte, a
 //    scale of the wrong group or a missing min moves an output by far more); partial row and
-//    token tiles, a width that is not whole chunks of 256 (the 32-element types), rows ldy apart
-//    with the gaps untouched;
+//    token tiles, widths that are not whole chunks of 256 (the 32-element types: 288, and 64 and
+//    32, below one chunk), rows ldy apart with the gaps untouched;
 //  - mmq_group: tasks of different rows and token counts (and an empty one) in one launch, each the
 //    bits of mmq_matmul alone;
 //  - what it refuses.
@@ -79,9 +79,9 @@ TEST_CASE("cuda mmq_matmul (cpu mode): every int8 type against the CPU backend, 
     for (const quant::Type type : kInt8Types) {
         const quant::Traits& tr = quant::traits(type);
         const bool sb = quant::type_facts(type).block_size == quant::QK_K;
-        // Two chunks of 256; the 32-element types also a width of 9 blocks (a chunk of 256, then 32).
+        // Two chunks of 256; the 32-element types also 9 blocks (a chunk of 256, then 32), 2 and 1.
         std::vector<int64_t> widths = {512};
-        if (!sb) widths.push_back(288);
+        if (!sb) widths.insert(widths.end(), {288, 64, 32});
         for (const int64_t cols : widths) {
             const int64_t rows = 70, n = 67, ldy = rows + 3;   // 2 row tiles, 2 token tiles, both partial
             INFO("type ", std::string(tr.name), ", cols ", cols);

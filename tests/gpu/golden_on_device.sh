@@ -14,7 +14,9 @@
 #           the CPU running the same form;
 #   mha     --mla decompressed: the untiled decompressed (MHA) form, against the CPU's;
 #   graphs  "all" with --cuda-graphs: the greedy decode steps launched as CUDA graphs (one graph
-#           a step: the slot form reads nothing back).
+#           a step: the slot form reads nothing back);
+#   int8    "all" with KINFER_CUDA_GEMM=int8: the prefill's GEMMs of the quantized types on the int8
+#           tensor cores (mmq.cu), on the CPU's int8 activations.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread
@@ -53,7 +55,7 @@ else
 fi
 bad=0
 # Each form's flags, and the CPU run it is compared with (its greedy ids; its logits for tiled / mha).
-declare -A flags twin
+declare -A flags twin envs
 flags[cpu]=""; flags[cpu-tiled]="--mla-tiled-from 0"; flags[cpu-mha]="--mla decompressed"
 flags[all]="--device $dev -ngl 99"
 flags[tier]="--device $dev -ngl 99 --expert-cache 25%"
@@ -61,7 +63,8 @@ flags[slots]="--device $dev -ngl 99 --moe slots -ot token_embd=$dev_name"
 flags[tiled]="--device $dev -ngl 99 --mla-tiled-from 0"
 flags[mha]="--device $dev -ngl 99 --mla decompressed"
 flags[graphs]="--device $dev -ngl 99 --cuda-graphs"
-for f in all tier slots graphs; do twin[$f]=cpu; done
+flags[int8]="--device $dev -ngl 99"; envs[int8]="KINFER_CUDA_GEMM=int8"
+for f in all tier slots graphs int8; do twin[$f]=cpu; done
 twin[tiled]=cpu-tiled; twin[mha]=cpu-mha
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
@@ -73,12 +76,12 @@ for m in "${models[@]}"; do
         shift
         if [ "${1:-}" = as ]; then as=$2; shift 2; fi
         # shellcheck disable=SC2086  # the flags are words
-        "$bin" eval -m "$m" --tokens "$ids" --logits "$out/$name.$as.f32" --greedy 8 ${flags[$form]} "$@" > "$out/$name.$as.txt" 2>"$out/$name.$as.err" ||
+        env ${envs[$form]:-} "$bin" eval -m "$m" --tokens "$ids" --logits "$out/$name.$as.f32" --greedy 8 ${flags[$form]} "$@" > "$out/$name.$as.txt" 2>"$out/$name.$as.err" ||
             { echo "FAIL $name $as: kinfer eval failed:"; cat "$out/$name.$as.err"; return 1; }
     }
     # The CPU runs record their expert choices (the same path: recording only reads them).
     for f in cpu cpu-tiled cpu-mha; do run $f --routing-record "$out/$name.$f.route"; done
-    for f in all tier slots tiled mha graphs; do run $f; done
+    for f in all tier slots tiled mha graphs int8; do run $f; done
     check() {   # form [NAME [TOKEN]]: NAME's logits against the form's reference, its greedy ids against
                 # its twin's; with TOKEN, also the form's own rows before TOKEN (untouched by a flip there)
         python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" "${3:--1}" <<'PY'
@@ -117,7 +120,7 @@ print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:13s} max |d logit| vs {re
 sys.exit(0 if ok else 1)
 PY
     }
-    for f in cpu all tier slots graphs tiled mha; do
+    for f in cpu all tier slots graphs int8 tiled mha; do
         check $f && continue
         [ $f = cpu ] && { echo "FAIL $name cpu"; bad=1; continue; }
         # A random model's router can hold a near tie that fp32 rounding decides: then one token

@@ -18,6 +18,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -104,6 +105,10 @@ runtime::Device* expert_device(Backend& be) {
 }
 
 CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
+    if (const char* g = std::getenv("KINFER_CUDA_GEMM"); g && *g) {
+        if (std::strcmp(g, "int8") == 0) prefill_gemm_ = PrefillGemm::int8;
+        else if (std::strcmp(g, "fp16") != 0) fail("KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", g);
+    }
     select();
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");
@@ -551,12 +556,14 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     need(W, "matmul");
     if (!kern::matvec_supported(W.type)) fail("{}: matmul: no kernel for weight {} of type {}", name_, W.name, quant::type_facts(W.type).name);
     select();
-    if (n < kern::kGemmMinTokens && kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols)) {
-        // Decode (and up to kGemmMinTokens tokens) on int8 activations (matvec_q8.cu says why):
-        // the activation rows quantized once into the scratch buffer, then dp4a.
+    if (int8_matmul(W, n)) {
+        // Decode (and up to kGemmMinTokens tokens) on int8 activations (matvec_q8.cu says why),
+        // and with KINFER_CUDA_GEMM=int8 prefill too (mmq.cu): the activation rows quantized once
+        // into the scratch buffer, then dp4a or the int8 tensor cores.
         void* xq = scratch(kern::q8_act_row_bytes(W.type, W.cols) * size_t(n));
         kern::quantize_act(W.type, x, ldx, n, W.cols, xq, compute_);
-        kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
+        if (n < kern::kGemmMinTokens) kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
+        else kern::mmq_matmul(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
         check(cudaGetLastError(), "matmul");
         return;
     }
@@ -576,9 +583,15 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
     check(cudaGetLastError(), "matmul");
 }
 
+bool CudaBackend::int8_matmul(const Mat& W, int64_t n) const {
+    return (n < kern::kGemmMinTokens || prefill_gemm_ == PrefillGemm::int8) &&
+           kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols);
+}
+
 // Tasks go in groups of the same weight type, width and row size: those of a prefill's size
 // (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as
-// many as the workspace holds), the others (the routed experts' shares of a chunk, decode's
+// many as the workspace holds; with KINFER_CUDA_GEMM=int8 the int8 types' as one mmq_group launch
+// for up to kMatvecGroupMax tasks), the others (the routed experts' shares of a chunk, decode's
 // projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
 // experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
@@ -617,8 +630,8 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         }
     };
     select();
-    // The int8 tasks' activations (the small tasks of a type with an int8 kernel, which take it
-    // as matmul does: the same bits as matmul and matmul_id): each input quantized once a call
+    // The int8 tasks' activations (the tasks int8_matmul gives the int8 kernels, as matmul does:
+    // the same bits as matmul and matmul_id): each input quantized once a call
     // per activation format, only its rows from the first to the last such a task reads. (A MoE
     // prefill's experts read ranges of one gathered input of n x K rows: quantized whole for
     // every run of kMatvecGroupMax tasks, that was tens of passes over it a layer.)
@@ -629,10 +642,10 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         size_t at = 0, rb = 0;
     };
     std::vector<Quantized> quantized;
-    std::vector<int> q8_of(tasks.size(), -1);   // a small int8 task's entry in `quantized`
-    for (size_t i : small) {
+    std::vector<int> q8_of(tasks.size(), -1);   // an int8 task's entry in `quantized`
+    for (size_t i = 0; i < tasks.size(); ++i) {
         const MatTask& t = tasks[i];
-        if (!kern::matvec_q8_supported(t.W.type, t.W.data, t.W.row_bytes, t.W.cols)) continue;
+        if (t.n <= 0 || !int8_matmul(t.W, t.n)) continue;
         const int f = kern::q8_act_format(t.W.type);
         size_t k = 0;
         while (k < quantized.size() && !(quantized[k].input == t.input && quantized[k].format == f)) ++k;
@@ -654,7 +667,27 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         kern::quantize_act(q.type, in.x + q.lo * ld, ld, q.hi - q.lo, in.cols, xq + q.at, compute_);
     }
     check(cudaGetLastError(), "matmul_tasks");
-    runs(large, large.size(), [&](std::span<const size_t> run, const Mat& W0) {
+    // An int8 group (matvec_q8_group or mmq_group) of the tasks `q8`, their activations quantized above.
+    auto int8_group = [&](std::span<const size_t> q8, const Mat& W0, bool gemm) {
+        kern::MatvecQ8Group g;
+        for (size_t i : q8) {
+            const MatTask& t = tasks[i];
+            const Quantized& q = quantized[size_t(q8_of[i])];
+            g.task[g.n_tasks++] = {t.W.data, xq + q.at + size_t(t.row0 - q.lo) * q.rb, t.y, t.W.rows, t.n, t.ldy};
+        }
+        try {
+            if (gemm) kern::mmq_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
+            else kern::matvec_q8_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
+        } catch (const std::exception& ex) {
+            fail("{}: matmul_tasks ({} int8 tasks of {} columns, first {}): {}", name_, g.n_tasks, W0.cols,
+                 tasks[q8[0]].W.name, ex.what());
+        }
+    };
+    // The large int8 tasks, kMatvecGroupMax a launch; the others' runs below.
+    std::vector<size_t> large_q8, large_f;
+    for (size_t i : large) (q8_of[i] >= 0 ? large_q8 : large_f).push_back(i);
+    runs(large_q8, size_t(kern::kMatvecGroupMax), [&](std::span<const size_t> run, const Mat& W0) { int8_group(run, W0, true); });
+    runs(large_f, large_f.size(), [&](std::span<const size_t> run, const Mat& W0) {
         std::vector<kern::GemmTask> group;
         for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
         void* ws = gemm_workspace(kern::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
@@ -671,20 +704,7 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
         // launch.
         std::vector<size_t> q8, run;
         for (size_t i : all) (q8_of[i] >= 0 ? q8 : run).push_back(i);
-        if (!q8.empty()) {
-            kern::MatvecQ8Group g;
-            for (size_t i : q8) {
-                const MatTask& t = tasks[i];
-                const Quantized& q = quantized[size_t(q8_of[i])];
-                g.task[g.n_tasks++] = {t.W.data, xq + q.at + size_t(t.row0 - q.lo) * q.rb, t.y, t.W.rows, t.n, t.ldy};
-            }
-            try {
-                kern::matvec_q8_group(W0.type, W0.row_bytes, W0.cols, g, compute_);
-            } catch (const std::exception& ex) {
-                fail("{}: matmul_tasks ({} int8 tasks of {} columns, first {}): {}", name_, g.n_tasks, W0.cols,
-                     tasks[q8[0]].W.name, ex.what());
-            }
-        }
+        if (!q8.empty()) int8_group(q8, W0, false);
         if (run.empty()) return;
         kern::MatvecGroup g;
         for (size_t i : run)

@@ -82,6 +82,14 @@ public:
     // Graphs launched and built (instantiated rather than updated) so far.
     uint64_t graphs_launched() const { return graph_launches_; }
     uint64_t graphs_built() const { return graph_builds_; }
+    // The prefill GEMM (kGemmMinTokens tokens on) of the weight types with an int8 form
+    // (matvec_q8_supported): fp16 dequantizes tiles for cuBLAS (gemm.cu), int8 multiplies their
+    // levels on the int8 tensor cores with the activations quantized as the CPU quantizes them
+    // (mmq.cu). fp16 unless KINFER_CUDA_GEMM=int8 when the backend opens: which is faster where is
+    // not measured on a GPU yet (kinfer_gpu_check times both).
+    enum class PrefillGemm { fp16, int8 };
+    void set_prefill_gemm(PrefillGemm g) { prefill_gemm_ = g; }
+    PrefillGemm prefill_gemm() const { return prefill_gemm_; }
     int native_device() const override { return device_; }
     void* native_stream() const override { return compute_; }
 
@@ -212,6 +220,10 @@ private:
     size_t segment_ = 0;                                  // graphs launched in this step so far
     std::vector<void*> execs_;                            // cudaGraphExec_t for each place in a step
     uint64_t graph_launches_ = 0, graph_builds_ = 0;
+    PrefillGemm prefill_gemm_ = PrefillGemm::fp16;
+    // Whether a matmul of n tokens with W takes the int8 kernels: matvec_q8 below kGemmMinTokens,
+    // mmq from there on when prefill_gemm_ says int8.
+    bool int8_matmul(const Mat& W, int64_t n) const;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS
