@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -136,14 +137,50 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
+// mma.cuh on the tensor cores: the PTX mma.sync against the plain (shuffle + dp4a) form the CPU
+// mode tests and against a host product, both shapes, random and extreme int8 values. The plain
+// form's fragment layout is checked on every machine (test_mmq); this is where the hardware's is.
+void mma_layout(backend::Backend& gpu) {
+    std::printf("\n# int8 mma.sync (m16n8k32, m16n8k16) against the plain form and a host product\n");
+    std::mt19937 rng(77);
+    std::uniform_int_distribution<int> v(-128, 127);
+    int bad = 0;
+    for (int trial = 0; trial < 8; ++trial) {
+        std::vector<int8_t> A(16 * 32), B(8 * 32);
+        for (auto& a : A) a = int8_t(trial == 7 ? -128 : v(rng));
+        for (auto& b : B) b = int8_t(trial == 7 ? -128 : v(rng));
+        Dev dA(gpu, A.data(), A.size(), "A"), dB(gpu, B.data(), B.size(), "B"), dC(gpu, nullptr, 4 * 128 * 4, "C");
+        cuda::gpu::mma_check(reinterpret_cast<const int8_t*>(dA.buf.ptr), reinterpret_cast<const int8_t*>(dB.buf.ptr),
+                             reinterpret_cast<int32_t*>(dC.buf.ptr), nullptr);
+        settle(gpu);
+        std::vector<int32_t> C(4 * 128);
+        gpu.download(C.data(), dC.buf.ptr, C.size() * 4);
+        for (int f = 0; f < 4; ++f)
+            for (int r = 0; r < 16; ++r)
+                for (int c = 0; c < 8; ++c) {
+                    int32_t want = 0;
+                    for (int i = 0; i < (f < 2 ? 32 : 16); ++i) want += int32_t(A[size_t(32 * r + i)]) * int32_t(B[size_t(32 * c + i)]);
+                    bad += C[size_t(128 * f + 8 * r + c)] != want;
+                }
+    }
+    failures += bad != 0;
+    std::printf("%-4s mma.sync and the plain form equal the host product: %d of %d elements differ\n", bad ? "FAIL" : "ok", bad,
+                8 * 4 * 128);
+}
+
 // The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized
 // fp16 / bf16 tiles and cuBLAS; F32 weights an fp32 GEMM) against the CPU backend on a K3 shape,
 // and its speed. Dequantization and GEMM are timed together, as a prefill pays for both.
+// The quantized types with an int8 form run a second time on the int8 tensor-core GEMM (mmq.cu,
+// KINFER_CUDA_GEMM=int8): the same check against the CPU (closer: the CPU's own integer sums) and
+// its time beside the fp16 one ("gemm" column).
 void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    using Gemm = backend::cuda::CudaBackend::PrefillGemm;
     const int64_t rows = 7168, cols = 3584, n = 512;
-    std::printf("\n# prefill GEMM, %lld rows x %lld cols, %lld tokens (dequantize + cuBLAS, fp32 accumulate)\n",
-                (long long)rows, (long long)cols, (long long)n);
-    std::printf("%-8s %8s %8s %8s %10s %10s\n", "type", "rows", "cols", "tokens", "ms", "TFLOP/s");
+    std::printf("\n# prefill GEMM, %lld rows x %lld cols, %lld tokens (fp16: dequantize + cuBLAS, fp32 accumulate; "
+                "int8: mmq.cu on int8 tensor cores)\n", (long long)rows, (long long)cols, (long long)n);
+    std::printf("%-8s %8s %8s %8s %10s %10s %6s\n", "type", "rows", "cols", "tokens", "ms", "TFLOP/s", "gemm");
     const quant::Type types[] = {quant::Type::Q4_K, quant::Type::MXFP4, quant::Type::Q8_0, quant::Type::Q6_K,
                                  quant::Type::Q5_K, quant::Type::Q4_0,  quant::Type::Q5_0, quant::Type::IQ4_NL,
                                  quant::Type::IQ4_XS, quant::Type::F16, quant::Type::BF16, quant::Type::F32};
@@ -160,28 +197,39 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
         Dev dW(gpu, W.data(), W.size(), "weight");
         const backend::Mat Mg{t, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
-        gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
-        const std::vector<float> all = down(gpu, dy, size_t(n * rows));
-        std::vector<float> got(size_t(n * uniq)), want(size_t(n * uniq));
-        for (int64_t j = 0; j < n; ++j)
-            std::memcpy(got.data() + j * uniq, all.data() + j * rows, size_t(uniq) * 4);
+        std::vector<float> want(size_t(n * uniq));
         const backend::Mat Mc{t, cols, uniq, W.data(), rb, 0, "bench_weight"};
         cpu.matmul(Mc, x.data(), n, want.data(), 0, 0);
-        // fp16 weights and activations (2^-11 each) on the GPU, Q8 / F16 / BF16 activations on the
-        // CPU: the CPU's rounding dominates, the matvec check's bound covers it.
         double ymax = 0;
         for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
-        check((std::string("gemm ") + tr.name + " vs cpu matmul, 512 tokens").c_str(), got, want, 2e-2, 2e-2 * ymax);
-        const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0); });
-        std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f\n", tr.name, (long long)rows, (long long)cols, (long long)n,
-                    s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12);
+        const bool int8 = cuda_be && cuda::gpu::matvec_q8_supported(t, dW.buf.ptr, rb, cols);
+        for (const Gemm form : {Gemm::fp16, Gemm::int8}) {
+            if (form == Gemm::int8 && !int8) continue;
+            if (cuda_be) cuda_be->set_prefill_gemm(form);
+            gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
+            const std::vector<float> all = down(gpu, dy, size_t(n * rows));
+            std::vector<float> got(size_t(n * uniq));
+            for (int64_t j = 0; j < n; ++j)
+                std::memcpy(got.data() + j * uniq, all.data() + j * rows, size_t(uniq) * 4);
+            // fp16: fp16 weights and activations (2^-11 each) on the GPU, Q8 / F16 / BF16 activations
+            // on the CPU: the CPU's rounding dominates, the matvec check's bound covers it. int8: the
+            // CPU's integer sums, the float steps' order only (test_mmq's 1e-5 of sum |w x|; here
+            // against the largest |y|, with room for K = 3584).
+            const bool i8 = form == Gemm::int8;
+            check((std::string("gemm ") + tr.name + (i8 ? " int8" : "") + " vs cpu matmul, 512 tokens").c_str(), got, want,
+                  i8 ? 1e-4 : 2e-2, (i8 ? 1e-4 : 2e-2) * ymax);
+            const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0); });
+            std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f %6s\n", tr.name, (long long)rows, (long long)cols, (long long)n,
+                        s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12, i8 ? "int8" : "fp16");
+        }
+        if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
     }
     // Q4_K over token counts: below kGemmMinTokens the matvec runs (4 tokens a block), from there
     // on the GEMM; the rows around the threshold show whether it is placed well.
     const int64_t thr = kinfer::cuda::gpu::kGemmMinTokens;
     std::printf("\n# Q4_K %lld x %lld by token count (n < %lld: matvec, from %lld: GEMM)\n", (long long)rows,
                 (long long)cols, (long long)thr, (long long)thr);
-    std::printf("%8s %8s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s");
+    std::printf("%8s %8s %10s %10s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s", "int8 ms", "TFLOP/s");
     const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
     const size_t rb = quant::row_size(tr, cols);
     std::vector<uint8_t> W(rb * size_t(rows));
@@ -195,8 +243,15 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     Dev dxl(gpu, xl.data(), xl.size() * 4, "x"), dyl(gpu, nullptr, size_t(nmax * rows) * 4, "y");
     for (int64_t nt : {thr / 2, thr - 1, thr, 2 * thr, int64_t(128), int64_t(512), nmax}) {
         const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
-        std::printf("%8lld %8s %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3,
-                    2.0 * double(rows) * double(cols) * double(nt) / s / 1e12);
+        double s8 = 0;   // the int8 GEMM at the same count (below the threshold: the matvec again)
+        if (cuda_be) {
+            cuda_be->set_prefill_gemm(Gemm::int8);
+            s8 = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
+            cuda_be->set_prefill_gemm(Gemm::fp16);
+        }
+        const double flop = 2.0 * double(rows) * double(cols) * double(nt);
+        std::printf("%8lld %8s %10.3f %10.1f %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3, flop / s / 1e12,
+                    s8 * 1e3, s8 > 0 ? flop / s8 / 1e12 : 0.0);
     }
 }
 
@@ -598,7 +653,15 @@ void grouped_experts(backend::Backend& gpu) {
             for (int64_t i = rows; i < 8 * rows; ++i) got[size_t(m * 8 * rows + i)] = want[size_t(m * 8 * rows + i)] = 0;
         check("grouped == one by one, 1 and 8 tokens mixed", got, want, 0, 1e-30);
     }
-    for (int64_t n : {int64_t(1), int64_t(8), int64_t(64)}) {
+    // 64 tokens a second time with KINFER_CUDA_GEMM=int8: one mmq_group launch against one mmq_matmul
+    // a task, the same block code, so the same bits.
+    auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    using Gemm = backend::cuda::CudaBackend::PrefillGemm;
+    for (int64_t n : {int64_t(1), int64_t(8), int64_t(64), int64_t(-64)}) {
+        const bool int8 = n < 0;
+        if (int8 && !cuda_be) continue;
+        n = std::abs(n);
+        if (cuda_be) cuda_be->set_prefill_gemm(int8 ? Gemm::int8 : Gemm::fp16);
         const std::vector<float> x = randn(size_t(n * cols), 71);
         Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y"),
             dy1(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y1");
@@ -612,17 +675,18 @@ void grouped_experts(backend::Backend& gpu) {
         const std::vector<float> one = down(gpu, dy1, size_t(2 * experts * n * rows));
         double ymax = 0;
         for (float v : one) ymax = std::max(ymax, double(std::fabs(v)));
-        const bool gemm = n >= 32;
-        check(("grouped == one by one, " + std::to_string(n) + " tokens").c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
+        const bool gemm = n >= 32 && !int8;
+        check(("grouped == one by one, " + std::to_string(n) + " tokens" + (int8 ? " (int8 GEMM)" : "")).c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
               one, gemm ? 1e-4 : 0, gemm ? 1e-5 * ymax : 1e-30);
         const double s_group = time_it(gpu, 20, [&] { gpu.matmul_tasks({&in, 1}, tasks); });
         const double s_one = time_it(gpu, 20, [&] {
             for (int64_t m = 0; m < 2 * experts; ++m) gpu.matmul(mats[size_t(m)], dx.f(), n, dy1.f() + m * n * rows, 0, 0);
         });
         const double gb = double(rb) * double(rows * 2 * experts) / 1e9, tf = 2.0 * double(rows * cols) * 2 * experts * n / 1e12;
-        std::printf("     %lld token(s): grouped %.1f us (%.0f GB/s, %.1f TFLOP/s), one by one %.1f us (%.0f GB/s, %.1f TFLOP/s)\n",
-                    (long long)n, s_group * 1e6, gb / s_group, tf / s_group, s_one * 1e6, gb / s_one, tf / s_one);
+        std::printf("     %lld token(s)%s: grouped %.1f us (%.0f GB/s, %.1f TFLOP/s), one by one %.1f us (%.0f GB/s, %.1f TFLOP/s)\n",
+                    (long long)n, int8 ? " int8 GEMM" : "", s_group * 1e6, gb / s_group, tf / s_group, s_one * 1e6, gb / s_one, tf / s_one);
     }
+    if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
 }
 
 // The embedding gather on the device (-ot token_embd=cudaN): a 4096-row table at K3's width in
@@ -751,6 +815,7 @@ int main() {
         }
     };
     part("matvec table", [&] { matvec_table(*gpu, cpu); });
+    part("mma layout", [&] { mma_layout(*gpu); });
     part("gemm table", [&] { gemm_table(*gpu, cpu); });
     part("row ops", [&] { row_ops(*gpu, cpu); });
     part("more ops", [&] { more_ops(*gpu, cpu); });

@@ -13,16 +13,19 @@
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
 #     per quant type against the 4.8 TB/s HBM peak (Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
-#     one side by side); the prefill GEMM (dequantized fp16 / bf16
-#     tiles + cuBLAS) against the CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
-#     Q4_K by token count around the matvec / GEMM threshold; KDA recurrent and chunked (C 16 / 32 / 64,
+#     one side by side); int8 mma.sync against its plain form and a host product (mma.cuh's
+#     fragment layout on the hardware); the prefill GEMM (dequantized fp16 / bf16
+#     tiles + cuBLAS, and for the quantized types the int8 tensor-core GEMM beside it) against the
+#     CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
+#     Q4_K by token count around the matvec / GEMM threshold, both GEMMs; KDA recurrent and chunked (C 16 / 32 / 64,
 #     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions (the per-head and the grouped
 #     pass-1 kernels side by side); the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #     the decompressed (MHA) MLA prefill form against the CPU at 4K, timed against the absorbed
 #     form on a 512-token chunk at 4K / 32K; the grouped expert matvec (16 K3 experts' gate + up)
-#     equal to one launch per task, and both timed; the embedding gather bit for bit the CPU's;
+#     equal to one launch per task, and both timed (at 64 tokens also on the int8 GEMM); the
+#     embedding gather bit for bit the CPU's;
 #     MoE decode by slot (choices on the device) against grouped on the host, equal and timed;
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
 #     against the CPU's;
@@ -32,8 +35,8 @@
 #     and experts, against one GPU;
 #  8. `kinfer --list-devices` (each GPU with its free memory);
 #  9. golden logits of every tiny model with every layer on the GPU, with the experts through a
-#     25 % device cache, by slot with the embedding table on the GPU too, and in the tiled and
-#     the decompressed (MHA) MLA forms
+#     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
+#     GEMM (KINFER_CUDA_GEMM=int8), and in the tiled and the decompressed (MHA) MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
