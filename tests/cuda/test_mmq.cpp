@@ -1,7 +1,7 @@
 // The int8 tensor-core GEMM (src/backend/cuda/mmq.cu, mma.cuh) in CPU mode:
 //  - mma.cuh's fragments and its plain (shuffle + dp4a) product: A B for random int8 matrices,
-//    both shapes (k = 32 and its first 16), equal to a scalar product, extremes (-128, 127)
-//    included; the layout of A, B and C is the PTX ISA's, which the GPU's mma.sync uses
+//    both shapes (k = 32 and its first 16), equal to a scalar product, and for all -128 (the
+//    largest sums: 2^19); the layout of A, B and C is the PTX ISA's, which the GPU's mma.sync uses
 //    (kinfer_gpu_check compares the two there);
 //  - mmq_matmul for every int8 type against the CPU backend's matmul, which quantizes the
 //    activations to the same Q8_K / Q8_0 / Q8_1 and sums the same integer products: only the float

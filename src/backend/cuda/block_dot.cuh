@@ -82,6 +82,18 @@ __device__ __forceinline__ T load_aligned(const uint8_t* p) {
 #endif
 }
 
+// The stores that go with them (mmq.cu's shared-memory tiles), checked the same way in CPU mode.
+template <class T>   // uint32_t, uint4
+__device__ __forceinline__ void store_aligned(uint8_t* p, T v) {
+#if defined(__CUDACC__)
+    *reinterpret_cast<T*>(p) = v;
+#else
+    if (reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0)
+        throw std::logic_error("cuda cpu mode: a " + std::to_string(sizeof(T)) + "-byte aligned store to a misaligned address");
+    std::memcpy(p, &v, sizeof(T));
+#endif
+}
+
 // Blocked formats have no element access: a row is whole blocks.
 struct Blocked {
     static constexpr bool kUnblocked = false;

@@ -107,7 +107,8 @@ runtime::Device* expert_device(Backend& be) {
 CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     if (const char* g = std::getenv("KINFER_CUDA_GEMM"); g && *g) {
         if (std::strcmp(g, "int8") == 0) prefill_gemm_ = PrefillGemm::int8;
-        else if (std::strcmp(g, "fp16") != 0) fail("KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", g);
+        else if (std::strcmp(g, "fp16") != 0)
+            fail("{}: KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", name_, g);
     }
     select();
     cudaStream_t s = nullptr;
@@ -561,9 +562,13 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
         // and with KINFER_CUDA_GEMM=int8 prefill too (mmq.cu): the activation rows quantized once
         // into the scratch buffer, then dp4a or the int8 tensor cores.
         void* xq = scratch(kern::q8_act_row_bytes(W.type, W.cols) * size_t(n));
-        kern::quantize_act(W.type, x, ldx, n, W.cols, xq, compute_);
-        if (n < kern::kGemmMinTokens) kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
-        else kern::mmq_matmul(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
+        try {
+            kern::quantize_act(W.type, x, ldx, n, W.cols, xq, compute_);
+            if (n < kern::kGemmMinTokens) kern::matvec_q8(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
+            else kern::mmq_matmul(W.type, W.data, W.row_bytes, W.rows, W.cols, xq, n, y, ldy, compute_);
+        } catch (const std::exception& e) {
+            fail("{}: matmul {} ({} x {}, {} tokens): {}", name_, W.name, W.rows, W.cols, n, e.what());
+        }
         check(cudaGetLastError(), "matmul");
         return;
     }
@@ -631,7 +636,7 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     };
     select();
     // The int8 tasks' activations (the tasks int8_matmul gives the int8 kernels, as matmul does:
-    // the same bits as matmul and matmul_id): each input quantized once a call
+    // the same bits as matmul, and below kGemmMinTokens tokens as matmul_id): each input quantized once a call
     // per activation format, only its rows from the first to the last such a task reads. (A MoE
     // prefill's experts read ranges of one gathered input of n x K rows: quantized whole for
     // every run of kMatvecGroupMax tasks, that was tens of passes over it a layer.)

@@ -1,8 +1,9 @@
 // The CUDA backend (issue 16): device buffers (cudaMalloc), a compute and a copy stream with
 // events, pinned host memory (cudaHostAlloc), and the ops that have CUDA kernels (kernels.h):
 // matmul / matmul_tasks (every type of matvec_supported: the decode matvec below
-// kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on; matmul_tasks groups its
-// tasks into one matvec launch or one grouped cuBLAS GEMM per weight shape), rms_norm, l2_norm,
+// kGemmMinTokens tokens, dequantized tiles and cuBLAS from there on, or the int8 tensor-core GEMM
+// with KINFER_CUDA_GEMM=int8; matmul_tasks groups its tasks into one matvec launch, one grouped
+// cuBLAS GEMM or one int8 GEMM launch per weight shape), rms_norm, l2_norm,
 // softmax_rows, glu, add, mul_sigmoid, sigmoid, sum_slots, route, scatter_weighted, attn_res_mix,
 // the MoE slot ops (route_resident, matmul_id, scale_rows: resident_moe() is true, so decode's
 // routed experts run without a host round trip), conv_silu, kda_decay, kda_scan (the recurrence

@@ -117,7 +117,8 @@ void mmq_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8G
 void mma_check(const int8_t* A, const int8_t* B, int32_t* out, void* stream);
 
 // ---- prefill GEMM (gemm.cu; cuBLAS behind blas.h) -------------------------------------------
-// From this many tokens on, a matmul takes gemm_matmul instead of matvec. The matvec reads a
+// From this many tokens on, a matmul takes gemm_matmul instead of matvec (or mmq_matmul, with
+// KINFER_CUDA_GEMM=int8: CudaBackend::set_prefill_gemm). The matvec reads a
 // weight row once per 4 tokens; the GEMM path reads the quantized row once, then writes and reads
 // a 2-byte copy of each weight (about 4 bytes an element more). For a 4-bit type (~0.56 bytes an
 // element) the two move the same bytes near n = 32, for Q8_0 (~1.06) near 20, and past that the

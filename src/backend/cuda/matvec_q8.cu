@@ -35,7 +35,8 @@
 // nibbles' order), 2 dp4a against the activation words, d_w d_y times the piece's integer sum.
 //
 // Decode is one token; 2 to 31 tokens (an expert's share of a prefill chunk, a few sequences) take
-// the same code with 4 tokens a block, from 32 on a matmul takes the GEMM (gemm.cu).
+// the same code with 4 tokens a block, from 32 on a matmul takes a GEMM (gemm.cu's fp16 one, or
+// mmq.cu's on int8 tensor cores with KINFER_CUDA_GEMM=int8).
 #include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/q8_formats.cuh"
@@ -336,7 +337,7 @@ void launch_b32(const uint8_t* W, size_t row_bytes, size_t slice_bytes, int64_t 
     auto* kernel = &matvec_b32_q8_kernel<P, NT>;
     KINFER_LAUNCH(kernel, q8_grid(rows, sel, slots, n_tok, NT), dim3(kQ8Warps * 32), 0, as_stream(stream), W, row_bytes,
                   slice_bytes, n_slices, rows, cols, sel, xq, q8_act_row_bytes(P::kMin ? quant::Type::Q4_1 : quant::Type::Q8_0, cols), x_div, y, n_tok,
-                  ldy, levels ? bq::pack_levels8(levels) : 0, levels ? bq::pack_levels8(levels + 8) : 0);
+                  ldy, levels_word(levels, 0), levels_word(levels, 1));
 }
 
 template <class F, int NT>
@@ -389,8 +390,8 @@ void launch_b32_group(const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, 
                       const int8_t* levels) {
     auto* kernel = &matvec_b32_q8_group_kernel<P, NT>;
     KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kQ8Warps * 32), 0, as_stream(stream), g, row_bytes, cols,
-                  q8_act_row_bytes(P::kMin ? quant::Type::Q4_1 : quant::Type::Q8_0, cols), levels ? bq::pack_levels8(levels) : 0,
-                  levels ? bq::pack_levels8(levels + 8) : 0);
+                  q8_act_row_bytes(P::kMin ? quant::Type::Q4_1 : quant::Type::Q8_0, cols), levels_word(levels, 0),
+                  levels_word(levels, 1));
 }
 template <int NT>
 void launch_q8_group_nt(quant::Type type, const MatvecQ8Group& g, int64_t blocks, size_t row_bytes, int64_t cols,
@@ -449,10 +450,7 @@ int q8_act_format(quant::Type type) {
 
 void quantize_act(quant::Type type, const float* x, int64_t ldx, int64_t rows, int64_t cols, void* out, void* stream) {
     if (rows <= 0 || cols <= 0) return;
-    const int64_t block = q8_k_acts(type) ? kQK : 32;
-    if (cols % block != 0)
-        throw std::invalid_argument("cuda quantize_act: " + std::to_string(cols) + " columns (whole blocks of " +
-                                    std::to_string(block) + ")");
+    check_q8_width(type, cols, "quantize_act");
     const int64_t ld = ldx ? ldx : cols;
     const size_t rb = q8_act_row_bytes(type, cols);
     // Rows on grid.y, at most 65535 a launch (a MoE prefill's gathered input has n x K rows:

@@ -3,7 +3,7 @@
 // the super-block types, Q8_0 / Q8_1 for the 32-element ones, as the CPU pairs them).
 //
 // Why a second prefill path beside gemm.cu. gemm.cu dequantizes every weight tile to fp16 (two
-// bytes an element written and read again, ~4.5 bytes an element more than a 4-bit weight's 0.56)
+// bytes an element written and read again: about 4 bytes an element more than a 4-bit weight's 0.56)
 // and multiplies on fp16 tensor cores; here the quantized weights are read once a 64-token tile,
 // turned into int8 levels in shared memory, and multiplied on int8 tensor cores (mma.cuh), twice
 // fp16's rate on sm_90. Which one wins at which token count is for a GPU to say: the backend takes
@@ -27,7 +27,6 @@
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/q8_formats.cuh"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -66,21 +65,29 @@ constexpr bool kG16 = std::is_same_v<F, SbQ6_K>;   // 16-element groups: the k16
 template <class F>
 constexpr bool kKMins = std::is_same_v<F, SbQ4_K> || std::is_same_v<F, SbQ5_K>;
 
-// Aligned stores into shared memory (16 and 4 bytes); the CPU mode checks the alignment, as
-// load_aligned does for loads.
-template <class T>
-__device__ __forceinline__ void put(int8_t* dst, T v) {
-#if defined(__CUDACC__)
-    *reinterpret_cast<T*>(dst) = v;
-#else
-    if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) != 0) throw std::logic_error("cuda cpu mode: a misaligned shared store");
-    std::memcpy(dst, &v, sizeof(T));
-#endif
+__device__ __forceinline__ void put16(int8_t* dst, uint4 v) { store_aligned(reinterpret_cast<uint8_t*>(dst), v); }
+__device__ __forceinline__ void put4(int8_t* dst, uint32_t v) { store_aligned(reinterpret_cast<uint8_t*>(dst), v); }
+
+// float(c) for |c| < 2^22 without the int-to-float conversion (a quarter of the FMA rate on
+// sm_90): c added to the bits of 1.5 * 2^23, whose ulp is 1, then 1.5 * 2^23 taken off again,
+// both exact. An mma sum is at most 2^19 in magnitude.
+__device__ __forceinline__ float small_int_to_float(int c) {
+    return __fsub_rn(__uint_as_float(uint32_t(c) + 0x4B400000u), 12582912.0f);
 }
-__device__ __forceinline__ void put16(int8_t* dst, uint4 v) { put(dst, v); }
-__device__ __forceinline__ void put4(int8_t* dst, uint32_t v) { put(dst, v); }
-// Every byte less 32 (Q6_K's stored levels 0..63 to -32..31) without a borrow between bytes.
-__device__ __forceinline__ uint32_t minus32(uint32_t v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+// The warp's accumulator elements: f(m, n, e, r, tok) for mma tile m (16 rows) x n (8 tokens) of
+// the warp's 32 x 32, element e at the block's row r = wr + 16 m + g + 8 (e / 2) and token
+// tok = wt + 8 n + 2 t + e % 2 (mma.cuh's layout of C).
+template <class Fn>
+__device__ __forceinline__ void for_each_acc(int wr, int wt, Fn&& f) {
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(m, n, e, wr + 16 * m + g + 8 * (e / 2), wt + 8 * n + 2 * t + e % 2);
+}
 
 // The weights' part of a chunk: row rr (< nr: a row of the matrix, else zeros) of the block, the
 // chunk starting at element k0, kw elements wide. One overload per format family; `i` runs over
@@ -108,7 +115,7 @@ __device__ void load_w(SbQ6_K, MmqShared& s, const uint8_t* W, size_t row_bytes,
         if (r < nr) w = SbQ6_K::weights(W + size_t(r) * row_bytes + size_t(k0 / kQK) * SbQ6_K::kBytes, c);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            put4(&s.w[r][128 * h + 32 * k + l0], r < nr ? minus32(w.lv[k]) : 0u);
+            put4(&s.w[r][128 * h + 32 * k + l0], r < nr ? bytes_minus(w.lv[k], 32) : 0u);   // -32..31
             if (l0 % 16 == 0) s.gs[r][8 * h + 2 * k + l0 / 16] = int16_t(w.sc[k]);
         }
         if (c == 0) s.wf[r][0] = w.d;
@@ -176,9 +183,14 @@ __device__ void load_x(MmqShared& s, const uint8_t* xq, size_t xq_stride, int64_
         const int nb = kw / 32;
         for (int i = int(threadIdx.x); i < kMmqTokens * nb; i += kMmqThreads) {
             const int tt = i / nb, b = i % nb;
-            const uint8_t* row = xq + size_t(tt) * xq_stride;
-            s.xf[tt][b] = tt < nt ? reinterpret_cast<const float*>(row + cols)[k0 / 32 + b] : 0.0f;
-            if constexpr (F::kMin) s.xm[tt][b] = tt < nt ? reinterpret_cast<const float*>(row + cols + 4 * (cols / 32))[k0 / 32 + b] : 0.0f;
+            float d = 0, sum = 0;
+            if (tt < nt) {
+                const uint8_t* row = xq + size_t(tt) * xq_stride;
+                d = reinterpret_cast<const float*>(row + cols)[k0 / 32 + b];
+                if constexpr (F::kMin) sum = reinterpret_cast<const float*>(row + cols + 4 * (cols / 32))[k0 / 32 + b];
+            }
+            s.xf[tt][b] = d;
+            if constexpr (F::kMin) s.xm[tt][b] = sum;
         }
     }
 }
@@ -196,6 +208,8 @@ __device__ __forceinline__ void mmq_block(const uint8_t* __restrict__ W, size_t 
     const uint32_t table[4] = {uint32_t(levels_lo), uint32_t(levels_lo >> 32), uint32_t(levels_hi), uint32_t(levels_hi >> 32)};
     const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
     const int wr = 32 * (warp / 2), wt = 32 * (warp % 2);
+    // Rounded float operations throughout (no contraction): every instantiation, alone or in a
+    // group, gives the same bits.
     float acc[2][4][4] = {};
     for (int64_t k0 = 0; k0 < cols; k0 += kMmqK) {
         const int kw = cols - k0 < kMmqK ? int(cols - k0) : kMmqK;
@@ -209,68 +223,62 @@ __device__ __forceinline__ void mmq_block(const uint8_t* __restrict__ W, size_t 
             for (int m = 0; m < 2; ++m) mma_frag_a32(a[m], &s.w[wr + 16 * m][32 * q], kMmqLd);
 #pragma unroll
             for (int n = 0; n < 4; ++n) mma_frag_b32(b[n], &s.x[wt + 8 * n][32 * q], kMmqLd);
+            if constexpr (F::kSuperBlock) {
+                // Exact: each group's integer scale times its exact sum (Q6_K: two groups of 16).
+                constexpr int kHalves = kG16<F> ? 2 : 1;
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {
-                const int ra = wr + 16 * m + g, rb = ra + 8;   // this lane's two rows of tile m
+                for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-                for (int n = 0; n < 4; ++n) {
-                    if constexpr (kG16<F>) {
+                    for (int m = 0; m < 2; ++m) {
+                        const int ra = wr + 16 * m + g, grp = kHalves * q + h;   // this lane's rows: ra, ra + 8
+                        const int sa = s.gs[ra][grp], sb = s.gs[ra + 8][grp];
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
+                        for (int n = 0; n < 4; ++n) {
                             int c[4] = {};
-                            mma_s8_k16(c, a[m][2 * h], a[m][2 * h + 1], b[n][h]);
-                            const int sa = s.gs[ra][2 * q + h], sb = s.gs[rb][2 * q + h];
+                            if constexpr (kG16<F>) mma_s8_k16(c, a[m][2 * h], a[m][2 * h + 1], b[n][h]);
+                            else mma_s8_k32(c, a[m], b[n]);
                             isb[m][n][0] += sa * c[0], isb[m][n][1] += sa * c[1];
                             isb[m][n][2] += sb * c[2], isb[m][n][3] += sb * c[3];
-                        }
-                    } else {
-                        int c[4] = {};
-                        mma_s8_k32(c, a[m], b[n]);
-                        if constexpr (F::kSuperBlock) {
-                            const int sa = s.gs[ra][q], sb = s.gs[rb][q];
-                            isb[m][n][0] += sa * c[0], isb[m][n][1] += sa * c[1];
-                            isb[m][n][2] += sb * c[2], isb[m][n][3] += sb * c[3];
-                        } else {
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                const int r = e < 2 ? ra : rb, tok = wt + 8 * n + 2 * t + e % 2;
-                                acc[m][n][e] += float(c[e]) * (s.wf[r][q] * s.xf[tok][q]);
-                                if constexpr (F::kMin) acc[m][n][e] += s.wm[r][q] * s.xm[tok][q];
-                            }
                         }
                     }
-                }
+            } else {
+                // Per block: d_w d_x times the exact sum (+ m_w s_x), each scale read once for
+                // this lane's rows and tokens.
+                float dw[2][2], dx[4][2];
+#pragma unroll
+                for (int m = 0; m < 2; ++m) dw[m][0] = s.wf[wr + 16 * m + g][q], dw[m][1] = s.wf[wr + 16 * m + g + 8][q];
+#pragma unroll
+                for (int n = 0; n < 4; ++n) dx[n][0] = s.xf[wt + 8 * n + 2 * t][q], dx[n][1] = s.xf[wt + 8 * n + 2 * t + 1][q];
+                int c[2][4][4] = {};
+#pragma unroll
+                for (int m = 0; m < 2; ++m)
+#pragma unroll
+                    for (int n = 0; n < 4; ++n) mma_s8_k32(c[m][n], a[m], b[n]);
+                for_each_acc(wr, wt, [&](int m, int n, int e, int r, int tok) {
+                    float v = __fmul_rn(small_int_to_float(c[m][n][e]), __fmul_rn(dw[m][e / 2], dx[n][e % 2]));
+                    if constexpr (F::kMin) v = __fadd_rn(v, __fmul_rn(s.wm[r][q], s.xm[tok][q]));
+                    acc[m][n][e] = __fadd_rn(acc[m][n][e], v);
+                });
             }
         }
         if constexpr (F::kSuperBlock) {
+            // Per chunk (one super-block): d_x (d_w S - dmin_w sum_g m_g bsum_g).
+            for_each_acc(wr, wt, [&](int m, int n, int e, int r, int tok) {
+                float v = __fmul_rn(s.wf[r][0], float(isb[m][n][e]));
+                if constexpr (kKMins<F>) {
+                    int mins = 0;
 #pragma unroll
-            for (int m = 0; m < 2; ++m)
-#pragma unroll
-                for (int n = 0; n < 4; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = wr + 16 * m + g + 8 * (e / 2), tok = wt + 8 * n + 2 * t + e % 2;
-                        float v = s.wf[r][0] * float(isb[m][n][e]);
-                        if constexpr (kKMins<F>) {
-                            int mins = 0;
-#pragma unroll
-                            for (int j = 0; j < 8; ++j) mins += int(s.gm[r][j]) * s.xb[tok][j];
-                            v -= s.wf[r][1] * float(mins);
-                        }
-                        acc[m][n][e] += s.xf[tok][0] * v;
-                    }
+                    for (int j = 0; j < 8; ++j) mins += int(s.gm[r][j]) * s.xb[tok][j];
+                    v = __fsub_rn(v, __fmul_rn(s.wf[r][1], float(mins)));
+                }
+                acc[m][n][e] = __fadd_rn(acc[m][n][e], __fmul_rn(s.xf[tok][0], v));
+            });
         }
         __syncthreads();   // the next chunk overwrites what this one read
     }
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = wr + 16 * m + g + 8 * (e / 2), tok = wt + 8 * n + 2 * t + e % 2;
-                if (r < nr && tok < nt) y[int64_t(tok) * ldy + r] = acc[m][n][e];
-            }
+    for_each_acc(wr, wt, [&](int m, int n, int e, int r, int tok) {
+        if (r < nr && tok < nt) y[int64_t(tok) * ldy + r] = acc[m][n][e];
+    });
 }
 
 template <class F>
@@ -318,16 +326,6 @@ __global__ void __launch_bounds__(32) mma_check_kernel(const int8_t* __restrict_
         for (int e = 0; e < 4; ++e) out[128 * f + 8 * (g + 8 * (e / 2)) + 2 * t + e % 2] = c[f][e];
 }
 
-uint64_t levels_word(const int8_t* levels, int half) { return levels ? bq::pack_levels8(levels + 8 * half) : 0; }
-
-void check_width(quant::Type type, int64_t cols, const char* what) {
-    // quantize_act's blocks; the super-block types whole chunks of 256.
-    const int64_t block = q8_k_acts(type) ? kQK : 32;
-    if (cols <= 0 || cols % block != 0)
-        throw std::invalid_argument(std::string("cuda ") + what + ": " + std::to_string(cols) + " columns (whole blocks of " +
-                                    std::to_string(block) + ")");
-}
-
 }  // namespace
 
 void mma_check(const int8_t* A, const int8_t* B, int32_t* out, void* stream) {
@@ -338,11 +336,11 @@ void mma_check(const int8_t* A, const int8_t* B, int32_t* out, void* stream) {
 void mmq_matmul(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const void* xq, int64_t n,
                 float* y, int64_t ldy, void* stream) {
     if (rows <= 0 || n <= 0) return;
-    check_width(type, cols, "mmq_matmul");
+    check_q8_width(type, cols, "mmq_matmul");
     const int64_t row_tiles = (rows + kMmqRows - 1) / kMmqRows, tok_tiles = (n + kMmqTokens - 1) / kMmqTokens;
     if (row_tiles > 2147483647 || tok_tiles > 65535)
         throw std::invalid_argument("cuda mmq_matmul: " + std::to_string(rows) + " rows x " + std::to_string(n) +
-                                    " tokens (at most 65535 x 64 tokens a call)");
+                                    " tokens (at most 2^31 - 1 tiles of 64 rows and 65535 of 64 tokens a call)");
     with_q8_format(type, "mmq_matmul", [&](auto format, const int8_t* levels) {
         using F = decltype(format);
         auto* kernel = &mmq_kernel<F>;
@@ -368,7 +366,7 @@ void mmq_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8G
         ++g.n_tasks;
     }
     if (g.n_tasks == 0) return;
-    check_width(type, cols, "mmq_group");
+    check_q8_width(type, cols, "mmq_group");
     if (blocks > 2147483647) throw std::invalid_argument("cuda mmq_group: more than 2^31 - 1 blocks");
     with_q8_format(type, "mmq_group", [&](auto format, const int8_t* levels) {
         using F = decltype(format);

@@ -17,8 +17,8 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 
 inline constexpr int64_t kQK = bq::QK_K;
 
-// The activation format a weight type pairs with here (as on the CPU): Q8_K for Q4_K and Q6_K,
-// Q8_0 for the 32-element formats.
+// The activation format a weight type pairs with here (as on the CPU): Q8_K for the super-block
+// types (Q4_K, Q5_K, Q6_K, IQ4_XS), Q8_0 for the 32-element formats.
 // Q4_1 / Q5_1 pair with Q8_1 (the CPU's vec_dot type for them): Q8_0's values plus s = d * sum(q)
 // per block, for their min term.
 inline bool q8_1_acts(quant::Type type) { return type == quant::Type::Q4_1 || type == quant::Type::Q5_1; }
@@ -36,6 +36,25 @@ __device__ __forceinline__ Q8Row q8_row(const uint8_t* base, int64_t cols) {
     return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + cols),
             reinterpret_cast<const int32_t*>(base + cols + 4 * (cols / kQK))};
 }
+
+// The width quantize_act takes for a weight type's activations: whole blocks of its format (256
+// for Q8_K, 32 for Q8_0 / Q8_1); throws naming the kernel otherwise.
+inline void check_q8_width(quant::Type type, int64_t cols, const char* what) {
+    const int64_t block = q8_k_acts(type) ? kQK : 32;
+    if (cols <= 0 || cols % block != 0)
+        throw std::invalid_argument(std::string("cuda ") + what + ": " + std::to_string(cols) + " columns (whole blocks of " +
+                                    std::to_string(block) + ")");
+}
+
+// Every byte of v less k, as int8 levels (each byte b of v at most 127, b - k at least -128):
+// offset by 0x80 first, so that no byte borrows from the next.
+__device__ __forceinline__ uint32_t bytes_minus(uint32_t v, uint32_t k) {
+    return ((v | 0x80808080u) - k * 0x01010101u) ^ 0x80808080u;
+}
+
+// Half `half` of a format's 16 levels as a launch parameter (nullptr, for the formats without a
+// table: 0).
+inline uint64_t levels_word(const int8_t* levels, int half) { return levels ? bq::pack_levels8(levels + 8 * half) : 0; }
 
 // The 6-bit scales and mins of sub-blocks 2 g and 2 g + 1 (quant's scale_min_k4 for both) from
 // the 12 scale bytes held as three words, two bytes at a time and without a branch: the lanes of
@@ -282,10 +301,7 @@ __device__ __forceinline__ void five_bit_levels(uint32_t q, uint32_t qh, int c, 
         l |= ((qh >> (4 * c + k)) & 1u) << (8 * k + 4);
         h |= ((qh >> (16 + 4 * c + k)) & 1u) << (8 * k + 4);
     }
-    if (minus16) {   // every byte less 16 (-16..15 as int8): offset by 0x80 so no byte borrows from the next
-        l = ((l | 0x80808080u) - 0x10101010u) ^ 0x80808080u;
-        h = ((h | 0x80808080u) - 0x10101010u) ^ 0x80808080u;
-    }
+    if (minus16) l = bytes_minus(l, 16), h = bytes_minus(h, 16);   // -16..15 as int8
     lo = prmt(l, h, 0x5140), hi = prmt(l, h, 0x7362);
 }
 // Q5_0: the 5-bit levels less 16, -16..15.
