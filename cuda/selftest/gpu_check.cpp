@@ -168,6 +168,14 @@ void mma_layout(backend::Backend& gpu) {
                 8 * 4 * 128);
 }
 
+// Puts the backend back on the default (fp16) prefill GEMM when a part ends, also by an exception.
+struct DefaultGemmAfter {
+    backend::cuda::CudaBackend* be;
+    ~DefaultGemmAfter() {
+        if (be) be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fp16);
+    }
+};
+
 // The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized
 // fp16 / bf16 tiles and cuBLAS; F32 weights an fp32 GEMM) against the CPU backend on a K3 shape,
 // and its speed. Dequantization and GEMM are timed together, as a prefill pays for both.
@@ -176,6 +184,7 @@ void mma_layout(backend::Backend& gpu) {
 // its time beside the fp16 one ("gemm" column).
 void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    const DefaultGemmAfter reset{cuda_be};
     using Gemm = backend::cuda::CudaBackend::PrefillGemm;
     const int64_t rows = 7168, cols = 3584, n = 512;
     std::printf("\n# prefill GEMM, %lld rows x %lld cols, %lld tokens (fp16: dequantize + cuBLAS, fp32 accumulate; "
@@ -222,8 +231,8 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
             std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f %6s\n", tr.name, (long long)rows, (long long)cols, (long long)n,
                         s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12, i8 ? "int8" : "fp16");
         }
-        if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
     }
+    if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
     // Q4_K over token counts: below kGemmMinTokens the matvec runs (4 tokens a block), from there
     // on the GEMM; the rows around the threshold show whether it is placed well.
     const int64_t thr = kinfer::cuda::gpu::kGemmMinTokens;
@@ -656,6 +665,7 @@ void grouped_experts(backend::Backend& gpu) {
     // 64 tokens a second time with KINFER_CUDA_GEMM=int8: one mmq_group launch against one mmq_matmul
     // a task, the same block code, so the same bits.
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    const DefaultGemmAfter reset{cuda_be};
     using Gemm = backend::cuda::CudaBackend::PrefillGemm;
     for (int64_t n : {int64_t(1), int64_t(8), int64_t(64), int64_t(-64)}) {
         const bool int8 = n < 0;
@@ -686,7 +696,6 @@ void grouped_experts(backend::Backend& gpu) {
         std::printf("     %lld token(s)%s: grouped %.1f us (%.0f GB/s, %.1f TFLOP/s), one by one %.1f us (%.0f GB/s, %.1f TFLOP/s)\n",
                     (long long)n, int8 ? " int8 GEMM" : "", s_group * 1e6, gb / s_group, tf / s_group, s_one * 1e6, gb / s_one, tf / s_one);
     }
-    if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
 }
 
 // The embedding gather on the device (-ot token_embd=cudaN): a 4096-row table at K3's width in
