@@ -40,21 +40,25 @@ __device__ __forceinline__ void mma_frag_b32(uint32_t (&b)[2], const int8_t* B, 
 }
 
 // The shuffle form of m16n8k32: every lane gathers the rows of A and the columns of B its four
-// outputs need, a k-quad (4 bytes, one register of some lane) at a time, and dots them with dp4a.
-// Every lane takes part in every shuffle (the register index is the same for all of them).
+// outputs need from the lanes that hold them, both k halves of a source lane in one 64-bit
+// shuffle (16 a call: in the CPU mode each is a pass over the warp's fibers), and dots them with
+// dp4a. Every lane takes part in every shuffle.
 __device__ __forceinline__ void mma_s8_k32_plain(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    const uint64_t a_g = uint64_t(a[0]) | uint64_t(a[2]) << 32, a_g8 = uint64_t(a[1]) | uint64_t(a[3]) << 32;
+    const uint64_t b_c = uint64_t(b[0]) | uint64_t(b[1]) << 32;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {   // k 4q .. 4q + 3
-        const int half = q / 4, src = q % 4;
-        const uint32_t a_g = __shfl_sync(kFullMask, a[2 * half], 4 * g + src);
-        const uint32_t a_g8 = __shfl_sync(kFullMask, a[2 * half + 1], 4 * g + src);
-        const uint32_t b_0 = __shfl_sync(kFullMask, b[half], 4 * (2 * t) + src);
-        const uint32_t b_1 = __shfl_sync(kFullMask, b[half], 4 * (2 * t + 1) + src);
-        c[0] = __dp4a(int(a_g), int(b_0), c[0]);
-        c[1] = __dp4a(int(a_g), int(b_1), c[1]);
-        c[2] = __dp4a(int(a_g8), int(b_0), c[2]);
-        c[3] = __dp4a(int(a_g8), int(b_1), c[3]);
+    for (int src = 0; src < 4; ++src) {   // k 4 src .. + 3 and 16 + 4 src .. + 3
+        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
+        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
+        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+#pragma unroll
+        for (int h = 0; h < 64; h += 32) {
+            c[0] = __dp4a(int(uint32_t(ra >> h)), int(uint32_t(cb0 >> h)), c[0]);
+            c[1] = __dp4a(int(uint32_t(ra >> h)), int(uint32_t(cb1 >> h)), c[1]);
+            c[2] = __dp4a(int(uint32_t(ra8 >> h)), int(uint32_t(cb0 >> h)), c[2]);
+            c[3] = __dp4a(int(uint32_t(ra8 >> h)), int(uint32_t(cb1 >> h)), c[3]);
+        }
     }
 }
 // m16n8k16: k 0..15 of the above (a[0], a[1], b[0]).
