@@ -159,6 +159,12 @@ int run_bench(const BenchArgs& a) {
     so.n_ctx = ctx;   // before attach_experts: whether the device layers fit counts their latent cache at it
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
+    // The backend column: the --device ones the run was given (layers, -ot or the expert cache on
+    // them), as llama-bench names its GPU backend; CPU otherwise.
+    std::string backend_name;
+    for (size_t i = 0; so.backends && i < so.backends->n_devices(); ++i)
+        backend_name += (backend_name.empty() ? "" : ",") + so.backends->device(i)->name();
+    if (backend_name.empty()) backend_name = "CPU";
     bool tiles_told = false;
     for (int nt : threads) {
         so.n_threads = nt;
@@ -205,7 +211,7 @@ int run_bench(const BenchArgs& a) {
             const double sd = tps.size() > 1 ? std::sqrt(var / double(tps.size() - 1)) : 0.0;
             std::string test = p > 0 ? fmt::format("pp{}", p) : fmt::format("tg{}", g);
             std::printf("| %-30s | %6.2f MiB | %10s | %-10s | %7d | %15s | %20s |\n", name.c_str(), bytes / 1048576.0,
-                        human_params(params).c_str(), "CPU", s.n_threads(), test.c_str(),
+                        human_params(params).c_str(), backend_name.c_str(), s.n_threads(), test.c_str(),
                         fmt::format("{:.2f} ± {:.2f}", mean, sd).c_str());
             std::fflush(stdout);
             if (g > 0)   // decode streams the weights a token touches: how fast, in GB/s

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench
-# (pp512 / tg128) on the CPU and with every layer on DEVICE, on k3-bench (Q4_K_M, made here from
+# (pp512 / tg128) on the CPU and with every layer on DEVICE (prefill again on the int8 GEMM), on k3-bench (Q4_K_M, made here from
 # its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
 # width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
 # MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
@@ -42,6 +42,9 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): CPU ($threads threads), then every layer on $dev"
     "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2
     "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99
+    echo "-- $(basename "$m"): prefill on $dev with the GEMMs of the quantized types on the int8 tensor cores"
+    echo "   (KINFER_CUDA_GEMM=int8, mmq.cu) instead of dequantized fp16 tiles and cuBLAS (the line above)"
+    KINFER_CUDA_GEMM=int8 "$bin" bench -m "$m" -p "$P" -n 0 -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 1
     echo "-- $(basename "$m"): decode on $dev with the routed experts grouped on the host (the router's choices"
     echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2
