@@ -168,11 +168,13 @@ void mma_layout(backend::Backend& gpu) {
                 8 * 4 * 128);
 }
 
-// Puts the backend back on the default (fp16) prefill GEMM when a part ends, also by an exception.
+// Puts the backend back on the prefill GEMM it had (fp16, or int8 under KINFER_CUDA_GEMM=int8) when
+// a part ends, also by an exception.
 struct DefaultGemmAfter {
     backend::cuda::CudaBackend* be;
+    backend::cuda::CudaBackend::PrefillGemm had = be ? be->prefill_gemm() : backend::cuda::CudaBackend::PrefillGemm::fp16;
     ~DefaultGemmAfter() {
-        if (be) be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fp16);
+        if (be) be->set_prefill_gemm(had);
     }
 };
 

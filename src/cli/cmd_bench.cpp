@@ -159,8 +159,8 @@ int run_bench(const BenchArgs& a) {
     so.n_ctx = ctx;   // before attach_experts: whether the device layers fit counts their latent cache at it
     auto ex = cli::attach_experts(*m, a.experts, so);
     auto split = cli::attach_split(*m, so);
-    // The backend column: the --device ones the run was given (layers, -ot or the expert cache on
-    // them), as llama-bench names its GPU backend; CPU otherwise.
+    // The backend column: the --device ones the run was given (whether or not -ngl, -ot or the
+    // expert cache put work on them), as llama-bench names its GPU backend; CPU otherwise.
     std::string backend_name;
     for (size_t i = 0; so.backends && i < so.backends->n_devices(); ++i)
         backend_name += (backend_name.empty() ? "" : ",") + so.backends->device(i)->name();

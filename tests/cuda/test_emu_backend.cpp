@@ -144,8 +144,8 @@ TEST_CASE("CudaBackend on the emulated runtime: the shipped Q4_K_M models' prefi
         auto m = model::Model::load(data("models/" + name + ".gguf"));
         const Diff d = against(on_emu_cuda(*m, ids, true, false, true), data("logits/" + name + "/p64.batch.f32"),
                                name + " emu-cuda batch, int8 GEMM");
-        CHECK((d.first_over < 0 || d.first_over >= 16));   // the first 16 positions within 1e-4 (the fp16 GEMM's: none)
-        CHECK(d.max_abs <= 0.5);     // golden_on_device.sh's bound for these files
+        CHECK((d.first_over < 0 || d.first_over >= 16));   // 16 positions within 1e-4 (the fp16 GEMM's first_over: 0)
+        CHECK(d.max_abs <= 0.5);                            // golden_on_device.sh's bound for these files
         CHECK(d.argmax_agree == d.rows);
     }
 }
@@ -282,7 +282,8 @@ TEST_CASE("CudaBackend on the emulated runtime: growing the scratch buffer does 
 // they read: tasks of two formats (Q4_K on Q8_K rows, Q4_1 on Q8_1 rows) on one input, at
 // overlapping row ranges, and a task on a second input, each the bits of its own matmul. Again
 // with the int8 GEMM (set_prefill_gemm, KINFER_CUDA_GEMM=int8): tasks of 32 tokens or more beside
-// small ones on the same rows, and 50 of them, more than one mmq_group launch takes.
+// small ones on the same rows, 49 of them of one weight (more than one mmq_group launch takes),
+// and one of them again on the fp16 GEMM, which must give other bits (the int8 path ran).
 TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks of two int8 formats on one input, each its matmul's bits") {
     backend::Backends bk(1);
     bk.add_device("emu-cuda:64MiB");
@@ -318,7 +319,7 @@ TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks of two int8 formats
             ts.push_back({&A, 0, 1, 35});
             ts.push_back({&A, 0, 40, 40});
             ts.push_back({&B, 0, 0, 33});
-            for (int i = 0; i < 47; ++i) ts.push_back({&A, 0, i % 48, 32});
+            for (int i = 0; i < 47; ++i) ts.push_back({&A, 0, i, 32});
         }
         int64_t total = 0;
         for (const T& t : ts) total += t.n;
@@ -349,6 +350,13 @@ TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks of two int8 formats
         std::vector<float> y(size_t(2 * total * rows));
         cu->download(y.data(), by.ptr, y.size() * 4);
         CHECK(std::memcmp(y.data(), y.data() + total * rows, size_t(total * rows) * 4) == 0);
+        if (gemm) {   // task 3 (A on x0 rows 1-35, at y row 11) on the fp16 GEMM: not the int8 bits
+            cu->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::fp16);
+            cu->matmul(A, d0 + K, 35, yd, K, rows);
+            std::vector<float> fp16(size_t(35 * rows));
+            cu->download(fp16.data(), by.ptr, fp16.size() * 4);
+            CHECK(std::memcmp(fp16.data(), y.data() + 11 * rows, fp16.size() * 4) != 0);
+        }
         for (backend::Buffer* b : {&bx0, &bx1, &by}) cu->free(*b);
     }
     for (backend::Buffer* b : {&wa, &wb}) cu->free(*b);

@@ -161,7 +161,7 @@ std::string CudaBackend::describe() const {
     cudaGetDeviceProperties(&p, device_);
     return fmt::format("{}: {}, {} ({} free), compute capability {}.{}{}", name_, p.name, gib(total_bytes()),
                        gib(free_bytes()), p.major, p.minor,
-                       prefill_gemm_ == PrefillGemm::int8 ? ", prefill GEMM on int8 tensor cores (KINFER_CUDA_GEMM=int8)" : "");
+                       prefill_gemm_ == PrefillGemm::int8 ? ", prefill GEMM on int8 tensor cores" : "");
 }
 
 // ---- memory ----

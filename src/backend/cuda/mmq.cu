@@ -68,8 +68,8 @@ constexpr bool kKMins = std::is_same_v<F, SbQ4_K> || std::is_same_v<F, SbQ5_K>;
 __device__ __forceinline__ void put16(int8_t* dst, uint4 v) { store_aligned(reinterpret_cast<uint8_t*>(dst), v); }
 __device__ __forceinline__ void put4(int8_t* dst, uint32_t v) { store_aligned(reinterpret_cast<uint8_t*>(dst), v); }
 
-// float(c) for |c| < 2^22 without the int-to-float conversion (a quarter of the FMA rate on
-// sm_90): c added to the bits of 1.5 * 2^23, whose ulp is 1, then 1.5 * 2^23 taken off again,
+// float(c) for |c| <= 2^22 without the int-to-float conversion (several times slower than an FMA
+// by the programming guide's throughput table): c added to the bits of 1.5 * 2^23, whose ulp is 1, then 1.5 * 2^23 taken off again,
 // both exact. An mma sum is at most 2^19 in magnitude.
 __device__ __forceinline__ float small_int_to_float(int c) {
     return __fsub_rn(__uint_as_float(uint32_t(c) + 0x4B400000u), 12582912.0f);
@@ -89,9 +89,9 @@ __device__ __forceinline__ void for_each_acc(int wr, int wt, Fn&& f) {
             for (int e = 0; e < 4; ++e) f(m, n, e, wr + 16 * m + g + 8 * (e / 2), wt + 8 * n + 2 * t + e % 2);
 }
 
-// The weights' part of a chunk: row rr (< nr: a row of the matrix, else zeros) of the block, the
-// chunk starting at element k0, kw elements wide. One overload per format family; `i` runs over
-// the block's (row, piece) items, kMmqThreads apart.
+// The weights' part of a chunk, elements [k0, k0 + kw) of the block's rows (r < nr: the matrix's;
+// the others zeros, never read from W). One overload per format family; `i` runs over the
+// block's (row, piece) items, kMmqThreads apart.
 template <bool kFive>
 __device__ void load_w(SbK4<kFive>, MmqShared& s, const uint8_t* W, size_t row_bytes, int nr, int64_t k0, int, const uint32_t*) {
     using F = SbK4<kFive>;
@@ -244,19 +244,29 @@ __device__ __forceinline__ void mmq_block(const uint8_t* __restrict__ W, size_t 
             } else {
                 // Per block: d_w d_x times the exact sum (+ m_w s_x), each scale read once for
                 // this lane's rows and tokens.
-                float dw[2][2], dx[4][2];
+                float dw[2][2], dx[4][2], mw[2][2] = {}, sx[4][2] = {};
 #pragma unroll
-                for (int m = 0; m < 2; ++m) dw[m][0] = s.wf[wr + 16 * m + g][q], dw[m][1] = s.wf[wr + 16 * m + g + 8][q];
+                for (int m = 0; m < 2; ++m)
 #pragma unroll
-                for (int n = 0; n < 4; ++n) dx[n][0] = s.xf[wt + 8 * n + 2 * t][q], dx[n][1] = s.xf[wt + 8 * n + 2 * t + 1][q];
+                    for (int i = 0; i < 2; ++i) {
+                        dw[m][i] = s.wf[wr + 16 * m + g + 8 * i][q];
+                        if constexpr (F::kMin) mw[m][i] = s.wm[wr + 16 * m + g + 8 * i][q];
+                    }
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        dx[n][i] = s.xf[wt + 8 * n + 2 * t + i][q];
+                        if constexpr (F::kMin) sx[n][i] = s.xm[wt + 8 * n + 2 * t + i][q];
+                    }
                 int c[2][4][4] = {};
 #pragma unroll
                 for (int m = 0; m < 2; ++m)
 #pragma unroll
                     for (int n = 0; n < 4; ++n) mma_s8_k32(c[m][n], a[m], b[n]);
-                for_each_acc(wr, wt, [&](int m, int n, int e, int r, int tok) {
+                for_each_acc(wr, wt, [&](int m, int n, int e, int, int) {
                     float v = __fmul_rn(small_int_to_float(c[m][n][e]), __fmul_rn(dw[m][e / 2], dx[n][e % 2]));
-                    if constexpr (F::kMin) v = __fadd_rn(v, __fmul_rn(s.wm[r][q], s.xm[tok][q]));
+                    if constexpr (F::kMin) v = __fadd_rn(v, __fmul_rn(mw[m][e / 2], sx[n][e % 2]));
                     acc[m][n][e] = __fadd_rn(acc[m][n][e], v);
                 });
             }
