@@ -8,7 +8,7 @@
 //    steps differ, so |err| <= 1e-5 * sum |w x| + 1e-6 per output (a level at the wrong byte, a
 //    scale of the wrong group or a missing min moves an output by far more); partial row and
 //    token tiles, widths that are not whole chunks of 256 (the 32-element types: 288, and 64 and
-//    32, below one chunk), rows ldy apart with the gaps untouched;
+//    32, below one chunk), K3's 7168 (Q4_K, MXFP4), rows ldy apart with the gaps untouched;
 //  - mmq_group: tasks of different rows and token counts (and an empty one) in one launch, each the
 //    bits of mmq_matmul alone;
 //  - what it refuses.
@@ -79,11 +79,17 @@ TEST_CASE("cuda mmq_matmul (cpu mode): every int8 type against the CPU backend, 
     for (const quant::Type type : kInt8Types) {
         const quant::Traits& tr = quant::traits(type);
         const bool sb = quant::type_facts(type).block_size == quant::QK_K;
-        // Two chunks of 256; the 32-element types also 9 blocks (a chunk of 256, then 32), 2 and 1.
-        std::vector<int64_t> widths = {512};
-        if (!sb) widths.insert(widths.end(), {288, 64, 32});
-        for (const int64_t cols : widths) {
-            const int64_t rows = 70, n = 67, ldy = rows + 3;   // 2 row tiles, 2 token tiles, both partial
+        // Two chunks of 256 on 70 rows x 67 tokens (2 row tiles, 2 token tiles, both partial); the
+        // 32-element types also 9 blocks (a chunk of 256, then 32), 2 and 1; K3's width (28 chunks)
+        // for its two main types, on one tile.
+        struct Shape {
+            int64_t cols, rows, n;
+        };
+        std::vector<Shape> shapes = {{512, 70, 67}};
+        if (!sb) shapes.insert(shapes.end(), {{288, 70, 67}, {64, 70, 67}, {32, 70, 67}});
+        if (type == quant::Type::Q4_K || type == quant::Type::MXFP4) shapes.push_back({7168, 40, 40});
+        for (const Shape& shape : shapes) {
+            const int64_t cols = shape.cols, rows = shape.rows, n = shape.n, ldy = rows + 3;
             INFO("type ", std::string(tr.name), ", cols ", cols);
             const size_t rb = quant::row_size(tr, cols), xb = cuda::emu::q8_act_row_bytes(type, cols);
             const Aligned W = make_weights(type, rows, cols, 7100 + uint32_t(type) + uint32_t(cols));
