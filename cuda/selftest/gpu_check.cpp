@@ -178,6 +178,42 @@ struct DefaultGemmAfter {
     }
 };
 
+// The fp16 GEMM's tokens past fp16's range (gemm.cu's convert_rows_f16_scaled / unscale_tokens):
+// every third token times 1e5 (|x| up to ~5e5, inf as plain fp16), against the CPU backend (its
+// Q8_K scales are fp32), the large tokens and the others each against their own largest |y|.
+void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
+    auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+    const DefaultGemmAfter reset{cuda_be};
+    if (cuda_be) cuda_be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fp16);
+    std::printf("\n# fp16 GEMM with tokens past fp16's range (scaled per token, multiplied back)\n");
+    const int64_t rows = 256, cols = 3584, n = 64;
+    const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
+    const size_t rb = quant::row_size(tr, cols);
+    std::vector<uint8_t> W(rb * size_t(rows));
+    const std::vector<float> wf = randn(size_t(rows * cols), 90);
+    for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+    std::vector<float> x = randn(size_t(n * cols), 91);
+    for (int64_t t = 1; t < n; t += 3)
+        for (int64_t i = 0; i < cols; ++i) x[size_t(t * cols + i)] *= 1e5f;
+    Dev dW(gpu, W.data(), W.size(), "weight"), dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(n * rows) * 4, "y");
+    gpu.matmul(backend::Mat{quant::Type::Q4_K, cols, rows, dW.buf.ptr, rb, 0, "range_weight"}, dx.f(), n, dy.f(), 0, 0);
+    const std::vector<float> all = down(gpu, dy, size_t(n * rows));
+    std::vector<float> want(all.size());
+    cpu.matmul(backend::Mat{quant::Type::Q4_K, cols, rows, W.data(), rb, 0, "range_weight"}, x.data(), n, want.data(), 0, 0);
+    for (const bool large : {true, false}) {
+        std::vector<float> got_part, want_part;
+        double ymax = 0;
+        for (int64_t t = 0; t < n; ++t) {
+            if ((t % 3 == 1) != large) continue;
+            got_part.insert(got_part.end(), all.begin() + t * rows, all.begin() + (t + 1) * rows);
+            want_part.insert(want_part.end(), want.begin() + t * rows, want.begin() + (t + 1) * rows);
+        }
+        for (float v : want_part) ymax = std::max(ymax, double(std::fabs(v)));
+        check(large ? "gemm q4_K, tokens times 1e5, vs cpu matmul" : "gemm q4_K, the other tokens of the call, vs cpu matmul",
+              got_part, want_part, 2e-2, 2e-2 * ymax);
+    }
+}
+
 // The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized
 // fp16 / bf16 tiles and cuBLAS; F32 weights an fp32 GEMM) against the CPU backend on a K3 shape,
 // and its speed. Dequantization and GEMM are timed together, as a prefill pays for both.
@@ -828,6 +864,7 @@ int main() {
     part("matvec table", [&] { matvec_table(*gpu, cpu); });
     part("mma layout", [&] { mma_layout(*gpu); });
     part("gemm table", [&] { gemm_table(*gpu, cpu); });
+    part("gemm range", [&] { gemm_range(*gpu, cpu); });
     part("row ops", [&] { row_ops(*gpu, cpu); });
     part("more ops", [&] { more_ops(*gpu, cpu); });
     part("mixers", [&] { mixers(*gpu, cpu); });

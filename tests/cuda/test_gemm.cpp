@@ -13,7 +13,8 @@
 //    |err| <= sum |w| |x| (ew + ex + ew ex) + 2^-25 sum (|w| + |x|) [fp16] + K 2^-24 sum |w x|,
 //    times 1.01 for the second-order terms. The CPU backend's matmul rounds the activations to
 //    its vec_dot format first (cuda_test_util.h act_rounding): its bound adds that, as
-//    test_matvec.cpp does. Shapes are k3-tiny-a's (n_embd 256, q / kv ranks 64, expert ff 32,
+//    test_matvec.cpp does. A token row scaled against fp16's range by 2^-k (convert_rows_f16_scaled)
+//    has its fp16 subnormal term 2^-25 times 2^k. Shapes are k3-tiny-a's (n_embd 256, q / kv ranks 64, expert ff 32,
 //    vocab 4352) and K3-like multiples of 256 / 32, with odd token counts; then every matrix of
 //    the shipped k3-tiny-a Q4_K_M file itself (trained weights, not random ones).
 //    Measured here: at most 0.61 of the exact bound (an f32 matrix with K = 4, where the fp32
@@ -101,13 +102,31 @@ struct Worst {
     double exact = 0, cpu = 0;
 };
 
+// The power of two convert_rows_f16_scaled divides a token row by (kernels.h): 2^k, k the least
+// that brings the row's largest |x| under 2^15 when it is 65504 or more and finite, else 0.
+double f16_row_scale(const float* x, int64_t cols) {
+    float amax = 0;
+    for (int64_t i = 0; i < cols; ++i)
+        if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+    if (!(amax >= 65504.0f) || std::isinf(amax)) return 1.0;
+    int k = 0;
+    while (double(amax) * std::ldexp(1.0, -k) >= 32768.0) ++k;
+    return std::ldexp(1.0, k);
+}
+
 // gemm_matmul of W with n random tokens (rows ldx apart, outputs ldy apart) against the exact
-// product and the CPU backend's matmul; ws_bytes 0: what gemm_workspace_bytes asks.
-Worst check_gemm(const WeightView& W, int64_t n, int64_t ldx, int64_t ldy, size_t ws_bytes = 0) {
+// product and the CPU backend's matmul (unless with_cpu is false); ws_bytes 0: what
+// gemm_workspace_bytes asks. With big, every third token (from the second) is multiplied by it:
+// past fp16's range for big >= 2e4.
+Worst check_gemm(const WeightView& W, int64_t n, int64_t ldx, int64_t ldy, size_t ws_bytes = 0, float big = 0,
+                 bool with_cpu = true) {
     const int64_t rows = W.rows, K = W.cols;
     INFO("type ", quant::traits(W.type).name, " rows ", rows, " K ", K, " tokens ", n, " ldx ", ldx, " ldy ", ldy,
-         " workspace ", ws_bytes);
-    const std::vector<float> x = randn(size_t((n - 1) * ldx + K), 500 + uint32_t(n));
+         " workspace ", ws_bytes, " big ", big);
+    std::vector<float> x = randn(size_t((n - 1) * ldx + K), 500 + uint32_t(n));
+    if (big != 0)
+        for (int64_t t = 1; t < n; t += 3)
+            for (int64_t i = 0; i < K; ++i) x[size_t(t * ldx + i)] *= big;
     const float sentinel = -12345.0f;
     std::vector<float> y(size_t((n - 1) * ldy + rows), sentinel);
     if (ws_bytes == 0) ws_bytes = cuda::emu::gemm_workspace_bytes(W.type, rows, K, n);
@@ -123,13 +142,13 @@ Worst check_gemm(const WeightView& W, int64_t n, int64_t ldx, int64_t ldy, size_
     const Elem e = cuda::emu::gemm_elem(W.type);
     const double ex = e == Elem::F16 ? std::ldexp(1.0, -11) : e == Elem::BF16 ? std::ldexp(1.0, -8) : 0.0;
     const double ew = e == Elem::F16 && W.type != quant::Type::F16 ? std::ldexp(1.0, -11) : 0.0;
-    const double sub = e == Elem::F16 ? std::ldexp(1.0, -25) : 0.0;
     const double sum_u = double(K) * std::ldexp(1.0, -24);
     const std::vector<float> deq = W.dequantized();
     Worst worst;
     int bad_exact = 0, bad_cpu = 0, touched_gap = 0;
     for (int64_t t = 0; t < n; ++t) {
         const float* xt = x.data() + t * ldx;
+        const double sub = e == Elem::F16 ? std::ldexp(1.0, -25) * f16_row_scale(xt, K) : 0.0;
         const std::vector<double> act = act_rounding(W.type, xt, K);
         for (int64_t r = 0; r < rows; ++r) {
             const float* w = deq.data() + r * K;
@@ -145,9 +164,12 @@ Worst check_gemm(const WeightView& W, int64_t n, int64_t ldx, int64_t ldy, size_
             const size_t at = size_t(t * ldy + r);
             const double e1 = std::fabs(double(y[at]) - s), e2 = std::fabs(double(y[at]) - double(cpu_y[at]));
             bad_exact += !(e1 <= tol);
-            bad_cpu += !(e2 <= cpu_tol);
+            bad_exact += !std::isfinite(y[at]);
+            if (with_cpu) {
+                bad_cpu += !(e2 <= cpu_tol);
+                worst.cpu = std::max(worst.cpu, e2 / cpu_tol);
+            }
             worst.exact = std::max(worst.exact, e1 / tol);
-            worst.cpu = std::max(worst.cpu, e2 / cpu_tol);
         }
         if (t + 1 < n)
             for (int64_t r = rows; r < ldy; ++r) touched_gap += y[size_t(t * ldy + r)] != sentinel;
@@ -203,6 +225,62 @@ TEST_CASE("cuda convert_rows (cpu mode): quant/fp16.h's rounding bit for bit, sp
     CHECK(quant::fp32_to_fp16(65520.0f) == 0x7c00);   // the overflow gemm_elem's note warns of
 }
 
+// Rows past fp16's range are scaled by a power of two and report it; rows in range (and rows
+// holding inf, which no scale brings in range) convert exactly as convert_rows converts them.
+TEST_CASE("cuda convert_rows_f16_scaled (cpu mode): the power of two per row, and convert_rows' bits after it") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const int64_t cols = 300, ldx = 303, ldy = 301;
+    struct Row {
+        float peak;      // put at column 7 of a randn row
+        double scale;    // what the row must report
+    };
+    const Row rows_in[] = {{3.0f, 1},         {65503.0f, 1},          {-65504.0f, 2},   {65536.0f, 4},
+                           {1e6f, 32},        {3.4e38f, 0x1p113},     {inf, 1},         {nan, 1},
+                           {1e-30f, 1},       {-2.5e9f, 0x1p17}};
+    const int64_t rows = int64_t(std::size(rows_in));
+    std::vector<float> x = randn(size_t(rows * ldx), 77, 3.0f);
+    for (int64_t r = 0; r < rows; ++r) x[size_t(r * ldx + 7)] = rows_in[r].peak;
+    x[size_t(7 * ldx + 9)] = 7e4f;   // beside the NaN: the NaN is skipped, 7e4 scales the row
+    std::vector<uint8_t> got(size_t(rows * ldy) * 2, 0), plain(got.size(), 0);
+    std::vector<float> scale(size_t(rows), -1.0f);
+    cuda::emu::convert_rows_f16_scaled(x.data(), ldx, rows, cols, got.data(), ldy, scale.data(), nullptr);
+    cuda::emu::convert_rows(x.data(), ldx, rows, cols, Elem::F16, plain.data(), ldy, nullptr);
+    for (int64_t r = 0; r < rows; ++r) {
+        const double want = r == 7 ? 4.0 : rows_in[r].scale;
+        INFO("row ", r, " peak ", rows_in[r].peak);
+        CHECK(double(scale[size_t(r)]) == want);
+        CHECK(double(scale[size_t(r)]) == f16_row_scale(x.data() + r * ldx, cols));
+        int bad = 0, differs = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+            const float v = float(double(x[size_t(r * ldx + i)]) / want);   // exact: a power of two
+            bad += stored(Elem::F16, got, r * ldy + i) != bits_as(Elem::F16, v);
+            differs += stored(Elem::F16, got, r * ldy + i) != stored(Elem::F16, plain, r * ldy + i);
+        }
+        CHECK(bad == 0);
+        if (want == 1) CHECK(differs == 0);
+    }
+    CHECK_THROWS_AS(cuda::emu::convert_rows_f16_scaled(x.data(), 1, cuda::emu::kGemmMaxTokens + 1, 1, got.data(), 1,
+                                                       scale.data(), nullptr),
+                    std::invalid_argument);
+}
+
+// A token past fp16's range (one large activation is enough) would make all of its outputs inf or
+// NaN in the fp16 GEMM; scaled and multiplied back, its outputs keep the bounds of a token in range.
+TEST_CASE("cuda gemm_matmul (cpu mode): tokens past fp16's range, scaled and multiplied back") {
+    for (const quant::Type t : kAllTypes) {
+        const int64_t K = unblocked(t) ? 516 : 512;
+        const Weights W(t, 37, K, 5000 + uint32_t(t));
+        // 1e5: the CPU backend's own activations stay in range, except F16 weights' (fp16, as
+        // ggml's) and Q8_1's (its s = d sum(q) is fp16). 1e30: only the exact reference (the
+        // CPU's Q8_0 scales are fp16 too).
+        const bool cpu_in_range = t != quant::Type::F16 && quant::type_facts(t).vec_dot_type != quant::Type::Q8_1;
+        check_gemm(W.view(), 8, K, 37, 0, 1e5f, cpu_in_range);
+        check_gemm(W.view(), 8, K, 37, 0, 1e30f, false);
+    }
+    // Past one activation chunk: the second chunk's tokens are scaled with their own scales.
+    check_gemm(Weights(quant::Type::Q4_K, 5, 256, 5100).view(), cuda::emu::kGemmMaxTokens + 5, 256, 5, 0, 1e6f);
+}
+
 TEST_CASE("cuda gemm_matmul (cpu mode): every type, k3-tiny-a and K3-like shapes, odd token counts") {
     Worst all;
     for (const quant::Type t : kAllTypes) {
@@ -231,7 +309,7 @@ TEST_CASE("cuda gemm_matmul (cpu mode): strides, several weight tiles, token chu
         check_gemm(W.view(), 11, K + 40, 37 + 5);
         // A workspace of one chunk and 10 weight rows: four tiles, the last of 7 rows.
         const Elem e = cuda::emu::gemm_elem(t);
-        const size_t x_bytes = (size_t(11 * K * cuda::emu::elem_bytes(e)) + 255) / 256 * 256;
+        const size_t x_bytes = cuda::emu::gemm_act_bytes(t, K, 11);
         if (e != Elem::F32) check_gemm(W.view(), 11, K, 37, x_bytes + size_t(10 * K * cuda::emu::elem_bytes(e)));
     }
     // More tokens than one activation chunk holds (kGemmMaxTokens): the weights are decoded again
@@ -261,7 +339,12 @@ TEST_CASE("cuda gemm_matmul (cpu mode): the workspace it asks for is bounded, an
     using quant::Type;
     // K3-sized calls: one chunk of activations and one tile of at most kGemmTileBytes.
     const size_t big = cuda::emu::gemm_workspace_bytes(Type::Q4_K, 18432, 7168, 100000);
-    CHECK(big <= size_t(cuda::emu::kGemmMaxTokens * 7168 * 2) + cuda::emu::kGemmTileBytes + 256);
+    CHECK(big <= cuda::emu::gemm_act_bytes(Type::Q4_K, 7168, 100000) + cuda::emu::kGemmTileBytes);
+    // The chunk's activations as fp16 and one scale a token, each rounded up to 256 bytes.
+    CHECK(cuda::emu::gemm_act_bytes(Type::Q4_K, 7168, 100000) ==
+          size_t(cuda::emu::kGemmMaxTokens * 7168 * 2) + size_t(cuda::emu::kGemmMaxTokens * 4));
+    CHECK(cuda::emu::gemm_act_bytes(Type::Q4_K, 7, 3) == 256 + 256);
+    CHECK(cuda::emu::gemm_act_bytes(Type::BF16, 7, 3) == 256);
     CHECK(cuda::emu::gemm_workspace_bytes(Type::F32, 7168, 7168, 512) == 0);   // used in place
     CHECK(cuda::emu::gemm_workspace_bytes(Type::BF16, 7168, 7168, 512) == size_t(512 * 7168 * 2));
     CHECK(cuda::emu::gemm_elem(Type::Q4_K) == Elem::F16);
@@ -300,7 +383,10 @@ TEST_CASE("cuda gemm_matmul_grouped (cpu mode): every task bit-equal to its own 
                                    quant::Type::BF16, quant::Type::F32}) {
         const int64_t cols = 512, ldx = cols + 7;
         const Weights all(type, 96 * 5, cols, 900 + uint32_t(type), 0.5f);   // rows of every task, one after another
-        const std::vector<float> x = randn(size_t(80 * ldx), 901);
+        // Rows 3 and 40 past fp16's range: every task but the empty one holds one of them, so the
+        // grouped call's scaled tokens meet gemm_matmul's.
+        std::vector<float> x = randn(size_t(80 * ldx), 901);
+        for (int64_t i = 0; i < cols; ++i) x[size_t(3 * ldx + i)] *= 1e5f, x[size_t(40 * ldx + i)] *= 3e7f;
         std::vector<cuda::emu::GemmTask> tasks;
         std::vector<std::vector<float>> got, want;
         for (size_t i = 0; i < std::size(shapes); ++i) {
@@ -324,8 +410,7 @@ TEST_CASE("cuda gemm_matmul_grouped (cpu mode): every task bit-equal to its own 
         // weight row): every task too large to group, each in tiles of a few rows.
         size_t least = 0;
         if (type != quant::Type::F32)
-            for (const auto& t : tasks)
-                least = std::max(least, (size_t(t.n * cols) * 2 + 255) / 256 * 256 + size_t(cols) * 2);
+            for (const auto& t : tasks) least = std::max(least, cuda::emu::gemm_act_bytes(type, cols, t.n) + size_t(cols) * 2);
         for (const size_t ws_bytes : {full, one_task + 4096, one_task, least}) {
             INFO("type ", quant::traits(type).name, " workspace ", ws_bytes, " of ", full);
             std::vector<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
@@ -333,12 +418,15 @@ TEST_CASE("cuda gemm_matmul_grouped (cpu mode): every task bit-equal to its own 
                 std::fill(got[i].begin(), got[i].end(), -5.0f);
                 tasks[i].y = got[i].data();
             }
+            int not_finite = 0;
             cuda::emu::gemm_matmul_grouped(blas.get(), type, all.rb, cols, tasks.data(), int64_t(tasks.size()), ws.data(),
                                            ws_bytes, nullptr);
             for (size_t i = 0; i < tasks.size(); ++i) {
                 INFO("task ", i);
                 CHECK(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0);
+                for (const float v : got[i]) not_finite += !std::isfinite(v);
             }
+            CHECK(not_finite == 0);
         }
     }
     std::vector<uint8_t> w(64);

@@ -3,13 +3,17 @@
 //  - dequant_rows: one thread per block_dot.cuh piece decodes its elements (row_decode.cuh's
 //    kernels, block_decode.cuh's decoders: the CPU's values bit for bit) and stores them in the
 //    tile's element type.
-//  - convert_rows: the activations to the same element type (quant/fp16.h's rounding).
+//  - convert_rows: the activations to the same element type (quant/fp16.h's rounding); for fp16,
+//    convert_rows_f16_scaled first brings a token whose largest |x| is past fp16's range under it
+//    by a power of two, and unscale_tokens multiplies that token's outputs back after the GEMM.
 // Decoding and the GEMM run on the same stream, so one tile buffer serves every tile: tile i + 1
 // is written only after the GEMM of tile i has read it. Not measured on a GPU yet.
 #include "backend/cuda/blas.h"
 #include "backend/cuda/block_decode.cuh"
-#include "backend/cuda/row_decode.cuh"
+#include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/reduce.cuh"
+#include "backend/cuda/row_decode.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -30,6 +34,62 @@ __global__ void __launch_bounds__(kDeqThreads)
     store_elem<E>(y, r * ldy + i, x[r * ldx + i]);
 }
 
+// fp16's largest finite value is 65504, and 65520 or more rounds to inf: one large activation
+// would make a token's every output inf or NaN. A token row whose largest |x| is 65504 or more is
+// multiplied by 2^-k first, k the least that brings it under 2^15 (k = ilogb(amax) - 14, 1 to
+// 113). The multiplication is exact, so every value keeps fp16's 11 significant bits; only values
+// below 2^(k-14) fall into fp16's subnormals, as values below 2^-14 do in a row in range. k = 0
+// for a row in range and for a row holding inf (NaNs are skipped by the max): those convert as
+// convert_rows converts them, bit for bit.
+__device__ __forceinline__ int f16_range_shift(float amax) {
+    if (!(amax >= 65504.0f && amax < INFINITY)) return 0;
+    return int((__float_as_uint(amax) >> 23) & 0xffu) - 141;
+}
+// 2^k for |k| <= 126, from its exponent bits.
+__device__ __forceinline__ float pow2f(int k) { return __uint_as_float(uint32_t(127 + k) << 23); }
+
+// The tokens of one GEMM's output whose scale may not be 1: y[t * ldy + r] for t < n, r < rows.
+struct UnscaleTask {
+    float* y = nullptr;
+    const float* scale = nullptr;   // n of them
+    int64_t ldy = 0, rows = 0, n = 0;
+};
+// Up to kMatvecGroupMax of them in one launch's parameters, a block per token (group_task.cuh).
+struct UnscaleGroup {
+    int n_tasks = 0;
+    int64_t first[kMatvecGroupMax] = {};
+    UnscaleTask task[kMatvecGroupMax];
+};
+static_assert(sizeof(UnscaleGroup) <= 4096, "a launch takes at most 4 KiB of parameters");
+
+// One block per token row: the row's largest finite |x| picks the power of two (scale.cuh's
+// rule above), then the row is converted as convert_rows would convert x * 2^-k.
+__global__ void __launch_bounds__(kDeqThreads)
+    convert_rows_f16_scaled_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, void* __restrict__ y,
+                                   int64_t ldy, float* __restrict__ scale) {
+    const float* xr = x + int64_t(blockIdx.x) * ldx;
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
+    amax = block_max(amax);
+    const int k = f16_range_shift(amax);
+    const float down = pow2f(-k);
+    if (threadIdx.x == 0) scale[blockIdx.x] = pow2f(k);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+        store_elem<Elem::F16>(y, int64_t(blockIdx.x) * ldy + i, xr[i] * down);
+}
+
+// One block per token of a task: a token whose scale is not 1 has its outputs multiplied by it
+// (exact, unless the fp32 result itself overflows: a power of two on an fp32 sum).
+__global__ void __launch_bounds__(kDeqThreads) unscale_tokens_kernel(UnscaleGroup g) {
+    const int ti = group_task(g, blockIdx.x);
+    const UnscaleTask& t = g.task[ti];
+    const int64_t tok = int64_t(blockIdx.x) - g.first[ti];
+    const float s = t.scale[tok];
+    if (s == 1.0f) return;
+    float* yt = t.y + tok * t.ldy;
+    for (int64_t r = threadIdx.x; r < t.rows; r += blockDim.x) yt[r] *= s;
+}
+
 template <class D>
 void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem out, void* y, int64_t ldy, void* stream) {
     if (!D::kUnblocked && cols % D::kElems != 0)
@@ -44,24 +104,58 @@ void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem 
     }
 }
 
+// The tasks' outputs multiplied back by their tokens' scales, up to kMatvecGroupMax tasks a launch.
+void unscale_tokens(const std::vector<UnscaleTask>& tasks, void* stream) {
+    for (size_t i0 = 0; i0 < tasks.size(); i0 += kMatvecGroupMax) {
+        UnscaleGroup g;
+        int64_t blocks = 0;
+        for (size_t i = i0; i < std::min(tasks.size(), i0 + kMatvecGroupMax); ++i) {
+            if (tasks[i].n <= 0 || tasks[i].rows <= 0) continue;
+            g.first[g.n_tasks] = blocks;
+            g.task[g.n_tasks++] = tasks[i];
+            blocks += tasks[i].n;
+        }
+        if (blocks == 0) continue;
+        auto* kernel = &unscale_tokens_kernel;
+        KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kDeqThreads), 0, as_stream(stream), g);
+    }
+}
+
+// One chunk of n tokens' converted activations in the workspace: the values (none for fp32: used
+// where they are), then, for fp16, the tokens' scales.
+struct ActBytes {
+    size_t values = 0, total = 0;
+};
+constexpr size_t gemm_align(size_t b) { return (b + 255) / 256 * 256; }
+ActBytes act_bytes(Elem e, int64_t cols, int64_t n) {
+    ActBytes b;
+    if (e == Elem::F32) return b;
+    b.values = gemm_align(size_t(n * cols) * size_t(elem_bytes(e)));
+    b.total = b.values + (e == Elem::F16 ? gemm_align(size_t(n) * sizeof(float)) : 0);
+    return b;
+}
+
 // How gemm_matmul splits a call: tokens per chunk (one activation copy), weight rows per tile,
 // and where the tile buffer starts in the workspace.
 struct GemmPlan {
     Elem elem = Elem::F16;
     bool in_place = false;      // the weight rows are already GEMM operands (F32, F16, BF16)
+    bool scaled = false;        // fp16 activations: per-token scales at scale_at, outputs unscaled
     int64_t tokens = 0;         // per chunk
-    size_t x_bytes = 0;         // the chunk's converted activations (0 when F32: used in place)
+    size_t x_bytes = 0;         // the chunk's converted activations and scales (0 when F32)
+    size_t scale_at = 0;
     int64_t tile_rows = 0;
 };
-
-constexpr size_t gemm_align(size_t b) { return (b + 255) / 256 * 256; }
 
 GemmPlan gemm_plan(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
     GemmPlan p;
     p.elem = gemm_elem(type);
     p.in_place = type == quant::Type::F32 || type == quant::Type::F16 || type == quant::Type::BF16;
+    p.scaled = p.elem == Elem::F16;
     p.tokens = std::min(n, kGemmMaxTokens);
-    p.x_bytes = p.elem == Elem::F32 ? 0 : gemm_align(size_t(p.tokens * cols) * size_t(elem_bytes(p.elem)));
+    const ActBytes a = act_bytes(p.elem, cols, p.tokens);
+    p.x_bytes = a.total;
+    p.scale_at = a.values;
     if (p.in_place) {
         p.tile_rows = rows;
     } else {
@@ -114,6 +208,22 @@ void convert_rows(const float* x, int64_t ldx, int64_t rows, int64_t cols, Elem 
     }
 }
 
+void convert_rows_f16_scaled(const float* x, int64_t ldx, int64_t rows, int64_t cols, void* y, int64_t ldy,
+                             float* scale, void* stream) {
+    if (rows <= 0 || cols <= 0) return;
+    if (rows > kGemmMaxTokens)
+        throw std::invalid_argument("cuda convert_rows_f16_scaled: " + std::to_string(rows) + " rows, at most " +
+                                    std::to_string(kGemmMaxTokens));
+    if (ldx == 0) ldx = cols;
+    if (ldy == 0) ldy = cols;
+    auto* kernel = &convert_rows_f16_scaled_kernel;
+    KINFER_LAUNCH(kernel, dim3(unsigned(rows)), dim3(kDeqThreads), 0, as_stream(stream), x, ldx, cols, y, ldy, scale);
+}
+
+size_t gemm_act_bytes(quant::Type type, int64_t cols, int64_t n) {
+    return act_bytes(gemm_elem(type), cols, std::min(n, kGemmMaxTokens)).total;
+}
+
 size_t gemm_workspace_bytes(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
     if (rows <= 0 || cols <= 0 || n <= 0) return 0;
     const GemmPlan p = gemm_plan(type, rows, cols, n);
@@ -146,35 +256,39 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
     }
     auto* ws = static_cast<uint8_t*>(workspace);
     uint8_t* tile = ws + p.x_bytes;
+    auto* scale = reinterpret_cast<float*>(ws + p.scale_at);
     for (int64_t t0 = 0; t0 < n; t0 += p.tokens) {
         const int64_t nt = std::min(n - t0, p.tokens);
-        convert_rows(x + t0 * ldx, ldx, nt, cols, p.elem, ws, cols, stream);
+        if (p.scaled) convert_rows_f16_scaled(x + t0 * ldx, ldx, nt, cols, ws, cols, scale, stream);
+        else convert_rows(x + t0 * ldx, ldx, nt, cols, p.elem, ws, cols, stream);
         if (p.in_place) {
             gemm(blas, p.elem, rows, nt, cols, W, int64_t(row_bytes / eb), ws, cols, y + t0 * ldy, ldy);
-            continue;
+        } else {
+            for (int64_t r0 = 0; r0 < rows; r0 += p.tile_rows) {
+                const int64_t nr = std::min(rows - r0, p.tile_rows);
+                dequant_rows(type, static_cast<const uint8_t*>(W) + size_t(r0) * row_bytes, row_bytes, nr, cols, p.elem,
+                             tile, cols, stream);
+                gemm(blas, p.elem, nr, nt, cols, tile, cols, ws, cols, y + t0 * ldy + r0, ldy);
+            }
         }
-        for (int64_t r0 = 0; r0 < rows; r0 += p.tile_rows) {
-            const int64_t nr = std::min(rows - r0, p.tile_rows);
-            dequant_rows(type, static_cast<const uint8_t*>(W) + size_t(r0) * row_bytes, row_bytes, nr, cols, p.elem, tile,
-                         cols, stream);
-            gemm(blas, p.elem, nr, nt, cols, tile, cols, ws, cols, y + t0 * ldy + r0, ldy);
-        }
+        if (p.scaled) unscale_tokens({UnscaleTask{y + t0 * ldy, scale, ldy, rows, nt}}, stream);
     }
 }
 
 namespace {
 
-// What one task of gemm_matmul_grouped takes from the workspace: its converted activations (none
-// for F32) and its dequantized weights (none for F32 / F16 / BF16, used where they are).
+// What one task of gemm_matmul_grouped takes from the workspace: its converted activations and
+// their scales (act_bytes), and its dequantized weights (none for F32 / F16 / BF16, used where
+// they are).
 struct GroupedTaskBytes {
-    size_t x = 0, w = 0;
-    size_t total() const { return x + w; }
+    ActBytes x;
+    size_t w = 0;
+    size_t total() const { return x.total + w; }
 };
 GroupedTaskBytes grouped_task_bytes(const GemmPlan& p, int64_t rows, int64_t cols, int64_t n) {
-    const size_t eb = size_t(elem_bytes(p.elem));
     GroupedTaskBytes b;
-    b.x = p.elem == Elem::F32 ? 0 : gemm_align(size_t(n * cols) * eb);
-    b.w = p.in_place ? 0 : gemm_align(size_t(rows * cols) * eb);
+    b.x = act_bytes(p.elem, cols, n);
+    b.w = p.in_place ? 0 : gemm_align(size_t(rows * cols) * size_t(elem_bytes(p.elem)));
     return b;
 }
 
@@ -207,10 +321,13 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
                                     " bytes apart are not whole elements");
     auto* ws = static_cast<uint8_t*>(workspace);
     std::vector<GemmProblem> batch;
+    std::vector<UnscaleTask> unscale;   // the batch's tasks, when their activations are scaled
     size_t used = 0;
     auto flush = [&] {
         gemm_grouped(blas, elem, batch.data(), int64_t(batch.size()));
+        unscale_tokens(unscale, stream);
         batch.clear();
+        unscale.clear();
         used = 0;
     };
     for (int64_t i = 0; i < count; ++i) {
@@ -230,6 +347,11 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
         p.m = t.rows, p.n = t.n, p.k = cols, p.C = t.y, p.ldc = ldy;
         if (elem == Elem::F32) {
             p.B = t.x, p.ldb = ldx;
+        } else if (shape_free.scaled) {
+            auto* scale = reinterpret_cast<float*>(ws + used + tb.x.values);
+            convert_rows_f16_scaled(t.x, ldx, t.n, cols, ws + used, cols, scale, stream);
+            unscale.push_back(UnscaleTask{t.y, scale, ldy, t.rows, t.n});
+            p.B = ws + used, p.ldb = cols;
         } else {
             convert_rows(t.x, ldx, t.n, cols, elem, ws + used, cols, stream);
             p.B = ws + used, p.ldb = cols;
@@ -237,8 +359,8 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
         if (in_place) {
             p.A = t.W, p.lda = int64_t(row_bytes / eb);
         } else {
-            dequant_rows(type, t.W, row_bytes, t.rows, cols, elem, ws + used + tb.x, cols, stream);
-            p.A = ws + used + tb.x, p.lda = cols;
+            dequant_rows(type, t.W, row_bytes, t.rows, cols, elem, ws + used + tb.x.total, cols, stream);
+            p.A = ws + used + tb.x.total, p.lda = cols;
         }
         batch.push_back(p);
         used += tb.total();

@@ -135,7 +135,9 @@ inline constexpr size_t kGemmTileBytes = size_t(16) << 20;
 // bf16 activations; every other type (F16 and the quantized ones) is dequantized to fp16, with
 // fp16 activations. fp16 keeps 11 significant bits where bf16 keeps 8, so a dequantized weight
 // and an activation are rounded by at most 2^-11 of their value, below the CPU backend's own Q8
-// activation rounding. The price is fp16's range: an activation of 65520 or more becomes inf.
+// activation rounding. The price is fp16's range (65520 or more becomes inf), which the GEMM meets
+// per token: a token row with a value past it is scaled by a power of two first and its outputs
+// multiplied back after (convert_rows_f16_scaled).
 Elem gemm_elem(quant::Type t);
 // Rows [0, rows) of W (row_bytes apart, cols elements, any type of matvec_supported()) as out
 // elements, rows ldy elements apart (0: cols): the CPU's dequantized values (quant's
@@ -145,6 +147,16 @@ void dequant_rows(quant::Type type, const void* W, size_t row_bytes, int64_t row
 // rows of cols fp32 values (ldx apart) as out elements (ldy apart), quant/fp16.h's rounding.
 void convert_rows(const float* x, int64_t ldx, int64_t rows, int64_t cols, Elem out, void* y, int64_t ldy,
                   void* stream);
+// convert_rows to fp16 for at most kGemmMaxTokens token rows, each row r multiplied by 2^-k_r
+// first, k_r the least that brings its largest |x| under 2^15 when that is 65504 or more (0 when
+// it is less, or inf): scale[r] = 2^k_r, by which the GEMM's outputs for that token are
+// multiplied back. A row in range converts bit for bit as convert_rows converts it; a scaled one
+// keeps fp16's 11 significant bits for every value from 2^(k_r - 14) up.
+void convert_rows_f16_scaled(const float* x, int64_t ldx, int64_t rows, int64_t cols, void* y, int64_t ldy,
+                             float* scale, void* stream);
+// The workspace bytes one chunk of n tokens' converted activations (and, for fp16, their scales)
+// take in gemm_matmul; weight tiles take the rest.
+size_t gemm_act_bytes(quant::Type type, int64_t cols, int64_t n);
 // The workspace gemm_matmul wants for this shape: one chunk's converted activations plus one
 // weight tile (bounded by kGemmMaxTokens and kGemmTileBytes, not by the matrix).
 size_t gemm_workspace_bytes(quant::Type type, int64_t rows, int64_t cols, int64_t n);
