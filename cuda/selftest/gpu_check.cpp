@@ -180,38 +180,65 @@ struct DefaultGemmAfter {
 
 // The fp16 GEMM's tokens past fp16's range (gemm.cu's convert_rows_f16_scaled / unscale_tokens):
 // every third token times 1e5 (|x| up to ~5e5, inf as plain fp16), against the CPU backend (its
-// Q8_K scales are fp32), the large tokens and the others each against their own largest |y|.
+// Q8_K scales are fp32); then 50 tasks of 32 of those tokens in one matmul_tasks call (a grouped
+// GEMM, its unscaling in two launches of at most 48 tasks) against the single GEMM. The large
+// tokens and the others are each held to their own largest |y|.
 void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
     const DefaultGemmAfter reset{cuda_be};
     if (cuda_be) cuda_be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fp16);
     std::printf("\n# fp16 GEMM with tokens past fp16's range (scaled per token, multiplied back)\n");
-    const int64_t rows = 256, cols = 3584, n = 64;
+    const int64_t rows = 256, cols = 3584, n = 64, tasks_n = 50, task_tokens = 32;
     const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
     const size_t rb = quant::row_size(tr, cols);
     std::vector<uint8_t> W(rb * size_t(rows));
     const std::vector<float> wf = randn(size_t(rows * cols), 90);
     for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
     std::vector<float> x = randn(size_t(n * cols), 91);
-    for (int64_t t = 1; t < n; t += 3)
-        for (int64_t i = 0; i < cols; ++i) x[size_t(t * cols + i)] *= 1e5f;
-    Dev dW(gpu, W.data(), W.size(), "weight"), dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(n * rows) * 4, "y");
-    gpu.matmul(backend::Mat{quant::Type::Q4_K, cols, rows, dW.buf.ptr, rb, 0, "range_weight"}, dx.f(), n, dy.f(), 0, 0);
+    auto large = [](int64_t token) { return token % 3 == 1; };
+    for (int64_t t = 0; t < n; ++t)
+        if (large(t))
+            for (int64_t i = 0; i < cols; ++i) x[size_t(t * cols + i)] *= 1e5f;
+    Dev dW(gpu, W.data(), W.size(), "weight"), dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(n * rows) * 4, "y"),
+        dyg(gpu, nullptr, size_t(tasks_n * task_tokens * rows) * 4, "y grouped");
+    const backend::Mat Mg{quant::Type::Q4_K, cols, rows, dW.buf.ptr, rb, 0, "range_weight"};
+    gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
     const std::vector<float> all = down(gpu, dy, size_t(n * rows));
     std::vector<float> want(all.size());
     cpu.matmul(backend::Mat{quant::Type::Q4_K, cols, rows, W.data(), rb, 0, "range_weight"}, x.data(), n, want.data(), 0, 0);
-    for (const bool large : {true, false}) {
-        std::vector<float> got_part, want_part;
-        double ymax = 0;
-        for (int64_t t = 0; t < n; ++t) {
-            if ((t % 3 == 1) != large) continue;
-            got_part.insert(got_part.end(), all.begin() + t * rows, all.begin() + (t + 1) * rows);
-            want_part.insert(want_part.end(), want.begin() + t * rows, want.begin() + (t + 1) * rows);
+    // got and ref hold outputs of the tokens `tokens` names, rows apart.
+    auto by_size = [&](const std::string& what, const std::vector<float>& got, const std::vector<float>& ref,
+                       const std::vector<int64_t>& tokens, double rel, double abs_of_max) {
+        for (const bool big : {true, false}) {
+            std::vector<float> g, r;
+            double ymax = 0;
+            for (size_t j = 0; j < tokens.size(); ++j) {
+                if (large(tokens[j]) != big) continue;
+                g.insert(g.end(), got.begin() + int64_t(j) * rows, got.begin() + int64_t(j + 1) * rows);
+                r.insert(r.end(), ref.begin() + int64_t(j) * rows, ref.begin() + int64_t(j + 1) * rows);
+            }
+            for (float v : r) ymax = std::max(ymax, double(std::fabs(v)));
+            check((what + (big ? ", tokens times 1e5" : ", the other tokens")).c_str(), g, r, rel, abs_of_max * ymax);
         }
-        for (float v : want_part) ymax = std::max(ymax, double(std::fabs(v)));
-        check(large ? "gemm q4_K, tokens times 1e5, vs cpu matmul" : "gemm q4_K, the other tokens of the call, vs cpu matmul",
-              got_part, want_part, 2e-2, 2e-2 * ymax);
+    };
+    std::vector<int64_t> tokens(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) tokens[size_t(t)] = t;
+    by_size("gemm q4_K vs cpu matmul", all, want, tokens, 2e-2, 2e-2);
+
+    std::vector<backend::MatTask> tasks;
+    std::vector<float> ref;
+    tokens.clear();
+    for (int64_t i = 0; i < tasks_n; ++i) {
+        const int64_t row0 = (i % 2) * (n - task_tokens);
+        tasks.push_back({Mg, 0, row0, task_tokens, dyg.f() + i * task_tokens * rows, 0});
+        ref.insert(ref.end(), all.begin() + row0 * rows, all.begin() + (row0 + task_tokens) * rows);
+        for (int64_t t = 0; t < task_tokens; ++t) tokens.push_back(row0 + t);
     }
+    const backend::MatInput in{dx.f(), n, cols, 0};
+    gpu.matmul_tasks({&in, 1}, tasks);
+    // The same fp16 operands; cuBLAS's grouped kernel may sum in another order than the single one.
+    by_size("grouped gemm, 50 tasks, vs the single gemm", down(gpu, dyg, size_t(tasks_n * task_tokens * rows)), ref, tokens,
+            1e-4, 1e-5);
 }
 
 // The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized

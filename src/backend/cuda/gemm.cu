@@ -62,8 +62,9 @@ struct UnscaleGroup {
 };
 static_assert(sizeof(UnscaleGroup) <= 4096, "a launch takes at most 4 KiB of parameters");
 
-// One block per token row: the row's largest finite |x| picks the power of two (scale.cuh's
-// rule above), then the row is converted as convert_rows would convert x * 2^-k.
+// One block per token row: the row's largest finite |x| picks the power of two (f16_range_shift's
+// rule above), then the row is converted as convert_rows would convert x * 2^-k (x itself when
+// k = 0: a GPU's multiply would turn a -NaN into its canonical +NaN).
 __global__ void __launch_bounds__(kDeqThreads)
     convert_rows_f16_scaled_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, void* __restrict__ y,
                                    int64_t ldy, float* __restrict__ scale) {
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kDeqThreads)
     const float down = pow2f(-k);
     if (threadIdx.x == 0) scale[blockIdx.x] = pow2f(k);
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
-        store_elem<Elem::F16>(y, int64_t(blockIdx.x) * ldy + i, xr[i] * down);
+        store_elem<Elem::F16>(y, int64_t(blockIdx.x) * ldy + i, k ? xr[i] * down : xr[i]);
 }
 
 // One block per token of a task: a token whose scale is not 1 has its outputs multiplied by it
@@ -105,11 +106,11 @@ void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem 
 }
 
 // The tasks' outputs multiplied back by their tokens' scales, up to kMatvecGroupMax tasks a launch.
-void unscale_tokens(const std::vector<UnscaleTask>& tasks, void* stream) {
-    for (size_t i0 = 0; i0 < tasks.size(); i0 += kMatvecGroupMax) {
+void unscale_tokens(const UnscaleTask* tasks, size_t count, void* stream) {
+    for (size_t i0 = 0; i0 < count; i0 += kMatvecGroupMax) {
         UnscaleGroup g;
         int64_t blocks = 0;
-        for (size_t i = i0; i < std::min(tasks.size(), i0 + kMatvecGroupMax); ++i) {
+        for (size_t i = i0; i < std::min(count, i0 + kMatvecGroupMax); ++i) {
             if (tasks[i].n <= 0 || tasks[i].rows <= 0) continue;
             g.first[g.n_tasks] = blocks;
             g.task[g.n_tasks++] = tasks[i];
@@ -271,7 +272,10 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
                 gemm(blas, p.elem, nr, nt, cols, tile, cols, ws, cols, y + t0 * ldy + r0, ldy);
             }
         }
-        if (p.scaled) unscale_tokens({UnscaleTask{y + t0 * ldy, scale, ldy, rows, nt}}, stream);
+        if (p.scaled) {
+            const UnscaleTask task{y + t0 * ldy, scale, ldy, rows, nt};
+            unscale_tokens(&task, 1, stream);
+        }
     }
 }
 
@@ -325,7 +329,7 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
     size_t used = 0;
     auto flush = [&] {
         gemm_grouped(blas, elem, batch.data(), int64_t(batch.size()));
-        unscale_tokens(unscale, stream);
+        unscale_tokens(unscale.data(), unscale.size(), stream);
         batch.clear();
         unscale.clear();
         used = 0;
