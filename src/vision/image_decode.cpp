@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <sys/stat.h>
 
 #pragma GCC diagnostic push
@@ -96,6 +97,28 @@ bool jpeg_huffman_ok(std::span<const uint8_t> b) {
     return true;
 }
 
+// stb_image grows its buffer for the compressed pixels to the length an IDAT chunk declares
+// before it reads the chunk: a 483-byte file declaring a 1 GiB chunk had it allocate 2 GiB
+// (found by fuzz_image). So every chunk up to IEND must fit in the file. Returns what is wrong,
+// or an empty string (also for a file that is not a PNG).
+std::string png_chunk_problem(std::span<const uint8_t> b) {
+    if (b.size() < 8 || std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) != 0) return {};
+    size_t i = 8;
+    while (b.size() - i >= 8) {
+        const uint64_t len = uint64_t(b[i]) << 24 | uint64_t(b[i + 1]) << 16 | uint64_t(b[i + 2]) << 8 | b[i + 3];
+        const uint8_t* t = b.data() + i + 4;
+        const bool letters = std::all_of(t, t + 4, [](uint8_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; });
+        const std::string type = letters ? std::string(reinterpret_cast<const char*>(t), 4)
+                                         : fmt::format("{:02x} {:02x} {:02x} {:02x}", t[0], t[1], t[2], t[3]);
+        if (len > b.size() - i - 8)
+            return fmt::format("chunk '{}' at offset {} declares {} bytes, {} remain in the file", type, i, len, b.size() - i - 8);
+        if (type == "IEND") break;
+        i += 12 + size_t(len);
+        if (i > b.size()) break;   // the last chunk's CRC is cut short: stb says so
+    }
+    return {};
+}
+
 }  // namespace
 
 Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool keep_alpha, int64_t max_pixels) {
@@ -106,6 +129,7 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool
     // Read the header first: the size is checked before stb allocates the pixels.
     int w = 0, h = 0, comp = 0;
     if (!jpeg_huffman_ok(bytes)) fail("{}: corrupt JPEG: a Huffman table declares more than 256 codes", name);
+    if (const std::string why = png_chunk_problem(bytes); !why.empty()) fail("{}: corrupt PNG: {}", name, why);
     if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
         int64_t hw = 0, hh = 0;
         if (header_size(bytes, hw, hh)) {

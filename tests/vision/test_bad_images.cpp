@@ -1,5 +1,6 @@
 // Bad images give one line naming the file, never a crash: truncated, empty, a forged
-// 100000 x 100000 header, not an image, too small to resample; and the CLI exits 1 with it.
+// 100000 x 100000 header, a chunk longer than the file, not an image, too small to resample;
+// and the CLI exits 1 with it.
 #include "vision/encoder.h"
 #include "vision/image_decode.h"
 #include "vision_data.h"
@@ -15,6 +16,7 @@
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <filesystem>
 
 using namespace kinfer;
@@ -55,6 +57,16 @@ std::vector<uint8_t> forged_png(uint32_t w, uint32_t h) {
     return png;
 }
 
+// A good PNG whose IDAT chunk declares 1 GiB: stb would allocate that before reading the chunk.
+std::vector<uint8_t> idat_too_long_png() {
+    auto png = png_of(8, 8, 3, 7);
+    const std::string idat = "IDAT";
+    const auto at = std::search(png.begin(), png.end(), idat.begin(), idat.end()) - png.begin();
+    const uint32_t len = uint32_t(1) << 30;
+    for (int i = 0; i < 4; ++i) png[size_t(at - 4 + i)] = uint8_t(len >> (24 - 8 * i));
+    return png;
+}
+
 std::string error_of(const std::function<void()>& f) {
     try {
         f();
@@ -80,6 +92,7 @@ TEST_CASE("vision: bad images are refused with one line naming the file") {
         // A DHT declaring 16 x 32 = 512 codes: stb 2.27 would write past its 257-entry table.
         {"bad_huffman.jpg", {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x13, 0x00, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32}},
         {"thin.png", png_of(1, 40, 1, 9)},
+        {"idat_1GiB.png", idat_too_long_png()},
     };
     const vision::PreprocConfig cfg{14, 2, 1568, 200704, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}};
     for (const auto& nb : bad) {   // no structured binding: clang 14 cannot capture one in a lambda
@@ -97,6 +110,8 @@ TEST_CASE("vision: bad images are refused with one line naming the file") {
     }
     CHECK(error_of([&] { vision::load_image_file(t.dir.string() + "/huge.png"); }).find("100000 x 100000 pixels is larger") !=
           std::string::npos);
+    CHECK(error_of([&] { vision::load_image_file(t.dir.string() + "/idat_1GiB.png"); })
+              .find("corrupt PNG: chunk 'IDAT' at offset 33 declares 1073741824 bytes") != std::string::npos);
     CHECK(error_of([&] { vision::load_image_file(t.dir.string()); }).find("not a regular file") != std::string::npos);
     CHECK(error_of([&] { vision::load_image_file((t.dir / "missing.png").string()); }).find("missing.png") != std::string::npos);
     // The good one passes, and a 2 x 2 image is upscaled like any other.
