@@ -13,10 +13,11 @@
 //    |err| <= sum |w| |x| (ew + ex + ew ex) + 2^-25 sum (|w| + |x|) [fp16] + K 2^-24 sum |w x|,
 //    times 1.01 for the second-order terms. The CPU backend's matmul rounds the activations to
 //    its vec_dot format first (cuda_test_util.h act_rounding): its bound adds that, as
-//    test_matvec.cpp does. A token row scaled against fp16's range by 2^-k (convert_rows_f16_scaled)
-//    has its activations' share of the subnormal term, 2^-25 sum |w|, times 2^k. Shapes are
-//    k3-tiny-a's (n_embd 256, q / kv ranks 64, expert ff 32, vocab 4352) and K3-like multiples of 256 / 32, with odd token counts; then every matrix of
-//    the shipped k3-tiny-a Q4_K_M file itself (trained weights, not random ones).
+//    test_matvec.cpp does. A token row scaled against fp16's range by 2^-k
+//    (convert_rows_f16_scaled) has its activations' share of the subnormal term, 2^-25 sum |w|,
+//    times 2^k. Shapes are k3-tiny-a's (n_embd 256, q / kv ranks 64, expert ff 32, vocab 4352)
+//    and K3-like multiples of 256 / 32, with odd token counts; then every matrix of the shipped
+//    k3-tiny-a Q4_K_M file itself (trained weights, not random ones).
 //    Measured here: at most 0.61 of the exact bound (an f32 matrix with K = 4, where the fp32
 //    sum's worst case is nearly reached) and 0.43 of the CPU one; against the CPU backend the
 //    quantized types differ by up to 1.1 % of the largest |y| (its Q8 activations), f16 / bf16 /
