@@ -1,6 +1,7 @@
 #include "vision/image_decode.h"
 
 #include "common/error.h"
+#include "vision/stb_alloc.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -107,12 +108,13 @@ std::string png_chunk_problem(std::span<const uint8_t> b) {
     while (b.size() - i >= 8) {
         const uint64_t len = uint64_t(b[i]) << 24 | uint64_t(b[i + 1]) << 16 | uint64_t(b[i + 2]) << 8 | b[i + 3];
         const uint8_t* t = b.data() + i + 4;
-        const bool letters = std::all_of(t, t + 4, [](uint8_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; });
-        const std::string type = letters ? std::string(reinterpret_cast<const char*>(t), 4)
-                                         : fmt::format("{:02x} {:02x} {:02x} {:02x}", t[0], t[1], t[2], t[3]);
-        if (len > b.size() - i - 8)
+        if (std::memcmp(t, "IEND", 4) == 0) break;   // stb stops here without reading its length
+        if (len > b.size() - i - 8) {
+            const bool letters = std::all_of(t, t + 4, [](uint8_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; });
+            const std::string type = letters ? std::string(reinterpret_cast<const char*>(t), 4)
+                                             : fmt::format("{:02x} {:02x} {:02x} {:02x}", t[0], t[1], t[2], t[3]);
             return fmt::format("chunk '{}' at offset {} declares {} bytes, {} remain in the file", type, i, len, b.size() - i - 8);
-        if (type == "IEND") break;
+        }
         i += 12 + size_t(len);
         if (i > b.size()) break;   // the last chunk's CRC is cut short: stb says so
     }
@@ -144,6 +146,10 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, bool
         fail("{}: {} x {} pixels is larger than the {} pixels kinfer accepts", name, w, h, max_pixels);
     const int want = keep_alpha ? 4 : 3;
     int dw = 0, dh = 0, dc = 0;
+    // No stb buffer needs more than 16 bytes a pixel (an HDR file's floats; 16-bit RGBA PNG: 8),
+    // with room for a JPEG's MCU padding, or twice the file (a PNG's compressed stream, grown by
+    // doubling): past that stb fails ("out of memory") rather than inflate without end.
+    const StbAllocCap cap(16 * (size_t(w) + 64) * (size_t(h) + 64) + 2 * bytes.size() + (size_t(1) << 20));
     std::unique_ptr<unsigned char, StbFree> px(stbi_load_from_memory(data, len, &dw, &dh, &dc, want));
     if (!px) fail("{}: cannot decode the image ({} x {}): {}", name, w, h, stbi_failure_reason());
     if (dw != w || dh != h) fail("{}: the header says {} x {} but {} x {} pixels decoded", name, w, h, dw, dh);

@@ -1,8 +1,14 @@
 // The one translation unit that compiles stb_image (Debian's libstb-dev header) into kinfer, so
 // the decoder is built with our sanitizer / fuzzing flags and with our own dimension limit.
 // Files are read by image_decode.cpp, so stb's stdio entry points are left out.
+#include "vision/stb_alloc.h"
+
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_NO_STDIO
+// Every allocation through stb_alloc.h's cap (decode_image sets it per image).
+#define STBI_MALLOC(sz) kinfer::vision::stb_malloc(sz)
+#define STBI_REALLOC(p, sz) kinfer::vision::stb_realloc(p, sz)
+#define STBI_FREE(p) kinfer::vision::stb_free(p)
 #define STBI_FAILURE_USERMSG
 // stb's own side limit (2^24) stays: stbi_info then reports a forged 100000 x 100000 header as
 // such, and image_decode.cpp refuses it by its pixel count before anything is allocated.

@@ -17,6 +17,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 using namespace kinfer;
@@ -65,6 +66,30 @@ std::vector<uint8_t> idat_too_long_png() {
     const uint32_t len = uint32_t(1) << 30;
     for (int i = 0; i < 4; ++i) png[size_t(at - 4 + i)] = uint8_t(len >> (24 - 8 * i));
     return png;
+}
+
+// A PNG of these chunks (type, data) after the signature; the CRCs are left 0 (stb does not
+// check them).
+std::vector<uint8_t> png_chunks(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& chunks) {
+    std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    for (const auto& c : chunks) {
+        const auto n = uint32_t(c.second.size());
+        for (int i = 0; i < 4; ++i) out.push_back(uint8_t(n >> (24 - 8 * i)));
+        out.insert(out.end(), c.first.begin(), c.first.end());
+        out.insert(out.end(), c.second.begin(), c.second.end());
+        out.insert(out.end(), 4, 0);
+    }
+    return out;
+}
+
+// 1 x 1 pixel, 8-bit gray (filter byte + pixel: 2 bytes), its pixel stream `raw` bytes long.
+std::vector<uint8_t> gray_1x1_png(size_t raw) {
+    std::vector<uint8_t> zeros(raw, 0);
+    int zlen = 0;
+    unsigned char* z = stbi_zlib_compress(zeros.data(), int(zeros.size()), &zlen, 8);
+    const std::vector<uint8_t> idat(z, z + zlen);
+    std::free(z);
+    return png_chunks({{"IHDR", {0, 0, 0, 1, 0, 0, 0, 1, 8, 0, 0, 0, 0}}, {"IDAT", idat}, {"IEND", {}}});
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -144,4 +169,32 @@ TEST_CASE("vision: kinfer eval names a bad --image and exits 1") {
     CHECK(r.rc == 1);
     CHECK(r.out.find(bad) != std::string::npos);
     CHECK(r.out.find("Assertion") == std::string::npos);
+}
+
+// What stb_image would take far more memory for than the image needs is refused; the unusual
+// files it reads today still decode.
+TEST_CASE("vision: PNGs that would make stb allocate past the image's size are refused, odd valid ones are not") {
+    // A 1 x 1 image whose pixel stream inflates to 16 MiB (a 160 KiB file): stb's inflate output
+    // doubles for as long as the stream goes on (to 2-4 GiB), and decodes the first 2 bytes.
+    // The cap (stb_alloc.h) fails it at about 1.4 MiB.
+    const std::string bomb = error_of([] { (void)vision::decode_image(gray_1x1_png(size_t(16) << 20), "bomb.png"); });
+    CHECK(bomb.find("bomb.png: cannot decode the image (1 x 1): Out of memory") != std::string::npos);
+    // The same image with its 2 bytes, and with a 64 KiB stream (under the cap): decoded.
+    CHECK(error_of([] { (void)vision::decode_image(gray_1x1_png(2), "ok.png"); }).empty());
+    CHECK(error_of([] { (void)vision::decode_image(gray_1x1_png(size_t(64) << 10), "ok.png"); }).empty());
+
+    // stb never reads IEND's length: a bad one must not be refused.
+    auto good = png_of(8, 8, 3, 7);
+    const std::string iend = "IEND";
+    const auto at = std::search(good.begin(), good.end(), iend.begin(), iend.end()) - good.begin();
+    for (int i = 0; i < 4; ++i) good[size_t(at - 4 + i)] = 0xff;
+    CHECK(error_of([&] { (void)vision::decode_image(good, "iend.png"); }).empty());
+    // An empty IDAT chunk before the real one, and bytes after IEND: decoded.
+    auto extra = png_of(8, 8, 3, 7);
+    const std::string idat = "IDAT";
+    const auto id = std::search(extra.begin(), extra.end(), idat.begin(), idat.end()) - extra.begin() - 4;
+    const std::vector<uint8_t> empty_idat = {0, 0, 0, 0, 'I', 'D', 'A', 'T', 0, 0, 0, 0};
+    extra.insert(extra.begin() + id, empty_idat.begin(), empty_idat.end());
+    extra.insert(extra.end(), {1, 2, 3, 4, 5});
+    CHECK(error_of([&] { (void)vision::decode_image(extra, "extra.png"); }).empty());
 }
