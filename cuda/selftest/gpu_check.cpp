@@ -51,6 +51,20 @@ struct Dev {
     float* f() const { return reinterpret_cast<float*>(buf.ptr); }
 };
 
+// rows x cols weights of type t from randn(seed): the first `uniq` rows (0: all) quantized, the
+// rest copies of them in turn (the bytes differ per block of uniq rows; quantizing K3-sized
+// matrices row by row would take most of the check's time).
+std::vector<uint8_t> random_rows(quant::Type t, int64_t rows, int64_t cols, uint32_t seed, int64_t uniq = 0) {
+    const quant::Traits& tr = quant::traits(t);
+    const size_t rb = quant::row_size(tr, cols);
+    if (uniq <= 0 || uniq > rows) uniq = rows;
+    std::vector<uint8_t> W(rb * size_t(rows));
+    const std::vector<float> wf = randn(size_t(uniq * cols), seed);
+    for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+    for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+    return W;
+}
+
 std::vector<float> down(backend::Backend& be, const Dev& d, size_t n) {
     std::vector<float> h(n);
     be.download(h.data(), d.buf.ptr, n * sizeof(float));
@@ -104,10 +118,7 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         const int64_t rows = int64_t((512ull << 20) / rb);
         // Random rows quantized once, then repeated: the bytes differ per row block, not per row.
         const int64_t uniq = 1024;
-        std::vector<uint8_t> W(rb * size_t(rows));
-        const std::vector<float> wf = randn(size_t(uniq * cols), 2 + uint32_t(t));
-        for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
-        for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+        const std::vector<uint8_t> W = random_rows(t, rows, cols, 2 + uint32_t(t), uniq);
         Dev dW(gpu, W.data(), W.size(), "weight"), dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(rows) * 4, "y");
         const backend::Mat Mg{t, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
         gpu.matmul(Mg, dx.f(), 1, dy.f(), 0, 0);
@@ -189,11 +200,8 @@ void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
     if (cuda_be) cuda_be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fp16);
     std::printf("\n# fp16 GEMM with tokens past fp16's range (scaled per token, multiplied back)\n");
     const int64_t rows = 256, cols = 3584, n = 64, tasks_n = 50, task_tokens = 32;
-    const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
-    const size_t rb = quant::row_size(tr, cols);
-    std::vector<uint8_t> W(rb * size_t(rows));
-    const std::vector<float> wf = randn(size_t(rows * cols), 90);
-    for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+    const size_t rb = quant::row_size(quant::traits(quant::Type::Q4_K), cols);
+    const std::vector<uint8_t> W = random_rows(quant::Type::Q4_K, rows, cols, 90);
     std::vector<float> x = randn(size_t(n * cols), 91);
     auto large = [](int64_t token) { return token % 3 == 1; };
     for (int64_t t = 0; t < n; ++t)
@@ -265,10 +273,7 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     for (quant::Type t : types) {
         const quant::Traits& tr = quant::traits(t);
         const size_t rb = quant::row_size(tr, cols);
-        std::vector<uint8_t> W(rb * size_t(rows));
-        const std::vector<float> wf = randn(size_t(uniq * cols), 81 + uint32_t(t));
-        for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
-        for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+        const std::vector<uint8_t> W = random_rows(t, rows, cols, 81 + uint32_t(t), uniq);
         Dev dW(gpu, W.data(), W.size(), "weight");
         const backend::Mat Mg{t, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
         std::vector<float> want(size_t(n * uniq));
@@ -306,10 +311,7 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     std::printf("%8s %8s %10s %10s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s", "int8 ms", "TFLOP/s");
     const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
     const size_t rb = quant::row_size(tr, cols);
-    std::vector<uint8_t> W(rb * size_t(rows));
-    const std::vector<float> wf = randn(size_t(uniq * cols), 90);
-    for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
-    for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
+    const std::vector<uint8_t> W = random_rows(quant::Type::Q4_K, rows, cols, 90, uniq);
     Dev dW(gpu, W.data(), W.size(), "weight");
     const backend::Mat Mg{quant::Type::Q4_K, cols, rows, dW.buf.ptr, rb, 0, "bench_weight"};
     const int64_t nmax = 2048;
@@ -703,8 +705,8 @@ void grouped_experts(backend::Backend& gpu) {
     const size_t rb = quant::row_size(tr, cols);
     std::vector<uint8_t> W(rb * size_t(rows * 2 * experts));
     {
-        const std::vector<float> wf = randn(size_t(rows * cols), 70);
-        for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
+        const std::vector<uint8_t> one = random_rows(t, rows, cols, 70);
+        std::memcpy(W.data(), one.data(), one.size());
         for (int64_t m = 1; m < 2 * experts; ++m) std::memcpy(W.data() + size_t(m * rows) * rb, W.data(), size_t(rows) * rb);
     }
     Dev dW(gpu, W.data(), W.size(), "experts");
@@ -774,9 +776,7 @@ void embed_check(backend::Backend& gpu, backend::CpuBackend& cpu) {
     for (quant::Type t : {quant::Type::Q8_0, quant::Type::Q4_K, quant::Type::F16}) {
         const quant::Traits& tr = quant::traits(t);
         const size_t rb = quant::row_size(tr, cols);
-        const std::vector<float> wf = randn(size_t(vocab * cols), 90 + uint32_t(t));
-        std::vector<uint8_t> E(rb * size_t(vocab));
-        for (int64_t r = 0; r < vocab; ++r) tr.quantize(wf.data() + r * cols, E.data() + size_t(r) * rb, cols);
+        const std::vector<uint8_t> E = random_rows(t, vocab, cols, 90 + uint32_t(t));
         Dev dE(gpu, E.data(), E.size(), "token_embd"), dx(gpu, nullptr, ids.size() * size_t(cols) * 4, "x");
         const backend::Mat Mg{t, cols, vocab, dE.buf.ptr, rb, 0, "token_embd.weight"};
         const backend::Mat Mc{t, cols, vocab, E.data(), rb, 0, "token_embd.weight"};
@@ -804,9 +804,7 @@ void moe_slots_check(backend::Backend& gpu) {
     std::vector<uint8_t> W(rb * size_t(rows * E));
     {
         // One random matrix, each expert's rows rotated by its id: distinct experts, one quantization.
-        const std::vector<float> wf = randn(size_t(rows * cols), 80);
-        std::vector<uint8_t> one(rb * size_t(rows));
-        for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, one.data() + size_t(r) * rb, cols);
+        const std::vector<uint8_t> one = random_rows(t, rows, cols, 80);
         for (int64_t e = 0; e < E; ++e)
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(W.data() + size_t(e * rows + r) * rb, one.data() + size_t((r + 97 * e) % rows) * rb, rb);

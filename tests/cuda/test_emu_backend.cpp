@@ -51,6 +51,18 @@ constexpr int64_t kVocab = 4352;
 // thread as a fiber, and a 64-token decode of these models takes 10-17 s.
 constexpr size_t kDecodeTokens = 20;   // past the first 16-row page of the tiled case
 
+// rows x K weights of type t from a fixed pattern (seeded), quantized as the reference quantizer
+// does: the host bytes, for the device and for the CPU backend's reference.
+std::vector<uint8_t> pattern_weights(quant::Type t, int64_t rows, int64_t K, uint32_t seed) {
+    const quant::Traits& tr = quant::traits(t);
+    std::vector<float> w(size_t(rows * K));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int((i * 2654435761u + seed) % 19) - 9) * 0.1f;
+    const size_t rb = quant::row_size(tr, K);
+    std::vector<uint8_t> q(rb * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) tr.from_float_ref(w.data() + r * K, q.data() + size_t(r) * rb, K);
+    return q;
+}
+
 std::vector<float> on_emu_cuda(const model::Model& m, std::vector<int32_t> ids, bool batch, bool tiled = false,
                                bool int8_gemm = false) {
     if (!batch) ids.resize(std::min(ids.size(), kDecodeTokens));
@@ -294,12 +306,8 @@ TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks of two int8 formats
     REQUIRE(cu != nullptr);
     const int64_t K = 512, rows = 8;
     auto quantized = [&](quant::Type t, uint32_t seed, backend::Buffer& buf) {
-        const quant::Traits& tr = quant::traits(t);
-        std::vector<float> w(size_t(rows * K));
-        for (size_t i = 0; i < w.size(); ++i) w[i] = float(int((i * 2654435761u + seed) % 19) - 9) * 0.1f;
-        const size_t rb = quant::row_size(tr, K);
-        std::vector<uint8_t> q(rb * size_t(rows));
-        for (int64_t r = 0; r < rows; ++r) tr.from_float_ref(w.data() + r * K, q.data() + size_t(r) * rb, K);
+        const std::vector<uint8_t> q = pattern_weights(t, rows, K, seed);
+        const size_t rb = quant::row_size(quant::traits(t), K);
         buf = cu->alloc(q.size(), "w");
         cu->upload(buf.ptr, q.data(), q.size());
         return backend::Mat{t, K, rows, buf.ptr, rb, 0, quant::traits(t).name};
@@ -377,17 +385,14 @@ TEST_CASE("CudaBackend on the emulated runtime: prefill tokens past fp16's range
     REQUIRE(cu != nullptr);
     cu->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::fp16);
     const int64_t K = 512, rows = 16, n = 64, n_tasks = 50, task_n = 32;
-    const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
-    const size_t rb = quant::row_size(tr, K);
-    std::vector<float> w(size_t(rows * K)), x(size_t(n * K));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int((i * 2654435761u + 5) % 19) - 9) * 0.1f;
+    const size_t rb = quant::row_size(quant::traits(quant::Type::Q4_K), K);
+    const std::vector<uint8_t> q = pattern_weights(quant::Type::Q4_K, rows, K, 5);
+    std::vector<float> x(size_t(n * K));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int((i * 40507u + 11) % 23) - 11) * 0.3f;
     auto large = [](int64_t t) { return t % 3 == 1; };
     for (int64_t t = 0; t < n; ++t)
         if (large(t))
             for (int64_t i = 0; i < K; ++i) x[size_t(t * K + i)] *= 1e5f;
-    std::vector<uint8_t> q(rb * size_t(rows));
-    for (int64_t r = 0; r < rows; ++r) tr.from_float_ref(w.data() + r * K, q.data() + size_t(r) * rb, K);
     backend::Buffer bw = cu->alloc(q.size(), "w"), bx = cu->alloc(x.size() * 4, "x"),
                     by = cu->alloc(size_t(n * rows) * 4, "y"), bg = cu->alloc(size_t(n_tasks * task_n * rows) * 4, "y grouped");
     cu->upload(bw.ptr, q.data(), q.size());

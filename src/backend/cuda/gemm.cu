@@ -122,6 +122,10 @@ void unscale_tokens(const UnscaleTask* tasks, size_t count, void* stream) {
     }
 }
 
+// fp16 activations go through convert_rows_f16_scaled and unscale_tokens (fp32 and bf16 have
+// fp32's range).
+constexpr bool scaled_elem(Elem e) { return e == Elem::F16; }
+
 // One chunk of n tokens' converted activations in the workspace: the values (none for fp32: used
 // where they are), then, for fp16, the tokens' scales.
 struct ActBytes {
@@ -132,7 +136,7 @@ ActBytes act_bytes(Elem e, int64_t cols, int64_t n) {
     ActBytes b;
     if (e == Elem::F32) return b;
     b.values = gemm_align(size_t(n * cols) * size_t(elem_bytes(e)));
-    b.total = b.values + (e == Elem::F16 ? gemm_align(size_t(n) * sizeof(float)) : 0);
+    b.total = b.values + (scaled_elem(e) ? gemm_align(size_t(n) * sizeof(float)) : 0);
     return b;
 }
 
@@ -141,10 +145,9 @@ ActBytes act_bytes(Elem e, int64_t cols, int64_t n) {
 struct GemmPlan {
     Elem elem = Elem::F16;
     bool in_place = false;      // the weight rows are already GEMM operands (F32, F16, BF16)
-    bool scaled = false;        // fp16 activations: per-token scales at scale_at, outputs unscaled
     int64_t tokens = 0;         // per chunk
     size_t x_bytes = 0;         // the chunk's converted activations and scales (0 when F32)
-    size_t scale_at = 0;
+    size_t scale_at = 0;        // where the scales start (scaled_elem(elem))
     int64_t tile_rows = 0;
 };
 
@@ -152,7 +155,6 @@ GemmPlan gemm_plan(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
     GemmPlan p;
     p.elem = gemm_elem(type);
     p.in_place = type == quant::Type::F32 || type == quant::Type::F16 || type == quant::Type::BF16;
-    p.scaled = p.elem == Elem::F16;
     p.tokens = std::min(n, kGemmMaxTokens);
     const ActBytes a = act_bytes(p.elem, cols, p.tokens);
     p.x_bytes = a.total;
@@ -260,7 +262,7 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
     auto* scale = reinterpret_cast<float*>(ws + p.scale_at);
     for (int64_t t0 = 0; t0 < n; t0 += p.tokens) {
         const int64_t nt = std::min(n - t0, p.tokens);
-        if (p.scaled) convert_rows_f16_scaled(x + t0 * ldx, ldx, nt, cols, ws, cols, scale, stream);
+        if (scaled_elem(p.elem)) convert_rows_f16_scaled(x + t0 * ldx, ldx, nt, cols, ws, cols, scale, stream);
         else convert_rows(x + t0 * ldx, ldx, nt, cols, p.elem, ws, cols, stream);
         if (p.in_place) {
             gemm(blas, p.elem, rows, nt, cols, W, int64_t(row_bytes / eb), ws, cols, y + t0 * ldy, ldy);
@@ -272,7 +274,7 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
                 gemm(blas, p.elem, nr, nt, cols, tile, cols, ws, cols, y + t0 * ldy + r0, ldy);
             }
         }
-        if (p.scaled) {
+        if (scaled_elem(p.elem)) {
             const UnscaleTask task{y + t0 * ldy, scale, ldy, rows, nt};
             unscale_tokens(&task, 1, stream);
         }
@@ -351,7 +353,7 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
         p.m = t.rows, p.n = t.n, p.k = cols, p.C = t.y, p.ldc = ldy;
         if (elem == Elem::F32) {
             p.B = t.x, p.ldb = ldx;
-        } else if (shape_free.scaled) {
+        } else if (scaled_elem(elem)) {
             auto* scale = reinterpret_cast<float*>(ws + used + tb.x.values);
             convert_rows_f16_scaled(t.x, ldx, t.n, cols, ws + used, cols, scale, stream);
             unscale.push_back(UnscaleTask{t.y, scale, ldy, t.rows, t.n});

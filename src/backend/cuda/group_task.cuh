@@ -21,4 +21,22 @@ __device__ __forceinline__ int group_task(const Group& g, int64_t u) {
     return lo;
 }
 
+// The launchers' half (matvec_q8_group, mmq_group): `in` without its empty tasks (no rows or no
+// tokens), ldy 0 made rows, and first[i] numbering task i's blocks, blocks_of(task) of them.
+// Returns the whole group's block count (0: nothing to launch).
+template <class Group, class BlocksOf>
+int64_t compact_group(const Group& in, Group& out, BlocksOf blocks_of) {
+    out.n_tasks = 0;
+    int64_t blocks = 0;
+    for (int i = 0; i < in.n_tasks; ++i) {
+        auto t = in.task[i];
+        if (t.rows <= 0 || t.n <= 0) continue;
+        if (t.ldy == 0) t.ldy = t.rows;
+        out.first[out.n_tasks] = blocks;
+        out.task[out.n_tasks++] = t;
+        blocks += blocks_of(t);
+    }
+    return blocks;
+}
+
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -225,11 +225,11 @@ __global__ void __launch_bounds__(256)
     const int q = nearest_int_of_product(v, id);
     reinterpret_cast<int8_t*>(base)[32 * b + at] = int8_t(q);
     const float d = amax / 127.f;
-    if (lane == 0) reinterpret_cast<float*>(base + cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(d));
+    if (lane == 0) q8_0_row_d(base, cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(d));
     if (!with_sum) return;
     int sum = q;
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);
-    if (lane == 0) reinterpret_cast<float*>(base + cols + 4 * (cols / 32))[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(__fmul_rn(d, float(sum))));
+    if (lane == 0) q8_1_row_s(base, cols)[b] = bq::fp16_to_fp32(bq::fp32_to_fp16(__fmul_rn(d, float(sum))));
 }
 
 // Block (row block, slot or token group), q8_tile's rows and tokens: lane 4 i + c takes blocks i,
@@ -256,8 +256,8 @@ __device__ __forceinline__ void matvec_b32_q8_block(const uint8_t* __restrict__ 
         for (int j = 0; j < NT; ++j) {
             if (j >= tl.nt) break;
             const uint8_t* xj = tl.x + size_t(j) * tl.x_stride;
-            dy[j] = reinterpret_cast<const float*>(xj + cols)[b];
-            if constexpr (P::kMin) sy[j] = reinterpret_cast<const float*>(xj + cols + 4 * (cols / 32))[b];
+            dy[j] = q8_0_row_d(xj, cols)[b];
+            if constexpr (P::kMin) sy[j] = q8_1_row_s(xj, cols)[b];
             ya[j][0] = load_aligned<uint32_t>(xj + 32 * b + 8 * c);
             ya[j][1] = load_aligned<uint32_t>(xj + 32 * b + 8 * c + 4);
         }
@@ -409,26 +409,17 @@ void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const Mat
     if (group.n_tasks < 0 || group.n_tasks > kMatvecGroupMax)
         throw std::invalid_argument("cuda matvec_q8_group: " + std::to_string(group.n_tasks) + " tasks, at most " +
                                     std::to_string(kMatvecGroupMax));
-    // Tasks without rows or tokens take no block (the kernel's search needs every task to own one).
-    MatvecQ8Group g;
+    // One token in every task that has rows (decode) takes the one-token blocks, as matvec_q8
+    // does; otherwise 4.
     bool single = true;
-    for (int i = 0; i < group.n_tasks; ++i) {
-        const MatvecQ8Task& t = group.task[i];
-        if (t.rows <= 0 || t.n <= 0) continue;
-        g.task[g.n_tasks] = t;
-        if (t.ldy == 0) g.task[g.n_tasks].ldy = t.rows;
-        ++g.n_tasks;
-        single = single && t.n == 1;
-    }
-    if (g.n_tasks == 0) return;
-    // One token everywhere (decode) takes the one-token blocks, as matvec_q8 does; otherwise 4.
+    for (int i = 0; i < group.n_tasks; ++i)
+        if (group.task[i].rows > 0 && group.task[i].n > 0) single = single && group.task[i].n == 1;
     const int64_t per_block = single ? 1 : kQ8Tokens;
-    int64_t blocks = 0;
-    for (int i = 0; i < g.n_tasks; ++i) {
-        const MatvecQ8Task& t = g.task[i];
-        g.first[i] = blocks;
-        blocks += (t.rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock * ((t.n + per_block - 1) / per_block);
-    }
+    MatvecQ8Group g;
+    const int64_t blocks = compact_group(group, g, [&](const MatvecQ8Task& t) {
+        return (t.rows + kQ8RowsPerBlock - 1) / kQ8RowsPerBlock * ((t.n + per_block - 1) / per_block);
+    });
+    if (g.n_tasks == 0) return;
     if (blocks > 2147483647) throw std::invalid_argument("cuda matvec_q8_group: more than 2^31 - 1 blocks");
     if (single) launch_q8_group_nt<1>(type, g, blocks, row_bytes, cols, stream);
     else launch_q8_group_nt<kQ8Tokens>(type, g, blocks, row_bytes, cols, stream);

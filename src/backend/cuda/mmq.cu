@@ -186,8 +186,8 @@ __device__ void load_x(MmqShared& s, const uint8_t* xq, size_t xq_stride, int64_
             float d = 0, sum = 0;
             if (tt < nt) {
                 const uint8_t* row = xq + size_t(tt) * xq_stride;
-                d = reinterpret_cast<const float*>(row + cols)[k0 / 32 + b];
-                if constexpr (F::kMin) sum = reinterpret_cast<const float*>(row + cols + 4 * (cols / 32))[k0 / 32 + b];
+                d = q8_0_row_d(row, cols)[k0 / 32 + b];
+                if constexpr (F::kMin) sum = q8_1_row_s(row, cols)[k0 / 32 + b];
             }
             s.xf[tt][b] = d;
             if constexpr (F::kMin) s.xm[tt][b] = sum;
@@ -364,17 +364,10 @@ void mmq_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8G
     if (group.n_tasks < 0 || group.n_tasks > kMatvecGroupMax)
         throw std::invalid_argument("cuda mmq_group: " + std::to_string(group.n_tasks) + " tasks, at most " +
                                     std::to_string(kMatvecGroupMax));
-    MatvecQ8Group g;   // without the empty tasks: every task must own a block for group_task
-    int64_t blocks = 0;
-    for (int i = 0; i < group.n_tasks; ++i) {
-        const MatvecQ8Task& t = group.task[i];
-        if (t.rows <= 0 || t.n <= 0) continue;
-        g.task[g.n_tasks] = t;
-        if (t.ldy == 0) g.task[g.n_tasks].ldy = t.rows;
-        g.first[g.n_tasks] = blocks;
-        blocks += (t.rows + kMmqRows - 1) / kMmqRows * ((t.n + kMmqTokens - 1) / kMmqTokens);
-        ++g.n_tasks;
-    }
+    MatvecQ8Group g;
+    const int64_t blocks = compact_group(group, g, [](const MatvecQ8Task& t) {
+        return (t.rows + kMmqRows - 1) / kMmqRows * ((t.n + kMmqTokens - 1) / kMmqTokens);
+    });
     if (g.n_tasks == 0) return;
     check_q8_width(type, cols, "mmq_group");
     if (blocks > 2147483647) throw std::invalid_argument("cuda mmq_group: more than 2^31 - 1 blocks");

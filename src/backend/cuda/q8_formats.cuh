@@ -10,6 +10,7 @@
 #include "quant/type_facts.h"
 
 #include <cstdint>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,18 @@ struct Q8Row {
 __device__ __forceinline__ Q8Row q8_row(const uint8_t* base, int64_t cols) {
     return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + cols),
             reinterpret_cast<const int32_t*>(base + cols + 4 * (cols / kQK))};
+}
+
+// A Q8_0 / Q8_1 activation row as quantize_act lays it out: cols int8 values, then one float
+// scale d per 32, then (Q8_1) one float s = d sum(q) per 32. T: uint8_t or const uint8_t.
+template <class T>
+__device__ __forceinline__ auto q8_0_row_d(T* base, int64_t cols) {
+    using F = std::conditional_t<std::is_const_v<T>, const float, float>;
+    return reinterpret_cast<F*>(base + cols);
+}
+template <class T>
+__device__ __forceinline__ auto q8_1_row_s(T* base, int64_t cols) {
+    return q8_0_row_d(base, cols) + cols / 32;
 }
 
 // The width quantize_act takes for a weight type's activations: whole blocks of its format (256
