@@ -29,8 +29,20 @@ using namespace kinfer;
 
 namespace {
 
-constexpr double kPeakGBps = 4800.0;   // H200 HBM3e, the figure the issue measures against
+// The issue's matvec target is 80 % of an H200's 4.8 TB/s; the machine lent may be an H100
+// (3.35 TB/s), so the table's "% peak" is of this device's own peak, from its memory clock and
+// bus width (two transfers a clock), and the H200 figure is printed beside it for the target.
+constexpr double kH200PeakGBps = 4800.0;
+double peak_gbps = kH200PeakGBps;   // set in main() from cuda0
 int failures = 0;
+
+double device_peak_gbps(int dev) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess || khz <= 0 || bits <= 0)
+        return 0;
+    return 2.0 * double(khz) * 1e3 * double(bits) / 8.0 / 1e9;
+}
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 rng(seed);
@@ -134,7 +146,7 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         const double s = time_it(gpu, 20, [&] { gpu.matmul(Mg, dx.f(), 1, dy.f(), 0, 0); });
         const double gbps = double(W.size()) / s / 1e9;
         std::printf("%-8s %8lld %8lld %10.1f %10.1f %10.1f %7.1f%%\n", tr.name, (long long)rows, (long long)cols,
-                    double(W.size()) / double(1 << 20), s * 1e6, gbps, 100.0 * gbps / kPeakGBps);
+                    double(W.size()) / double(1 << 20), s * 1e6, gbps, 100.0 * gbps / peak_gbps);
         if (cuda::gpu::matvec_q8_supported(t, dW.buf.ptr, rb, cols)) {
             // matmul took the int8-activation form (matvec_q8.cu, the activation quantized in the
             // call); the fp32-activation kernel beside it, on the same weights.
@@ -143,7 +155,7 @@ void matvec_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
             });
             const double g32 = double(W.size()) / s32 / 1e9;
             std::printf("%-8s %8s %8s %10s %10.1f %10.1f %7.1f%%   (fp32-activation matvec; the line above: int8 activations)\n",
-                        tr.name, "", "", "", s32 * 1e6, g32, 100.0 * g32 / kPeakGBps);
+                        tr.name, "", "", "", s32 * 1e6, g32, 100.0 * g32 / peak_gbps);
         }
     }
 }
@@ -861,6 +873,14 @@ int main() {
     if (!gpu) {
         std::printf("kinfer_gpu_check: %s; nothing to check\n", why.c_str());
         return 2;
+    }
+    if (const double p = device_peak_gbps(0); p > 0) {
+        peak_gbps = p;
+        std::printf("cuda0's memory peak: %.0f GB/s (its clock and bus width); the issue's target: 80 %% of %.0f GB/s (H200)\n",
+                    p, kH200PeakGBps);
+    } else {
+        cudaGetLastError();
+        std::printf("cuda0's memory peak unknown (no clock / bus width): %% peak is of %.0f GB/s (H200)\n", kH200PeakGBps);
     }
     backend::CpuBackend cpu(0);
     // Each part on its own: an exception (a launch the GPU refused, a bound the code asserts) is

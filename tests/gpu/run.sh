@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# GPU checks, for a session that has an NVIDIA device (the lent H200, 16 cores). Nothing here runs
-# in CI and nothing here has been run on a GPU yet: it was written and compile-checked on a
-# machine without one, and its steps 5-10 were run on the emulated device (below). Budget: under
+# GPU checks, for a session that has an NVIDIA device (the lent H100 or H200, 16 cores). Nothing
+# here runs in CI and nothing here has been run on a GPU yet: it was written and compile-checked on
+# a machine without one, and its steps 5-10 were run on the emulated device (below). Budget: under
 # 5 minutes on one H200.
+#
+# On the lent machine (bare: the CUDA toolkit, CMake and Python, none of Debian's fmt / CLI11 /
+# nlohmann-json / doctest / stb, no ../shared, 15 minutes of device time a session), first pack
+# the kit here, at no device time:
+#   tests/gpu/pack_kit.sh         -> .gpu-kit/: the binaries built here, the dependencies for a
+#                                    build there, and the golden data the steps read
+# then make one device call: command `tests/gpu/run.sh`, carry [".gpu-kit"], timeout_s 600. The
+# script uses the kit's binaries when the tree there has the bytes they were built from and they
+# run there (else it builds, with the kit's dependencies), the kit's golden data when ../shared is
+# absent, and writes its whole output to $OUT/gpu-run.log too when the tool's $OUT is set.
+# KINFER_GPU_STEPS="KEY ..." runs only the steps of those keys (a second call on the still warm
+# machine for a failed or unfinished step; the summary names each step's key):
+#   selftest check smem tier split two list golden speed
 #
 #  1. builds the CUDA backend (nvcc, sm_90, warnings as errors) and the GPU checks, and holds
 #     every kernel's static shared memory to the room the launch bounds leave for it
@@ -54,7 +67,12 @@
 #   KINFER_GPU_DEVICE=emu-cuda KINFER_GPU_BUILD=build tests/gpu/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# The device tool brings back what is under $OUT: the whole log goes there too.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ -w "$OUT" ]; then
+    exec > >(tee -a "$OUT/gpu-run.log") 2>&1
+fi
 start=$(date +%s)
+kit=.gpu-kit
 dev=${KINFER_GPU_DEVICE:-cuda0}
 build=${KINFER_GPU_BUILD:-build-gpu}
 deadline=$(( start + ${KINFER_GPU_DEADLINE:-570} ))
@@ -65,11 +83,15 @@ step_pid=
 # the GPU.
 trap '[ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null; exit 130' INT TERM
 
-# step NAME SECONDS COMMAND...: COMMAND (a program, or a function of this script) under a time
-# limit; a failure is recorded and the script goes on.
+# step KEY NAME SECONDS COMMAND...: COMMAND (a program, or a function of this script) under a time
+# limit; a failure is recorded and the script goes on. KEY is what KINFER_GPU_STEPS names it by.
 step() {
-    local name=$1 limit=$2 t0 rc left
-    shift 2
+    local key=$1 name="$2 [$1]" limit=$3 t0 rc left
+    shift 3
+    if [ -n "${KINFER_GPU_STEPS:-}" ] && [[ " $KINFER_GPU_STEPS " != *" $key "* ]]; then
+        echo "== $name: skipped (not in KINFER_GPU_STEPS)"
+        return 0
+    fi
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 5 ]; then
         echo "== $name: not run (the run's deadline has passed)"
@@ -94,14 +116,68 @@ step() {
     fi
 }
 
+# The kit's binaries (tests/gpu/pack_kit.sh), unpacked to $kit/x: echoes why not when they cannot
+# serve here, and returns non-zero then.
+use_kit() {
+    rm -rf "$kit/x" && mkdir -p "$kit/x" || return 1
+    tar -C "$kit/x" -xJf "$kit/kit.tar.xz" 2>/dev/null ||
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit/kit.tar.xz" "$kit/x" ||
+        { echo "the kit cannot be unpacked"; return 1; }
+    sed 's/^/kit: /' "$kit/x/MANIFEST"
+    export LD_LIBRARY_PATH="$PWD/$kit/x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    sha256sum -c --quiet "$kit/x/SOURCES" >/dev/null 2>&1 ||
+        { echo "the kit's binaries were built from other sources than this tree's"; return 1; }
+    "$kit/x/bin/kinfer" --version >/dev/null 2>"$kit/x/version.err" ||
+        { echo "the kit's kinfer does not run here: $(head -c 400 "$kit/x/version.err")"; return 1; }
+}
+
+# cuBLAS and NCCL are opened with dlopen by soname (then in the build machine's CUDA folder): where
+# the loader does not know them, the folders that hold them go on LD_LIBRARY_PATH (the toolkit's,
+# or the NVIDIA wheels' of the image's Python).
+find_cuda_libs() {
+    local so dir dirs
+    dirs="/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib"
+    dirs+=" $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)"
+    for so in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+        ldconfig -p 2>/dev/null | grep -q " $so " && continue
+        for dir in $dirs; do
+            if [ -e "$dir/$so" ]; then
+                case ":${LD_LIBRARY_PATH:-}:" in *":$dir:"*) ;; *) export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
+                echo "$so: $dir"
+                break
+            fi
+        done
+    done
+}
+
+if [ -z "${KINFER_GOLDEN:-}" ] && [ ! -d ../shared/golden ] && [ -d "$kit/golden" ]; then
+    export KINFER_GOLDEN=$PWD/$kit/golden
+    echo "golden data: the kit's ($KINFER_GOLDEN)"
+fi
 if [ "$real" = 1 ]; then
     nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader || true
     ngpu=$(nvidia-smi -L | wc -l)
+    find_cuda_libs
+else
+    ngpu=1
+fi
+# The kit serves the emulated device's run too (that is how its binaries are checked here).
+if [ -z "${KINFER_GPU_BUILD:-}" ] && [ -f "$kit/kit.tar.xz" ] && use_kit; then
+    build=$kit/x
+    speed_dir=$kit/speed-models   # $kit/x is unpacked afresh by every call
+    echo "-- the kit's binaries: $(( $(date +%s) - start )) s"
+elif [ "$real" = 1 ]; then
     echo "== build (nvcc, sm_90)"
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    deps=()
+    [ -d "$kit/x/deps" ] && deps=(-DCMAKE_PREFIX_PATH="$PWD/$kit/x/deps")
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKINFER_TESTS=OFF "${deps[@]}" >/dev/null &&
         cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check ||
         { echo "the build failed: nothing to check"; exit 1; }
     echo "-- build: $(( $(date +%s) - start )) s"
+else
+    [ -x "$build/bin/kinfer" ] || { echo "no $build/bin/kinfer: build it first"; exit 1; }
+fi
+if [ "$real" = 1 ]; then
     # Without the GPU every --device run below would say so in one line and go on on the CPU,
     # comparing the CPU with itself: nothing is checked then.
     case "$dev" in cuda[0-9]*) want=$dev ;; *) want=cuda0 ;; esac   # cuda:local and the like: GPU 0 here
@@ -110,9 +186,6 @@ if [ "$real" = 1 ]; then
         echo "kinfer does not see $want (above): nothing to check"
         exit 1
     fi
-else
-    ngpu=1
-    [ -x "$build/bin/kinfer" ] || { echo "no $build/bin/kinfer: build it first"; exit 1; }
 fi
 bin=$build/bin/kinfer
 m=tests/data/models/k3-tiny-a-Q4_K_M.gguf
@@ -122,12 +195,12 @@ trap 'rm -rf "$out"' EXIT
 export bin m ids out dev ngpu
 
 if [ "$real" = 0 ] && [ -x "$build/tests/test_cuda" ]; then
-    step "CPU-mode kernel tests" 120 "$build/tests/test_cuda" --force-colors=0 "--test-case=*(cpu mode)*,cuda cpu mode*"
+    step cpumode "CPU-mode kernel tests" 120 "$build/tests/test_cuda" --force-colors=0 "--test-case=*(cpu mode)*,cuda cpu mode*"
 fi
 if [ "$real" = 1 ]; then
-    step "Q8_0 dequant self-test" 60 "$build/bin/kinfer_cuda_selftest"
-    step "CUDA ops against the CPU backend, and the speed table" 240 "$build/bin/kinfer_gpu_check"
-    step "every kernel's static shared memory within kStaticSharedBudget (cubins)" 60 tests/cuda/static_smem.sh \
+    step selftest "Q8_0 dequant self-test" 60 "$build/bin/kinfer_cuda_selftest"
+    step check "CUDA ops against the CPU backend, and the speed table" 240 "$build/bin/kinfer_gpu_check"
+    step smem "every kernel's static shared memory within kStaticSharedBudget (cubins)" 60 tests/cuda/static_smem.sh \
         "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 fi
 
@@ -162,7 +235,7 @@ sys.exit(1 if bad else 0)
 PY
 }
 export -f expert_tier
-step "the expert tier: k3-tiny-a Q4_K_M, routed experts paged through a device cache of 25 %" 180 expert_tier
+step tier "the expert tier: k3-tiny-a Q4_K_M, routed experts paged through a device cache of 25 %" 180 expert_tier
 
 # same_as_one NAME WHAT: $out/NAME.f32 / .txt against the one-device run's, byte for byte; says
 # so (WHAT names the run) and fails when they differ. Exported: the steps run in child shells.
@@ -204,7 +277,7 @@ split_ranks() {
     return $bad
 }
 export -f split_ranks
-step "--split on the device: 2 ranks against one process, every layer on the device" 240 split_ranks
+step split "--split on the device: 2 ranks against one process, every layer on the device" 240 split_ranks
 
 # With one GPU both backends are cuda0 (two streams and arenas on it): the same kernels, the
 # peer copies then within the GPU. Same bytes as one device expected.
@@ -220,11 +293,11 @@ two_devices() {
     return $bad
 }
 export -f two_devices
-step "two devices in one process: --split-mode layer and experts against one" 180 two_devices
+step two "two devices in one process: --split-mode layer and experts against one" 180 two_devices
 
-step "kinfer --list-devices" 30 "$bin" run --device "$dev" --list-devices
-step "golden logits on the device" 600 tests/gpu/golden_on_device.sh "$bin" "$dev"
-step "end-to-end speed on the device" 600 tests/gpu/speed_on_device.sh "$bin" "$dev" "$build/speed-models"   # kept for a rerun
+step list "kinfer --list-devices" 30 "$bin" run --device "$dev" --list-devices
+step golden "golden logits on the device" 600 tests/gpu/golden_on_device.sh "$bin" "$dev"
+step speed "end-to-end speed on the device" 600 tests/gpu/speed_on_device.sh "$bin" "$dev" "${speed_dir:-$build/speed-models}"   # kept for a rerun
 
 echo
 [ ${#not_run[@]} -gt 0 ] && { echo "gpu: ${#not_run[@]} step(s) not run (past the deadline):"; printf '  %s\n' "${not_run[@]}"; }

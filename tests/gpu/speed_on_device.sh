@@ -35,8 +35,14 @@ make() {   # name, quant type, generator command...
     "$bin" quantize "$work/$name-F32.gguf" "$work/$name-$type.gguf" "$type" > "$work/$name.quant.log" 2>&1
     rm -f "$work/$name-F32.gguf"
 }
-make k3-bench Q4_K_M $py tools/bench/make_bench_model.py
-make kl-wide MXFP4_MOE $py tools/bench/make_wide_model.py --model kl-wide --set n_layer=4 --set n_expert=32
+# The generators copy the tokenizer arrays from the tiny F32 models; a copy of the golden data
+# without them (tests/gpu/pack_kit.sh's, whose size is capped) has the tiny Q4_K_M models of
+# tests/data, which hold the same arrays (the generated files' sha256 is the same).
+k3_tok=() kl_tok=()
+[ -f "$golden/llama.cpp/models/k3-tiny-a-F32.gguf" ] || k3_tok=(--tokenizer-from tests/data/models/k3-tiny-a-Q4_K_M.gguf)
+[ -f "$golden/llama.cpp/models/kl-tiny-a-F32.gguf" ] || kl_tok=(--tokenizer-from tests/data/models/kl-tiny-a-Q4_K_M.gguf)
+make k3-bench Q4_K_M $py tools/bench/make_bench_model.py "${k3_tok[@]}"
+make kl-wide MXFP4_MOE $py tools/bench/make_wide_model.py --model kl-wide --set n_layer=4 --set n_expert=32 "${kl_tok[@]}"
 threads=$(nproc)
 for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): CPU ($threads threads), then every layer on $dev"

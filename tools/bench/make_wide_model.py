@@ -216,6 +216,10 @@ def main():
     ap.add_argument("--golden", default=mbm.GOLDEN_DEFAULT, help="golden llama.cpp dir (default: %(default)s)")
     ap.add_argument("-o", "--output", help="default /work/bench-models/<model>-F32.gguf")
     ap.add_argument("--save-recipe", metavar="JSON", help="also write the model json (config + tensors)")
+    ap.add_argument("--tokenizer-from",
+                    help="GGUF holding the full tokenizer arrays (default by vocab_layout: "
+                         "<golden>/models/k3-tiny-a-F32.gguf or kl-tiny-a-F32.gguf; a quantized tiny "
+                         "model holds the same arrays)")
     args = ap.parse_args()
 
     c = dict(PRESETS[args.model])
@@ -233,7 +237,8 @@ def main():
         with open(args.save_recipe, "w") as f:
             json.dump(model_json, f, indent=1)
 
-    tok_path = os.path.join(args.golden, "models", mbm.TOKENIZER_REF_BY_LAYOUT[c["vocab_layout"]])
+    tok_path = args.tokenizer_from or os.path.join(
+        args.golden, "models", mbm.TOKENIZER_REF_BY_LAYOUT[c["vocab_layout"]])
     if not os.path.exists(tok_path):
         raise SystemExit(f"{tok_path}: the tokenizer source is missing")
     out = args.output or f"/work/bench-models/{args.model}-F32.gguf"
