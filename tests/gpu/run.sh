@@ -270,8 +270,14 @@ split_ranks() {
     for split in pipeline experts; do
         mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" eval -m "$m" --tokens "$ids" \
             --logits "$out/$split.f32" --greedy 8 --device "$rank_dev" -ngl 99 --split $split --dist-link $link \
-            --dist-timeout 120 --dist-stats > "$out/$split.txt" </dev/null ||
-            { echo "split $split: the run FAILED"; bad=1; continue; }
+            --dist-timeout 120 --dist-stats > "$out/$split.txt" 2> "$out/$split.err" </dev/null ||
+            { cat "$out/$split.err"; echo "split $split: the run FAILED"; bad=1; continue; }
+        # A kinfer built without MPI (the kit's: the image has no MPI to link) runs each rank alone,
+        # which would compare one process with itself.
+        if grep -q "built without MPI" "$out/$split.err"; then
+            echo "(this kinfer was built without MPI: the split steps are not checked)"
+            return 0
+        fi
         same_as_one "$split" "split $split over 2 ranks, $ngpu GPU(s), --dist-link $link" || bad=1
     done
     return $bad
