@@ -2,7 +2,7 @@
 # GPU checks, for a session that has an NVIDIA device (the lent H100 or H200, 16 cores). Nothing
 # here runs in CI and nothing here has been run on a GPU yet: it was written and compile-checked on
 # a machine without one, and its steps 5-10 were run on the emulated device (below). Budget: under
-# 5 minutes on one H200.
+# 5 minutes on one H200 for steps 1-10; step 11 (the sanitizers) gets what the deadline leaves.
 #
 # On the lent machine (bare: the CUDA toolkit, CMake and Python, none of Debian's fmt / CLI11 /
 # nlohmann-json / doctest / stb, no ../shared, 15 minutes of device time a session), first pack
@@ -15,7 +15,7 @@
 # absent, and writes its whole output to $OUT/gpu-run.log too when the tool's $OUT is set.
 # KINFER_GPU_STEPS="KEY ..." runs only the steps of those keys (a second call on the still warm
 # machine for a failed or unfinished step; the summary names each step's key):
-#   selftest check smem tier split two list golden speed
+#   selftest check smem tier split two list golden speed sanitize
 #
 #  1. builds the CUDA backend (nvcc, sm_90, warnings as errors) and the GPU checks, and holds
 #     every kernel's static shared memory to the room the launch bounds leave for it
@@ -54,7 +54,9 @@
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
 #     the device expert cache at 10 / 25 / 50 / 100 % of the experts
-#     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden, skipped without).
+#     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden, skipped without);
+# 11. compute-sanitizer's memcheck, racecheck and synccheck over one k3-tiny-a eval on the device,
+#     both prefill GEMM forms (racecheck sees the shared-memory hazards the CPU mode cannot).
 #
 # Every step after the build runs on its own, under a time limit: a failing or hanging step is
 # reported and the next one runs (a lent GPU's minutes are few), and the summary at the end lists
@@ -303,7 +305,32 @@ step two "two devices in one process: --split-mode layer and experts against one
 
 step list "kinfer --list-devices" 30 "$bin" run --device "$dev" --list-devices
 step golden "golden logits on the device" 600 tests/gpu/golden_on_device.sh "$bin" "$dev"
+# compute-sanitizer over one eval with every layer on the device (64-token prefill: the GEMMs; 2
+# decode steps: the matvecs), both prefill GEMM forms: memcheck (out-of-bounds and misaligned
+# accesses), racecheck (shared-memory hazards between a block's threads, which the CPU mode's
+# fibers, running in a fixed order, cannot show) and synccheck (barriers). Last: it is slow, and
+# what the deadline leaves it is what it gets.
+sanitize() {
+    local cs tool gemm bad=0
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    [ -x "$cs" ] || { echo "(no compute-sanitizer here: skipped)"; return 0; }
+    for tool in memcheck racecheck synccheck; do
+        for gemm in fp16 int8; do
+            if KINFER_CUDA_GEMM=$gemm "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
+                --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 > "$out/san.txt" 2>&1; then
+                echo "$tool, $gemm prefill GEMM: $(grep -m 1 'ERROR SUMMARY' "$out/san.txt" || echo 'no summary')"
+            else
+                tail -n 60 "$out/san.txt"
+                echo "$tool, $gemm prefill GEMM: FAILED"
+                bad=1
+            fi
+        done
+    done
+    return $bad
+}
+export -f sanitize
 step speed "end-to-end speed on the device" 600 tests/gpu/speed_on_device.sh "$bin" "$dev" "${speed_dir:-$build/speed-models}"   # kept for a rerun
+[ "$real" = 1 ] && step sanitize "compute-sanitizer: memcheck, racecheck, synccheck over a k3-tiny-a eval on the device" 300 sanitize
 
 echo
 [ ${#not_run[@]} -gt 0 ] && { echo "gpu: ${#not_run[@]} step(s) not run (past the deadline):"; printf '  %s\n' "${not_run[@]}"; }
