@@ -49,7 +49,11 @@ Backend& Backends::add_device(const std::string& spec) {
             specs_.push_back(spec);
             return *devices_.back();
         }
-        // No GPU at run time: one line, and the run goes on on the CPU.
+        // No GPU at run time: one line, and the run goes on on the CPU. Unless the caller must
+        // have the device (KINFER_REQUIRE_DEVICE=1: tests/gpu's checks, which would otherwise
+        // compare the CPU with itself and pass).
+        if (const char* r = std::getenv("KINFER_REQUIRE_DEVICE"); r && *r && std::string(r) != "0")
+            fail("--device {}: {} (KINFER_REQUIRE_DEVICE is set: no running on the CPU instead)", spec, why);
         std::fprintf(stderr, "kinfer: --device %s: %s; running on the CPU\n", spec.c_str(), why.c_str());
         return *cpu_;
 #else

@@ -14,7 +14,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -114,6 +116,42 @@ TEST_CASE("a host pointer handed to a device op, or a device pointer to a CPU op
     CHECK_THROWS_WITH(dev.matmul(W, d, 1, d + 8, 0, 0), doctest::Contains("weight blk.0.attn_q.weight"));
     dev.add(d, d + 32, 32);   // device memory on a device op is fine
     dev.free(b);
+}
+
+// --device cuda0 where there is no GPU at run time: the CPU, with a one-line note; but with
+// KINFER_REQUIRE_DEVICE=1 (tests/gpu's scripts) an error, so that a device check cannot compare
+// the CPU with itself and pass. Which branch runs depends on the build and the machine: a build
+// without the CUDA backend refuses cudaN either way; a machine with a GPU opens it either way.
+TEST_CASE("--device cuda0 without a GPU: the CPU with a note, or an error under KINFER_REQUIRE_DEVICE=1") {
+    struct EnvGuard {
+        ~EnvGuard() { unsetenv("KINFER_REQUIRE_DEVICE"); }
+    } guard;
+    unsetenv("KINFER_REQUIRE_DEVICE");
+    std::string without_cuda;
+    bool on_cpu = false, on_gpu = false;
+    {
+        backend::Backends bk(1);
+        try {
+            backend::Backend& be = bk.add_device("cuda0");
+            on_cpu = &be == &bk.cpu();
+            on_gpu = !on_cpu;
+        } catch (const std::exception& e) {
+            without_cuda = e.what();
+        }
+    }
+    setenv("KINFER_REQUIRE_DEVICE", "1", 1);
+    backend::Backends bk(1);
+    if (!without_cuda.empty()) {
+        CHECK_MESSAGE(without_cuda.find("built without the CUDA backend") != std::string::npos, without_cuda);
+        CHECK_THROWS_WITH(bk.add_device("cuda0"), doctest::Contains("built without the CUDA backend"));
+    } else if (on_cpu) {
+        CHECK_THROWS_WITH(bk.add_device("cuda0"), doctest::Contains("KINFER_REQUIRE_DEVICE is set"));
+        setenv("KINFER_REQUIRE_DEVICE", "0", 1);   // "0" is off
+        CHECK(&bk.add_device("cuda0") == &bk.cpu());
+    } else {
+        CHECK(on_gpu);
+        CHECK(&bk.add_device("cuda0") != &bk.cpu());
+    }
 }
 
 TEST_CASE("a device op reading memory that a copy is still writing fails loudly; after wait(Event) it runs") {

@@ -36,6 +36,8 @@
 # on the emulated one (emu-cuda: CudaBackend and its kernels in CPU mode, a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# No quiet fall-back to the CPU when DEVICE cannot be opened: every form would then be the CPU's.
+export KINFER_REQUIRE_DEVICE=1
 bin=${1:?usage: golden_on_device.sh BIN DEVICE}
 dev=${2:?usage: golden_on_device.sh BIN DEVICE}
 case "$dev" in sim:*) dev_name=sim0 ;; emu-cuda*) dev_name=emu-cuda0 ;; *) dev_name=$dev ;; esac   # the name -ot knows it by

@@ -13,8 +13,8 @@
 #                        libcudart (the driver there is CUDA 13's, as is this nvcc)
 #                deps/   the header-only dependencies and fmt, for a build there when these
 #                        binaries cannot run or the sources changed since the kit was packed
-#                SOURCES the sha256 of every tracked file the binaries are built from: run.sh
-#                        uses the binaries only when the tree there has the same bytes
+#                SOURCES the sha256 of every file the binaries are built from (kit_sources.sh):
+#                        run.sh uses the binaries only when the tree there has the same files
 #   golden/llama.cpp     what golden_on_device.sh and speed_on_device.sh read of ../shared: the
 #                        tiny models (Q4_K_M as links into tests/data, MXFP4_MOE copied; the Q8_0
 #                        and F32 ones stay behind, for the 64 MiB the tool carries), their p64
@@ -40,7 +40,8 @@ echo "== building $build (Release, CUDA, no MPI, no libedit, no tests)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKINFER_MPI=OFF -DKINFER_TESTS=OFF \
     -DKINFER_LIBEDIT=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check
-ldd "$build/bin/kinfer" | grep -q libcudart ||
+# (grep without -q: -q stops reading early, and ldd's failed write would fail the pipeline)
+ldd "$build/bin/kinfer" | grep libcudart >/dev/null ||
     { echo "pack_kit: $build/bin/kinfer has no CUDA backend (was nvcc found?)" >&2; exit 1; }
 
 stage=$(mktemp -d)
@@ -73,10 +74,9 @@ cp -a /usr/lib/x86_64-linux-gnu/libfmt.so* "$d/lib/x86_64-linux-gnu/"
 cp -r /usr/lib/cmake/doctest "$d/lib/cmake/"
 cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$d/share/cmake/"
 
-# What the binaries are built from: every tracked file but the tests, scripts, tools, documents and
-# the demo model (tests/gpu's scripts may change without a rebuild).
-git ls-files -z -- . ':!tests' ':!docs' ':!tools' ':!scripts' ':!models' ':!.ci' ':!*.md' |
-    xargs -0 sha256sum > "$stage/SOURCES"
+# What the binaries are built from (tests/gpu/kit_sources.sh says which files).
+. tests/gpu/kit_sources.sh
+kit_source_files | xargs -d '\n' sha256sum > "$stage/SOURCES"
 {
     echo "packed $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
     echo "nvcc: $("$nvcc" --version | tail -n 1)"
@@ -112,7 +112,7 @@ fi
 
 # The tool carries the working tree (tracked and untracked files git does not ignore) and the kit.
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-kb=$(find -L "$kit" -type f -not -path "$kit/golden/*/models/*Q4_K_M*" -not -path "$kit/golden/*/logits/*Q4_K_M*" -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+kb=$(find "$kit" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')   # links travel as links
 echo "kit: $((kb >> 10)) KiB ($kit), working tree $((tree >> 10)) KiB: $(((kb + tree) >> 20)) MiB of the 64 MiB carried"
 [ $((kb + tree)) -le "$limit" ] || { echo "pack_kit: over the 64 MiB the device tool carries" >&2; exit 1; }
 cat "$stage/MANIFEST"

@@ -19,13 +19,14 @@
 #
 #  1. builds the CUDA backend (nvcc, sm_90, warnings as errors) and the GPU checks, and holds
 #     every kernel's static shared memory to the room the launch bounds leave for it
-#     (tests/cuda/static_smem.sh, from the cubins this machine's nvcc makes);
+#     (tests/cuda/static_smem.sh, from the cubins this machine's nvcc makes; with the kit's
+#     binaries neither: their build machine's ctest checked that);
 #  2. the CPU-mode kernel cases of test_cuda (CI runs the whole of it; here only in the run
 #     without a GPU below, where they come with the build it is given);
 #  3. the first kernel's self-test (Q8_0 dequant, bit-exact against the CPU);
 #  4. kinfer_gpu_check: every CUDA op against the CPU backend's op on Kimi Linear 48B / K3 shapes
 #     with random weights, each within its stated bound, and the speed table: decode matvec GB/s
-#     per quant type against the 4.8 TB/s HBM peak (Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
+#     per quant type against the device's own HBM peak (Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
 #     one side by side); int8 mma.sync against its plain form and a host product (mma.cuh's
 #     fragment layout on the hardware); the prefill GEMM (dequantized fp16 / bf16
 #     tiles + cuBLAS, and for the quantized types the int8 tensor-core GEMM beside it) against the
@@ -43,24 +44,28 @@
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
 #     against the CPU's;
 #  6. --split pipeline / experts over 2 ranks with every layer on the GPU, against one process
-#     (NCCL between the ranks with 2+ GPUs; over MPI on one, since NCCL takes one rank per GPU);
+#     (NCCL between the ranks with 2+ GPUs; over MPI on one, since NCCL takes one rank per GPU;
+#     skipped with the kit's binaries, built without MPI, and where there is no mpirun);
 #  7. two devices in one process (cuda0,cuda1, or cuda0 twice on one GPU), --split-mode layer
 #     and experts, against one GPU;
 #  8. `kinfer --list-devices` (each GPU with its free memory);
-#  9. golden logits of every tiny model with every layer on the GPU, with the experts through a
+#  9. golden logits of every tiny model (with the kit's golden data: the Q4_K_M and MXFP4_MOE
+#     ones, 4 of the 8) with every layer on the GPU, with the experts through a
 #     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
 #     GEMM (KINFER_CUDA_GEMM=int8), and in the tiled and the decompressed (MHA) MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
 #     the device expert cache at 10 / 25 / 50 / 100 % of the experts
-#     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden, skipped without);
+#     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden or the kit's, skipped
+#     without; at most 300 s);
 # 11. compute-sanitizer's memcheck, racecheck and synccheck over one k3-tiny-a eval on the device,
 #     both prefill GEMM forms (racecheck sees the shared-memory hazards the CPU mode cannot).
 #
 # Every step after the build runs on its own, under a time limit: a failing or hanging step is
 # reported and the next one runs (a lent GPU's minutes are few), and the summary at the end lists
-# them; the exit status is non-zero when any failed. All of it stops at KINFER_GPU_DEADLINE seconds
+# them, with the steps that were skipped (nothing checked) or not selected; the exit status is
+# non-zero when any failed or did not run. All of it stops at KINFER_GPU_DEADLINE seconds
 # from the start (default 570: the device tool runs one command for at most 600): each step's limit
 # is cut to what is left, and the steps past it are listed as not run.
 #
@@ -79,7 +84,10 @@ dev=${KINFER_GPU_DEVICE:-cuda0}
 build=${KINFER_GPU_BUILD:-build-gpu}
 deadline=$(( start + ${KINFER_GPU_DEADLINE:-570} ))
 case "$dev" in cuda*) real=1 ;; *) real=0 ;; esac
-failed=() not_run=()
+failed=() not_run=() skipped=() unselected=() kit_used=0
+# A device check must not fall back to the CPU when the GPU cannot be opened (it would compare the
+# CPU with itself and pass): kinfer then fails instead (src/backend/registry.cpp).
+export KINFER_REQUIRE_DEVICE=1
 step_pid=
 # Killed from outside (the device tool's limit, ^C): the running step goes too, not left holding
 # the GPU.
@@ -87,11 +95,12 @@ trap '[ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null; exit 130' INT TE
 
 # step KEY NAME SECONDS COMMAND...: COMMAND (a program, or a function of this script) under a time
 # limit; a failure is recorded and the script goes on. KEY is what KINFER_GPU_STEPS names it by.
+# Exit status 77: the step checked nothing here (no mpirun, no golden data...), and said why.
 step() {
     local key=$1 name="$2 [$1]" limit=$3 t0 rc left
     shift 3
     if [ -n "${KINFER_GPU_STEPS:-}" ] && [[ " $KINFER_GPU_STEPS " != *" $key "* ]]; then
-        echo "== $name: skipped (not in KINFER_GPU_STEPS)"
+        unselected+=("$key")
         return 0
     fi
     left=$(( deadline - $(date +%s) ))
@@ -111,6 +120,9 @@ step() {
     step_pid=
     if [ "$rc" -eq 0 ]; then
         echo "-- $name: ok, $(( $(date +%s) - t0 )) s"
+    elif [ "$rc" -eq 77 ]; then
+        echo "-- $name: SKIPPED (nothing checked; the reason is above)"
+        skipped+=("$name")
     else
         [ "$rc" -eq 124 ] && echo "-- $name: over its $limit s"
         echo "-- $name: FAILED (exit $rc), $(( $(date +%s) - t0 )) s"
@@ -126,11 +138,14 @@ use_kit() {
         python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit/kit.tar.xz" "$kit/x" ||
         { echo "the kit cannot be unpacked"; return 1; }
     sed 's/^/kit: /' "$kit/x/MANIFEST"
-    export LD_LIBRARY_PATH="$PWD/$kit/x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    sha256sum -c --quiet "$kit/x/SOURCES" >/dev/null 2>&1 ||
+    # The same files (one added since would be built by a CMake glob) with the same bytes.
+    (. tests/gpu/kit_sources.sh && kit_source_files) > "$kit/x/files.here"
+    cut -c 67- "$kit/x/SOURCES" | cmp -s - "$kit/x/files.here" && sha256sum -c --quiet "$kit/x/SOURCES" >/dev/null 2>&1 ||
         { echo "the kit's binaries were built from other sources than this tree's"; return 1; }
-    "$kit/x/bin/kinfer" --version >/dev/null 2>"$kit/x/version.err" ||
+    LD_LIBRARY_PATH="$PWD/$kit/x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$kit/x/bin/kinfer" --version >/dev/null 2>"$kit/x/version.err" ||
         { echo "the kit's kinfer does not run here: $(head -c 400 "$kit/x/version.err")"; return 1; }
+    # Only now: a build made here instead must load this machine's libraries, not the kit's.
+    export LD_LIBRARY_PATH="$PWD/$kit/x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
 # cuBLAS and NCCL are opened with dlopen by soname (then in the build machine's CUDA folder): where
@@ -141,7 +156,7 @@ find_cuda_libs() {
     dirs="/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib"
     dirs+=" $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)"
     for so in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
-        ldconfig -p 2>/dev/null | grep -q " $so " && continue
+        ldconfig -p 2>/dev/null | grep -F "$so (" >/dev/null && continue
         for dir in $dirs; do
             if [ -e "$dir/$so" ]; then
                 case ":${LD_LIBRARY_PATH:-}:" in *":$dir:"*) ;; *) export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
@@ -158,7 +173,7 @@ if [ -z "${KINFER_GOLDEN:-}" ] && [ ! -d ../shared/golden ] && [ -d "$kit/golden
 fi
 if [ "$real" = 1 ]; then
     nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader || true
-    ngpu=$(nvidia-smi -L | wc -l)
+    ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)   # (-L would count MIG slices too)
     find_cuda_libs
 else
     ngpu=1
@@ -166,15 +181,19 @@ fi
 # The kit serves the emulated device's run too (that is how its binaries are checked here).
 if [ -z "${KINFER_GPU_BUILD:-}" ] && [ -f "$kit/kit.tar.xz" ] && use_kit; then
     build=$kit/x
-    speed_dir=$kit/speed-models   # $kit/x is unpacked afresh by every call
+    kit_used=1
     echo "-- the kit's binaries: $(( $(date +%s) - start )) s"
 elif [ "$real" = 1 ]; then
     echo "== build (nvcc, sm_90)"
     deps=()
-    [ -d "$kit/x/deps" ] && deps=(-DCMAKE_PREFIX_PATH="$PWD/$kit/x/deps")
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKINFER_TESTS=OFF "${deps[@]}" >/dev/null &&
-        cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check ||
-        { echo "the build failed: nothing to check"; exit 1; }
+    if [ -d "$kit/x/deps" ]; then   # the kit's copies of Debian's packages (the image has none)
+        d=$PWD/$kit/x/deps
+        deps=(-DCMAKE_PREFIX_PATH="$d" -Dfmt_DIR="$d/lib/x86_64-linux-gnu/cmake/fmt" -DCLI11_DIR="$d/share/cmake/CLI11"
+              -Dnlohmann_json_DIR="$d/share/cmake/nlohmann_json" -Ddoctest_DIR="$d/lib/cmake/doctest")
+    fi
+    timeout $(( deadline - $(date +%s) )) cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKINFER_TESTS=OFF "${deps[@]}" >/dev/null &&
+        timeout $(( deadline - $(date +%s) )) cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check ||
+        { echo "the build failed (or ran past the deadline): nothing to check"; exit 1; }
     echo "-- build: $(( $(date +%s) - start )) s"
 else
     [ -x "$build/bin/kinfer" ] || { echo "no $build/bin/kinfer: build it first"; exit 1; }
@@ -202,6 +221,9 @@ fi
 if [ "$real" = 1 ]; then
     step selftest "Q8_0 dequant self-test" 60 "$build/bin/kinfer_cuda_selftest"
     step check "CUDA ops against the CPU backend, and the speed table" 240 "$build/bin/kinfer_gpu_check"
+    # The kit's binaries were built by the packing machine's nvcc, whose cubins its own ctest
+    # (cuda_static_smem) checks: this step is for a build made here.
+    [ "$kit_used" = 1 ] ||
     step smem "every kernel's static shared memory within kStaticSharedBudget (cubins)" 60 tests/cuda/static_smem.sh \
         "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 fi
@@ -264,7 +286,7 @@ export -f one_device
 split_ranks() {
     if ! command -v mpirun >/dev/null; then
         echo "(mpirun not installed: skipped)"
-        return 0
+        return 77
     fi
     local link=auto rank_dev=$dev bad=0
     [ "$ngpu" -ge 2 ] && link=nccl rank_dev=cuda:local
@@ -278,7 +300,7 @@ split_ranks() {
         # which would compare one process with itself.
         if grep -q "built without MPI" "$out/$split.err"; then
             echo "(this kinfer was built without MPI: the split steps are not checked)"
-            return 0
+            return 77
         fi
         same_as_one "$split" "split $split over 2 ranks, $ngpu GPU(s), --dist-link $link" || bad=1
     done
@@ -313,12 +335,12 @@ step golden "golden logits on the device" 600 tests/gpu/golden_on_device.sh "$bi
 sanitize() {
     local cs tool gemm bad=0
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    [ -x "$cs" ] || { echo "(no compute-sanitizer here: skipped)"; return 0; }
+    [ -x "$cs" ] || { echo "(no compute-sanitizer here: skipped)"; return 77; }
     for tool in memcheck racecheck synccheck; do
         for gemm in fp16 int8; do
             if KINFER_CUDA_GEMM=$gemm "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
                 --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 > "$out/san.txt" 2>&1; then
-                echo "$tool, $gemm prefill GEMM: $(grep -m 1 'ERROR SUMMARY' "$out/san.txt" || echo 'no summary')"
+                echo "$tool, $gemm prefill GEMM: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
             else
                 tail -n 60 "$out/san.txt"
                 echo "$tool, $gemm prefill GEMM: FAILED"
@@ -329,13 +351,18 @@ sanitize() {
     return $bad
 }
 export -f sanitize
-step speed "end-to-end speed on the device" 600 tests/gpu/speed_on_device.sh "$bin" "$dev" "${speed_dir:-$build/speed-models}"   # kept for a rerun
-[ "$real" = 1 ] && step sanitize "compute-sanitizer: memcheck, racecheck, synccheck over a k3-tiny-a eval on the device" 300 sanitize
+# The generated models are kept for a later call on the same machine in build-gpu/ (ignored, so
+# not replaced by the next call's copy of the tree, as a carried .gpu-kit is). Capped, so that the
+# sanitizers after it get some of the run.
+step speed "end-to-end speed on the device" 300 tests/gpu/speed_on_device.sh "$bin" "$dev" "${KINFER_GPU_BUILD:-build-gpu}/speed-models"
+[ "$real" = 1 ] && step sanitize "compute-sanitizer: memcheck, racecheck, synccheck over a k3-tiny-a eval on the device" 240 sanitize
 
 echo
+[ ${#unselected[@]} -gt 0 ] && echo "gpu: not selected (KINFER_GPU_STEPS): ${unselected[*]}"
+[ ${#skipped[@]} -gt 0 ] && { echo "gpu: ${#skipped[@]} step(s) SKIPPED, nothing checked there:"; printf '  %s\n' "${skipped[@]}"; }
 [ ${#not_run[@]} -gt 0 ] && { echo "gpu: ${#not_run[@]} step(s) not run (past the deadline):"; printf '  %s\n' "${not_run[@]}"; }
 if [ ${#failed[@]} -eq 0 ] && [ ${#not_run[@]} -eq 0 ]; then
-    echo "gpu: all checks passed in $(( $(date +%s) - start )) s"
+    echo "gpu: every step run passed in $(( $(date +%s) - start )) s ($(( ${#skipped[@]} + ${#unselected[@]} )) skipped or not selected)"
 else
     [ ${#failed[@]} -gt 0 ] && { echo "gpu: ${#failed[@]} step(s) FAILED in $(( $(date +%s) - start )) s:"; printf '  %s\n' "${failed[@]}"; }
     exit 1

@@ -15,6 +15,7 @@
 # Runs without a GPU on the simulated device too (sim:4GiB), which checks the script itself.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export KINFER_REQUIRE_DEVICE=1   # no quiet fall-back to the CPU when DEVICE cannot be opened
 bin=${1:?usage: speed_on_device.sh BIN DEVICE [WORKDIR]}
 dev=${2:?usage: speed_on_device.sh BIN DEVICE [WORKDIR]}
 work=${3:-$(mktemp -d)}
@@ -22,7 +23,7 @@ golden=${KINFER_GOLDEN:-../shared/golden}
 P=${KINFER_SPEED_P:-512} N=${KINFER_SPEED_N:-128}
 if [ ! -f "$golden/llama.cpp/bench/k3-bench.model.json" ]; then
     echo "(no $golden/llama.cpp/bench here: the end-to-end speed table is skipped)"
-    exit 0
+    exit 77   # ctest's and run.sh's "skipped": nothing was measured
 fi
 mkdir -p "$work"
 py=python3
@@ -31,7 +32,10 @@ make() {   # name, quant type, generator command...
     local name=$1 type=$2
     shift 2
     [ -f "$work/$name-$type.gguf" ] && return
-    [ -f "$work/$name-F32.gguf" ] || "$@" -o "$work/$name-F32.gguf" --golden "$golden/llama.cpp" > "$work/$name.gen.log"
+    # (Written under another name first: a run cut off by its time limit leaves no half a model
+    # that a rerun would take for whole. kinfer quantize writes its output the same way.)
+    [ -f "$work/$name-F32.gguf" ] || { "$@" -o "$work/$name-F32.gguf.part" --golden "$golden/llama.cpp" > "$work/$name.gen.log" &&
+        mv "$work/$name-F32.gguf.part" "$work/$name-F32.gguf"; }
     "$bin" quantize "$work/$name-F32.gguf" "$work/$name-$type.gguf" "$type" > "$work/$name.quant.log" 2>&1
     rm -f "$work/$name-F32.gguf"
 }
