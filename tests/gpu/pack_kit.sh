@@ -50,8 +50,9 @@ mkdir -p "$stage"/{bin,lib,deps}
 for b in kinfer kinfer_cuda_selftest kinfer_gpu_check; do
     strip -o "$stage/bin/$b" "$build/bin/$b"
 done
-# The libraries the binaries load beyond the C library, libstdc++ and libgcc (both older here
-# than on the image, so theirs serve), copied by their sonames.
+# The libraries the binaries load beyond the C library, libstdc++ and libgcc (the image's serve
+# when new enough: the versions needed are checked below and written in the MANIFEST), copied by
+# their sonames.
 ldd "$stage/bin/kinfer" "$stage/bin/kinfer_gpu_check" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
     while read -r soname path; do
         case "$soname" in
@@ -61,10 +62,12 @@ ldd "$stage/bin/kinfer" "$stage/bin/kinfer_gpu_check" | awk '$2 == "=>" && $3 ~ 
     done
 # glibc: the binaries must not need a newer one than an older image might have (Ubuntu 22.04: 2.35).
 need=$(objdump -T "$stage"/bin/* "$stage"/lib/* | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -n 1)
+need+=", $(objdump -T "$stage"/bin/* "$stage"/lib/* | grep -o 'GLIBCXX_3\.[0-9.]*' | sort -uV | tail -n 1)"
 echo "the binaries need $need at most"
 
-# Dependencies for a build there (find_package through CMAKE_PREFIX_PATH=deps): Debian's headers
-# and CMake package files, laid out under one prefix (their files locate the prefix themselves).
+# Dependencies for a build there: Debian's headers and CMake package files, laid out under one
+# prefix (their files locate the prefix themselves), and cmake.args, the flags that find them
+# (@DEPS@ for where the kit is unpacked), which run.sh passes to cmake.
 d=$stage/deps
 mkdir -p "$d/include/stb" "$d/lib/x86_64-linux-gnu/cmake" "$d/lib/cmake" "$d/share/cmake"
 cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/doctest /usr/include/fmt "$d/include/"
@@ -73,6 +76,13 @@ cp -r /usr/lib/x86_64-linux-gnu/cmake/fmt "$d/lib/x86_64-linux-gnu/cmake/"
 cp -a /usr/lib/x86_64-linux-gnu/libfmt.so* "$d/lib/x86_64-linux-gnu/"
 cp -r /usr/lib/cmake/doctest "$d/lib/cmake/"
 cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$d/share/cmake/"
+cat > "$d/cmake.args" <<'ARGS'
+-DCMAKE_PREFIX_PATH=@DEPS@
+-Dfmt_DIR=@DEPS@/lib/x86_64-linux-gnu/cmake/fmt
+-DCLI11_DIR=@DEPS@/share/cmake/CLI11
+-Dnlohmann_json_DIR=@DEPS@/share/cmake/nlohmann_json
+-Ddoctest_DIR=@DEPS@/lib/cmake/doctest
+ARGS
 
 # What the binaries are built from (tests/gpu/kit_sources.sh says which files).
 . tests/gpu/kit_sources.sh

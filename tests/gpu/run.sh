@@ -186,11 +186,8 @@ if [ -z "${KINFER_GPU_BUILD:-}" ] && [ -f "$kit/kit.tar.xz" ] && use_kit; then
 elif [ "$real" = 1 ]; then
     echo "== build (nvcc, sm_90)"
     deps=()
-    if [ -d "$kit/x/deps" ]; then   # the kit's copies of Debian's packages (the image has none)
-        d=$PWD/$kit/x/deps
-        deps=(-DCMAKE_PREFIX_PATH="$d" -Dfmt_DIR="$d/lib/x86_64-linux-gnu/cmake/fmt" -DCLI11_DIR="$d/share/cmake/CLI11"
-              -Dnlohmann_json_DIR="$d/share/cmake/nlohmann_json" -Ddoctest_DIR="$d/lib/cmake/doctest")
-    fi
+    # The kit's copies of Debian's packages (the image has none), and the flags that find them.
+    [ -f "$kit/x/deps/cmake.args" ] && mapfile -t deps < <(sed "s|@DEPS@|$PWD/$kit/x/deps|" "$kit/x/deps/cmake.args")
     timeout $(( deadline - $(date +%s) )) cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKINFER_TESTS=OFF "${deps[@]}" >/dev/null &&
         timeout $(( deadline - $(date +%s) )) cmake --build "$build" -j"$(nproc)" --target kinfer kinfer_cuda_selftest kinfer_gpu_check ||
         { echo "the build failed (or ran past the deadline): nothing to check"; exit 1; }
