@@ -87,7 +87,7 @@ if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw
     # parity with one process (dist, one thread a rank, split by experts and layers), the CLI's
     # behaviour (cli: its checks that depend on the level run as cli_parity). About 150 s of the
     # 2-core CI's time.
-    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|dist|cli)\$"
+    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|gpu_scripts|dist|cli)\$"
 else
     echo "== Release suites, KINFER_ISA=avx2: not run (this CPU lacks AVX-512, the pass above ran AVX2)"
 fi
