@@ -108,14 +108,10 @@ void deq_type(const void* W, size_t row_bytes, int64_t rows, int64_t cols, Elem 
 // The tasks' outputs multiplied back by their tokens' scales, up to kMatvecGroupMax tasks a launch.
 void unscale_tokens(const UnscaleTask* tasks, size_t count, void* stream) {
     for (size_t i0 = 0; i0 < count; i0 += kMatvecGroupMax) {
-        UnscaleGroup g;
-        int64_t blocks = 0;
-        for (size_t i = i0; i < std::min(count, i0 + kMatvecGroupMax); ++i) {
-            if (tasks[i].n <= 0 || tasks[i].rows <= 0) continue;
-            g.first[g.n_tasks] = blocks;
-            g.task[g.n_tasks++] = tasks[i];
-            blocks += tasks[i].n;
-        }
+        UnscaleGroup in, g;
+        in.n_tasks = int(std::min(count - i0, size_t(kMatvecGroupMax)));
+        std::copy(tasks + i0, tasks + i0 + in.n_tasks, in.task);
+        const int64_t blocks = compact_group(in, g, [](const UnscaleTask& t) { return t.n; });   // a block per token
         if (blocks == 0) continue;
         auto* kernel = &unscale_tokens_kernel;
         KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kDeqThreads), 0, as_stream(stream), g);
