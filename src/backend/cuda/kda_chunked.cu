@@ -25,8 +25,8 @@
 // padded: lanes of a warp read 4 rows at one column); G_L and exp(-G_L) 2 D; beta C; a flag.
 // D = 128, J = 128: C = 16 35 KiB, C = 32 73 KiB, C = 64 162 KiB; past 48 KiB the launcher opts
 // in (H100 / H200 allow 227 KiB a block).
+#include "backend/cuda/kda_chunk.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/reduce.cuh"
 
 #include <stdexcept>
 #include <string>
@@ -45,71 +45,11 @@ constexpr size_t kMaxSmemBytes = kDynamicOptInMax;
 // state floats a column, and 1024 threads would cap it at 64 registers and spill at D = 256.
 constexpr int kMaxColumns = 128;
 
-// Sum over the 4 lanes of a group (lanes 4g .. 4g + 3 of a warp); every lane gets it.
-__device__ __forceinline__ float group4_sum(float v) {
-    v += __shfl_xor_sync(kFullMask, v, 1);
-    v += __shfl_xor_sync(kFullMask, v, 2);
-    return v;
-}
-
 // Value columns a group owns: each shared k / q / KD value a lane reads then feeds that many FMAs.
 // Two at D <= 128 (64 state floats a lane); one at D = 256, whose 64 a column already fill a
 // lane's share of the registers.
 template <int D>
 constexpr int kColsPerGroup = D >= 256 ? 1 : 2;
-
-// The largest decay over a chunk, -G_L, for which the C x C products are factored: exp(G_t - G_s)
-// as exp(G_t) * exp(-G_s), both inside fp32's normal range (exp(80) = 5.5e34). Each factor has
-// its own rounding, so the product is as exact as the pairwise exp; what it saves is the
-// C (C + 1) / 2 * D exps of the pairwise form. K3's gate is above -5 a token, so C = 16 always
-// factors; a chunk that decays more (long chunks, Kimi Linear's unbounded gate) goes pairwise.
-constexpr float kMaxFactoredDecay = 80.0f;
-
-// A[t][s] = beta_t k_t.(exp(G_t - G_s) k_s) (s < t, zero on the diagonal) and
-// Aqk[t][s] = q_t.(exp(G_t - G_s) k_s) (s <= t), each pair by one group of 4 lanes, lane p
-// summing a quarter of the keys. The 8 groups of a warp take 8 consecutive pairs; lane p reads
-// key 4((ii + q8) mod D/4) + p, so the warp's 32 reads hit 32 banks whatever rows the pairs are.
-// The loop is uniform per warp (the shuffles need every lane); idle groups add zeros.
-//   kFactored false: X = k, Y = q, Z = G (cumulative log-decay) rows: exp(G_t - G_s) pairwise.
-//   kFactored true:  X = exp(G_t) k_t, Y = exp(G_t) q_t, Z = exp(G_L - G_s) k_s rows, r = exp(-G_L):
-//                    exp(G_t - G_s) k_s = Z_s r and the key products are plain dots.
-template <int D, int C, bool kFactored>
-__device__ __forceinline__ void chunk_products(const float* X, const float* Y, const float* Z, const float* r,
-                                               const float* sBeta, float* sA, float* sAqk, int nc, int groups) {
-    constexpr int kQuarter = D / 4;
-    const int tid = int(threadIdx.x), p = tid % 4, q8 = (tid / 4) % 8, warp = tid / 32;
-    const int npairs = nc * (nc + 1) / 2;
-    for (int base = warp * 8; base < npairs; base += groups) {
-        const int pi = base + q8;
-        const bool live = pi < npairs;
-        int t = 0, s = 0;
-        if (live) {
-            t = int((sqrtf(8.0f * float(pi) + 1.0f) - 1.0f) * 0.5f);   // pi = t (t + 1) / 2 + s
-            while ((t + 1) * (t + 2) / 2 <= pi) ++t;
-            while (t * (t + 1) / 2 > pi) --t;
-            s = pi - t * (t + 1) / 2;
-        }
-        float akk = 0, aqk = 0;
-        if (live) {
-            const float* Kt = X + t * D;
-            const float* Qt = Y + t * D;
-            for (int ii = 0; ii < kQuarter; ++ii) {
-                const int i = 4 * ((ii + q8) & (kQuarter - 1)) + p;
-                float ks;
-                if constexpr (kFactored) ks = Z[s * D + i] * r[i];
-                else ks = expf(Z[t * D + i] - Z[s * D + i]) * X[s * D + i];
-                akk = fmaf(Kt[i], ks, akk);
-                aqk = fmaf(Qt[i], ks, aqk);
-            }
-        }
-        akk = group4_sum(akk);
-        aqk = group4_sum(aqk);
-        if (live && p == 0) {
-            sA[t * (C + 1) + s] = s < t ? sBeta[t] * akk : 0.0f;
-            sAqk[t * (C + 1) + s] = aqk;
-        }
-    }
-}
 
 template <int D, int C>
 __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
@@ -136,6 +76,7 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
     float* sRGL = sGL + D;             // [D] exp(-G_L)
     float* sBeta = sRGL + D;           // [C]
     float* sSlow = sBeta + C;          // [1] nonzero: this chunk's products go pairwise
+    const ChunkSmem chunk{sK, sQ, sG, sU, J, sA, sAqk, sGL, sRGL, sBeta, sSlow};
 
     // Lane p's key indices: i(a, b) = 16a + 4p + b; m[r][4a + b] = M[j0 + gi + r groups][i(a, b)],
     // read here and written back after the last chunk.
@@ -152,54 +93,7 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
 
-        // ---- the chunk's rows into shared memory, G as the running sum of g over t ----
-        for (int e = tid; e < nc * D; e += nthreads) {
-            const int t = e / D, i = e % D;
-            const int64_t src = (c0 + t) * di + h * D + i;
-            sK[e] = k[src];
-            sQ[e] = q[src];
-            sG[e] = g[src];
-        }
-        for (int e = tid; e < nc * J; e += nthreads) {
-            const int t = e / J, c = e % J;
-            sU[e] = v[(c0 + t) * di + h * D + j0 + c];
-        }
-        if (tid < nc) sBeta[tid] = beta[(c0 + tid) * H + h];
-        if (tid == 0) *sSlow = 0.0f;
-        __syncthreads();
-        for (int i = tid; i < D; i += nthreads) {
-            float acc = 0, lo = 0, hi = 0;   // lo, hi: G's range (g <= 0 in KDA, but do not rely on it)
-            for (int t = 0; t < nc; ++t) {
-                acc += sG[t * D + i];
-                sG[t * D + i] = acc;
-                lo = fminf(lo, acc);
-                hi = fmaxf(hi, acc);
-            }
-            sGL[i] = acc;
-            sRGL[i] = expf(-acc);   // used only when the chunk factors
-            if (lo < -kMaxFactoredDecay || hi > kMaxFactoredDecay) *sSlow = 1.0f;   // all writers write 1
-        }
-        __syncthreads();
-
-        // ---- the C x C products (pairwise exps when the chunk decays too much to factor) ----
-        const bool pairwise = *sSlow != 0.0f;
-        if (pairwise) {
-            chunk_products<D, C, false>(sK, sQ, sG, sRGL, sBeta, sA, sAqk, nc, groups);
-            __syncthreads();
-        }
-        // ---- in place: exp(G_t) q_t, exp(G_t) k_t, and exp(G_L - G_s) k_s over G ----
-        for (int e = tid; e < nc * D; e += nthreads) {
-            const int i = e % D;
-            const float G = sG[e], eg = expf(G), kk = sK[e];
-            sQ[e] *= eg;
-            sK[e] = kk * eg;
-            sG[e] = kk * expf(sGL[i] - G);
-        }
-        __syncthreads();
-        if (!pairwise) {
-            chunk_products<D, C, true>(sK, sQ, sG, sRGL, sBeta, sA, sAqk, nc, groups);
-            __syncthreads();
-        }
+        stage_chunk<D, C, D>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J);
 
         // ---- per column, inside its group: S0 products, forward substitution, outputs, state ----
         // inter[r][t / 4] on lane t % 4: (S0^T exp(G_t) q_t) of column r, kept for the outputs.

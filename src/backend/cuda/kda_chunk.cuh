@@ -1,0 +1,141 @@
+// What the two chunked KDA kernels share (kda_chunked.cu: fp32 on the CUDA cores;
+// kda_chunked_mma.cu: the state products on TF32 tensor cores): a chunk's rows staged in shared
+// memory, its cumulative log-decay, and its C x C products. The math is kda_chunked.cu's header's.
+#pragma once
+#include "backend/cuda/compat.h"
+
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+// Sum over the 4 lanes of a group (lanes 4g .. 4g + 3 of a warp); every lane gets it.
+__device__ __forceinline__ float group4_sum(float v) {
+    v += __shfl_xor_sync(kFullMask, v, 1);
+    v += __shfl_xor_sync(kFullMask, v, 2);
+    return v;
+}
+
+// The largest decay over a chunk, -G_L, for which the C x C products are factored: exp(G_t - G_s)
+// as exp(G_t) * exp(-G_s), both inside fp32's normal range (exp(80) = 5.5e34). Each factor has
+// its own rounding, so the product is as exact as the pairwise exp; what it saves is the
+// C (C + 1) / 2 * D exps of the pairwise form. K3's gate is above -5 a token, so C = 16 always
+// factors; a chunk that decays more (long chunks, Kimi Linear's unbounded gate) goes pairwise.
+constexpr float kMaxFactoredDecay = 80.0f;
+
+// A[t][s] = beta_t k_t.(exp(G_t - G_s) k_s) (s < t, zero on the diagonal) and
+// Aqk[t][s] = q_t.(exp(G_t - G_s) k_s) (s <= t), each pair by one group of 4 lanes, lane p
+// summing a quarter of the keys. The 8 groups of a warp take 8 consecutive pairs; lane p reads
+// key 4((ii + q8) mod D/4) + p, so the warp's 32 reads hit 32 banks whatever rows the pairs are
+// when the row stride LD is a multiple of 32 (D); at D + 8 (kda_chunked_mma.cu) two rows may share.
+// The loop is uniform per warp (the shuffles need every lane); idle groups add zeros.
+//   kFactored false: X = k, Y = q, Z = G (cumulative log-decay) rows: exp(G_t - G_s) pairwise.
+//   kFactored true:  X = exp(G_t) k_t, Y = exp(G_t) q_t, Z = exp(G_L - G_s) k_s rows, r = exp(-G_L):
+//                    exp(G_t - G_s) k_s = Z_s r and the key products are plain dots.
+template <int D, int C, int LD, bool kFactored>
+__device__ __forceinline__ void chunk_products(const float* X, const float* Y, const float* Z, const float* r,
+                                               const float* sBeta, float* sA, float* sAqk, int nc, int groups) {
+    constexpr int kQuarter = D / 4;
+    const int tid = int(threadIdx.x), p = tid % 4, q8 = (tid / 4) % 8, warp = tid / 32;
+    const int npairs = nc * (nc + 1) / 2;
+    for (int base = warp * 8; base < npairs; base += groups) {
+        const int pi = base + q8;
+        const bool live = pi < npairs;
+        int t = 0, s = 0;
+        if (live) {
+            t = int((sqrtf(8.0f * float(pi) + 1.0f) - 1.0f) * 0.5f);   // pi = t (t + 1) / 2 + s
+            while ((t + 1) * (t + 2) / 2 <= pi) ++t;
+            while (t * (t + 1) / 2 > pi) --t;
+            s = pi - t * (t + 1) / 2;
+        }
+        float akk = 0, aqk = 0;
+        if (live) {
+            const float* Kt = X + t * LD;
+            const float* Qt = Y + t * LD;
+            for (int ii = 0; ii < kQuarter; ++ii) {
+                const int i = 4 * ((ii + q8) & (kQuarter - 1)) + p;
+                float ks;
+                if constexpr (kFactored) ks = Z[s * LD + i] * r[i];
+                else ks = expf(Z[t * LD + i] - Z[s * LD + i]) * X[s * LD + i];
+                akk = fmaf(Kt[i], ks, akk);
+                aqk = fmaf(Qt[i], ks, aqk);
+            }
+        }
+        akk = group4_sum(akk);
+        aqk = group4_sum(aqk);
+        if (live && p == 0) {
+            sA[t * (C + 1) + s] = s < t ? sBeta[t] * akk : 0.0f;
+            sAqk[t * (C + 1) + s] = aqk;
+        }
+    }
+}
+
+// A chunk's shared arrays. K, Q, G: [C][LD] (k, q, the log-decay rows; after stage_chunk exp(G_t) k_t,
+// exp(G_t) q_t and exp(G_L - G_s) k_s); U: [C][ldu] the block's J value columns of v; A, Aqk:
+// [C][C + 1]; GL, RGL: [D] G of the chunk's last token and exp(-G_L); Beta: [C]; Slow: a flag.
+struct ChunkSmem {
+    float *K, *Q, *G, *U;
+    int ldu;
+    float *A, *Aqk, *GL, *RGL, *Beta, *Slow;
+};
+
+// Stages chunk [c0, c0 + nc) of head h (value columns j0 .. j0 + J) and forms its C x C products;
+// every thread of the block calls it, and it ends after a barrier. Rows nc .. C - 1 of K, Q, G
+// and U, and Beta there, are zero, so a kernel may run whole C-row tiles over a partial chunk.
+template <int D, int C, int LD>
+__device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, const float* __restrict__ k,
+                            const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+                            int64_t c0, int nc, int64_t h, int64_t H, int64_t j0, int J) {
+    const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
+    const int64_t di = H * D;
+    // ---- the chunk's rows into shared memory, G as the running sum of g over t ----
+    for (int e = tid; e < C * D; e += nthreads) {
+        const int t = e / D, i = e % D;
+        const int64_t src = (c0 + t) * di + h * D + i;
+        const bool live = t < nc;
+        s.K[t * LD + i] = live ? k[src] : 0.0f;
+        s.Q[t * LD + i] = live ? q[src] : 0.0f;
+        s.G[t * LD + i] = live ? g[src] : 0.0f;
+    }
+    for (int e = tid; e < C * J; e += nthreads) {
+        const int t = e / J, c = e % J;
+        s.U[t * s.ldu + c] = t < nc ? v[(c0 + t) * di + h * D + j0 + c] : 0.0f;
+    }
+    if (tid < C) s.Beta[tid] = tid < nc ? beta[(c0 + tid) * H + h] : 0.0f;
+    if (tid == 0) *s.Slow = 0.0f;
+    __syncthreads();
+    for (int i = tid; i < D; i += nthreads) {
+        float acc = 0, lo = 0, hi = 0;   // lo, hi: G's range (g <= 0 in KDA, but do not rely on it)
+        for (int t = 0; t < nc; ++t) {
+            acc += s.G[t * LD + i];
+            s.G[t * LD + i] = acc;
+            lo = fminf(lo, acc);
+            hi = fmaxf(hi, acc);
+        }
+        s.GL[i] = acc;
+        s.RGL[i] = expf(-acc);   // used only when the chunk factors
+        if (lo < -kMaxFactoredDecay || hi > kMaxFactoredDecay) *s.Slow = 1.0f;   // all writers write 1
+    }
+    __syncthreads();
+
+    // ---- the C x C products (pairwise exps when the chunk decays too much to factor) ----
+    const bool pairwise = *s.Slow != 0.0f;
+    if (pairwise) {
+        chunk_products<D, C, LD, false>(s.K, s.Q, s.G, s.RGL, s.Beta, s.A, s.Aqk, nc, nthreads / 4);
+        __syncthreads();
+    }
+    // ---- in place: exp(G_t) q_t, exp(G_t) k_t, and exp(G_L - G_s) k_s over G (rows < nc) ----
+    for (int e = tid; e < nc * D; e += nthreads) {
+        const int i = e % D, at = (e / D) * LD + i;
+        const float G = s.G[at], eg = expf(G), kk = s.K[at];
+        s.Q[at] *= eg;
+        s.K[at] = kk * eg;
+        s.G[at] = kk * expf(s.GL[i] - G);
+    }
+    __syncthreads();
+    if (!pairwise) {
+        chunk_products<D, C, LD, true>(s.K, s.Q, s.G, s.RGL, s.Beta, s.A, s.Aqk, nc, nthreads / 4);
+        __syncthreads();
+    }
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
