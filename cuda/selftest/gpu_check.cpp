@@ -189,6 +189,41 @@ void mma_layout(backend::Backend& gpu) {
     failures += bad != 0;
     std::printf("%-4s mma.sync and the plain form equal the host product: %d of %d elements differ\n", bad ? "FAIL" : "ok", bad,
                 8 * 4 * 128);
+
+    // TF32 (m16n8k8, mma_tf32.cuh): the tensor cores against the plain form, single and 3xTF32,
+    // and the 3xTF32 products against the exact one (fp32 sums in an order the hardware picks, so
+    // a tolerance: 1e-6 of sum |a b|, as test_kda_chunked holds the plain form).
+    std::printf("\n# tf32 mma.sync (m16n8k8) against the plain form and an exact product\n");
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int bad32 = 0;
+    double worst_tc = 0, worst_split = 0;
+    for (int trial = 0; trial < 8; ++trial) {
+        std::vector<float> A(16 * 8), B(8 * 8);
+        for (auto& a : A) a = nd(rng);
+        for (auto& b : B) b = nd(rng);
+        Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 4 * 128 * 4, "C");
+        cuda::gpu::mma_tf32_check(dA.f(), dB.f(), dC.f(), nullptr);
+        settle(gpu);
+        std::vector<float> C(4 * 128);
+        gpu.download(C.data(), dC.buf.ptr, C.size() * 4);
+        for (int r = 0; r < 16; ++r)
+            for (int c = 0; c < 8; ++c) {
+                double exact = 0, mag = 0;
+                for (int k = 0; k < 8; ++k) {
+                    exact += double(A[size_t(8 * r + k)]) * B[size_t(8 * c + k)];
+                    mag += std::fabs(double(A[size_t(8 * r + k)]) * B[size_t(8 * c + k)]);
+                }
+                const size_t at = size_t(8 * r + c);
+                const double d_single = std::fabs(double(C[at]) - C[128 + at]) / mag;      // tensor cores vs plain
+                const double d_split = std::fabs(double(C[256 + at]) - exact) / mag;      // 3xTF32 tensor cores
+                worst_tc = std::max(worst_tc, d_single);
+                worst_split = std::max(worst_split, d_split);
+                bad32 += d_single > 1e-6 || d_split > 1e-6 || std::fabs(double(C[384 + at]) - exact) / mag > 1e-6;
+            }
+    }
+    failures += bad32 != 0;
+    std::printf("%-4s tf32 mma.sync: %d of %d elements off (worst, of sum |a b|: tensor cores vs plain %.1e, 3xTF32 vs "
+                "exact %.1e)\n", bad32 ? "FAIL" : "ok", bad32, 8 * 128, worst_tc, worst_split);
 }
 
 // Puts the backend back on the prefill GEMM it had (fp16, or int8 under KINFER_CUDA_GEMM=int8) when
@@ -548,21 +583,35 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     backend::KdaScan sc{q.data(), k.data(), v.data(), g.data(), beta.data(), want_state.data(), want_o.data(),
                         n_check, H, D, false};
     cpu.kda_scan(sc);
-    for (int C : {16, 32, 64}) {
-        gpu.upload(ds.buf.ptr, state0.data(), state_bytes);
-        gpu.synchronize();
-        cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n_check, H, D, nullptr, C);
-        const cudaError_t err = cudaDeviceSynchronize();
-        if (err != cudaSuccess) {
-            std::printf("FAIL kda chunked C=%d: %s\n", C, cudaGetErrorString(err));
-            ++failures;
-            continue;
+    // The three forms: fp32 on the CUDA cores, 3xTF32 and single TF32 on the tensor cores
+    // (kda_chunked_mma.cu; the single form is held to test_kda_chunked's 1e-3).
+    struct Form {
+        const char* name;
+        int kind;   // 0 fp32, 1 3xTF32, 2 TF32
+        double tol;
+    };
+    const Form forms[] = {{"fp32", 0, 1e-4}, {"3xTF32", 1, 1e-4}, {"TF32", 2, 1e-3}};
+    auto run_form = [&](const Form& f, int C, int64_t tokens) {
+        if (f.kind == 0) cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr, C);
+        else
+            cuda::gpu::kda_chunked_mma(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr,
+                                       f.kind == 1, C);
+    };
+    for (const Form& f : forms)
+        for (int C : {16, 32, 64}) {
+            gpu.upload(ds.buf.ptr, state0.data(), state_bytes);
+            gpu.synchronize();
+            run_form(f, C, n_check);
+            const cudaError_t err = cudaDeviceSynchronize();
+            const std::string tag = std::string("kda chunked ") + f.name + " C=" + std::to_string(C);
+            if (err != cudaSuccess) {
+                std::printf("FAIL %s: %s\n", tag.c_str(), cudaGetErrorString(err));
+                ++failures;
+                continue;
+            }
+            check((tag + " outputs, 256 tokens").c_str(), down(gpu, dout, want_o.size()), want_o, f.tol, f.tol);
+            check((tag + " state, 256 tokens").c_str(), down(gpu, ds, want_state.size()), want_state, f.tol, f.tol);
         }
-        check(("kda chunked C=" + std::to_string(C) + " outputs, 256 tokens").c_str(), down(gpu, dout, want_o.size()),
-              want_o, 1e-4, 1e-4);
-        check(("kda chunked C=" + std::to_string(C) + " state, 256 tokens").c_str(), down(gpu, ds, want_state.size()),
-              want_state, 1e-4, 1e-4);
-    }
     // Speed: the same 8K tokens through the recurrence and through each chunk size.
     auto timed = [&](const std::function<void()>& f) {
         f();   // warm-up (and the shared-memory opt-in)
@@ -577,13 +626,24 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
         [&] { cuda::gpu::kda_recurrent(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n, H, D, nullptr); });
     std::printf("     kda recurrent 96 x 128, %lld tokens: %.2f ms (%.2f M tokens/s per layer)\n", (long long)n,
                 s_rec * 1e3, double(n) / s_rec / 1e6);
-    for (int C : {16, 32, 64}) {
-        const double s = timed(
-            [&] { cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n, H, D, nullptr, C); });
+    for (const Form& f : forms)
+        for (int C : {16, 32, 64}) {
+            const double s = timed([&] { run_form(f, C, n); });
+            const cudaError_t err = cudaGetLastError();
+            std::printf("     kda chunked %-6s C=%-2d 96 x 128, %lld tokens: %.2f ms (%.2f M tokens/s per layer, %.2fx the "
+                        "recurrence; target 5)%s\n", f.name, C, (long long)n, s * 1e3, double(n) / s / 1e6, s_rec / s,
+                        err == cudaSuccess ? "" : cudaGetErrorString(err));
+        }
+    // The tensor-core form at 168 registers a thread runs one 256-thread block an SM, 96 heads on
+    // 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C products).
+    for (int slices : {2, 4}) {
+        const double s = timed([&] {
+            cuda::gpu::kda_chunked_mma(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n, H, D, nullptr, true, 16,
+                                       slices);
+        });
         const cudaError_t err = cudaGetLastError();
-        std::printf("     kda chunked C=%-2d 96 x 128, %lld tokens: %.2f ms (%.2f M tokens/s per layer, %.2fx the "
-                    "recurrence)%s\n", C, (long long)n, s * 1e3, double(n) / s / 1e6, s_rec / s,
-                    err == cudaSuccess ? "" : cudaGetErrorString(err));
+        std::printf("     kda chunked 3xTF32 C=16 %d slices, %lld tokens: %.2f ms (%.2f M tokens/s per layer)%s\n", slices,
+                    (long long)n, s * 1e3, double(n) / s / 1e6, err == cudaSuccess ? "" : cudaGetErrorString(err));
     }
 }
 

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
 
 using namespace kinfer;
 using kinfer::cuda::testing::check_close;
@@ -165,4 +167,149 @@ TEST_CASE("cuda kda_chunked (cpu mode): the default chunk runs, and unsupported 
                     std::invalid_argument);
     CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 64, nullptr, 16, 3),
                     std::invalid_argument);
+}
+
+// ---- kda_chunked_mma.cu: the state products on TF32 tensor cores (mma_tf32.cuh) ----
+
+namespace kda_chunked_test {
+
+// x rounded to TF32 as cvt.rna.tf32.f32 does (nearest, ties away from zero), on the host.
+float tf32_host(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & 0xffffe000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+}  // namespace kda_chunked_test
+
+// Tolerances: a TF32 product keeps 11 bits of each operand, so the single form is off from the
+// product of the rounded operands only by fp32 summation (1e-6 of sum |a b|), and 3xTF32 from
+// the exact product by about 2^-21 of each |a b| (held to 1e-6 of sum |a b|); the single form's
+// error from the exact product is about 2^-11 of each |a b|, and must be over 30x the split's.
+TEST_CASE("cuda mma_tf32 (cpu mode): the fragments, TF32 rounding, and the 3xTF32 split") {
+    std::mt19937 rng(515);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    double worst_single = 0, worst_split = 0;
+    for (int trial = 0; trial < 4; ++trial) {
+        INFO("trial ", trial);
+        std::vector<float> A(16 * 8), B(8 * 8);   // B: column c's 8 k values at 8 c
+        for (auto& a : A) a = nd(rng);
+        for (auto& b : B) b = nd(rng) * 1e3f;
+        std::vector<float> out(4 * 128, 7.0f);
+        cuda::emu::mma_tf32_check(A.data(), B.data(), out.data(), nullptr);
+        int bad = 0;
+        for (int r = 0; r < 16; ++r)
+            for (int c = 0; c < 8; ++c) {
+                double exact = 0, rounded = 0, mag = 0;
+                for (int k = 0; k < 8; ++k) {
+                    const double a = A[size_t(8 * r + k)], b = B[size_t(8 * c + k)];
+                    exact += a * b;
+                    rounded += double(tf32_host(float(a))) * double(tf32_host(float(b)));
+                    mag += std::fabs(a * b);
+                }
+                const size_t at = size_t(8 * r + c);
+                for (int f = 0; f < 2; ++f) bad += std::fabs(out[128 * f + at] - rounded) > 1e-6 * mag;
+                for (int f = 2; f < 4; ++f) bad += std::fabs(out[128 * f + at] - exact) > 1e-6 * mag;
+                worst_single = std::max(worst_single, std::fabs(out[at] - exact) / mag);
+                worst_split = std::max(worst_split, std::fabs(out[256 + at] - exact) / mag);
+            }
+        CHECK(bad == 0);
+    }
+    std::printf("mma_tf32: worst |err| / sum |a b| against the exact product: single %.2e, 3xTF32 %.2e\n", worst_single,
+                worst_split);
+    CHECK(worst_single > 30 * worst_split);
+    // Rounding: A picks B's k = r % 8 into row r, so the single form's output is B rounded to TF32.
+    std::vector<float> A(16 * 8, 0.0f), B(8 * 8, 0.0f);
+    for (int r = 0; r < 16; ++r) A[size_t(8 * r + r % 8)] = 1.0f;
+    const float tie = 1.0f + 0x1p-11f, below = 1.0f + 0x1p-11f - 0x1p-23f, kept = 1.0f + 0x1p-10f;
+    const float cases[8][2] = {{tie, kept}, {-tie, -kept}, {below, 1.0f}, {-below, -1.0f},
+                               {kept, kept}, {3.0f, 3.0f}, {0x1p-120f * tie, 0x1p-120f * kept}, {0.0f, 0.0f}};
+    for (int k = 0; k < 8; ++k) B[size_t(k)] = cases[k][0];   // column 0
+    std::vector<float> out(4 * 128);
+    cuda::emu::mma_tf32_check(A.data(), B.data(), out.data(), nullptr);
+    for (int r = 0; r < 16; ++r) {
+        INFO("row ", r, " B ", cases[r % 8][0]);
+        CHECK(out[size_t(8 * r)] == cases[r % 8][1]);
+        // the split keeps 22 of the 24 bits: below's low bit goes, the others stay whole
+        CHECK(std::fabs(out[size_t(256 + 8 * r)] - cases[r % 8][0]) <= std::ldexp(std::fabs(cases[r % 8][0]), -22));
+    }
+}
+
+TEST_CASE("cuda kda_chunked_mma (cpu mode): 3xTF32 outputs and state equal the CPU recurrence, n around the chunk") {
+    struct Shape {
+        int64_t H, D;
+        int chunk, slices;
+    };
+    // D = 64 with 2 slices: blocks of 32 columns (two warps); D = 256 takes the default 2 slices.
+    for (const Shape s : {Shape{2, 32, 16, 1}, Shape{2, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{1, 128, 16, 1},
+                          Shape{1, 32, 64, 1}, Shape{1, 256, 16, 0}}) {
+        const int64_t C = s.chunk;
+        struct Run {
+            int64_t n;
+            Gate gate;
+        };
+        for (const Run run : {Run{1, Gate::k3}, Run{C - 1, Gate::kimi_linear}, Run{C, Gate::strong},
+                              Run{2 * C + 3, Gate::k3}}) {
+            const int64_t n = run.n;
+            if (s.D >= 128 && n == C - 1) continue;   // CPU-mode time; the other runs cover both forms
+            INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate));
+            const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(300 + n + s.D + C), run.gate);
+            std::vector<float> state = in.state, want_state = in.state;
+            std::vector<float> o(size_t(n * s.H * s.D), -1.0f);
+            cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                       state.data(), o.data(), n, s.H, s.D, nullptr, true, s.chunk, s.slices);
+            const std::vector<float> want = cpu_recurrent(in, want_state);
+            std::printf("kda_chunked_mma 3xTF32 H %lld D %lld C %lld slices %d n %lld gate %d: "
+                        "max err/max(1,|x|) out %.2e state %.2e\n",
+                        (long long)s.H, (long long)s.D, (long long)C, s.slices, (long long)n, int(run.gate),
+                        max_rel_err(o, want), max_rel_err(state, want_state));
+            check_close(o, want, kTol, kTol, "kda_chunked_mma outputs");
+            check_close(state, want_state, kTol, kTol, "kda_chunked_mma state");
+        }
+    }
+}
+
+// The single-TF32 form: each state product keeps 11 bits of each operand, so outputs and state
+// move by a few 2^-11 of the terms' magnitudes over the sums (worst seen 1.3e-5: printed), held
+// to 1e-3 of max(1, |x|);
+// and the 3xTF32 form must be at least 10x closer on the same inputs (the split is not a no-op).
+TEST_CASE("cuda kda_chunked_mma (cpu mode): single TF32 within its bound, 3xTF32 closer; prefill then decode") {
+    const int64_t H = 2, D = 64, n_pre = 37, n_dec = 3, n = n_pre + n_dec, di = H * D;
+    const KdaInputs in = make_inputs(n, H, D, 17, Gate::k3);
+    std::vector<float> want_state = in.state;
+    const std::vector<float> want = cpu_recurrent(in, want_state);
+    double err[2] = {};
+    for (const bool split : {false, true}) {
+        INFO("split ", split);
+        std::vector<float> state = in.state, o(size_t(n * di), -1.0f);
+        cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
+                                   o.data(), n_pre, H, D, nullptr, split, 16, 1);
+        for (int64_t t = n_pre; t < n; ++t) {   // decode steps on the state the chunked form left
+            const size_t off = size_t(t * di);
+            cuda::emu::kda_recurrent(in.q.data() + off, in.k.data() + off, in.v.data() + off, in.g.data() + off,
+                                     in.beta.data() + t * H, state.data(), o.data() + off, 1, H, D, nullptr);
+        }
+        err[split] = std::max(max_rel_err(o, want), max_rel_err(state, want_state));
+        const double tol = split ? kTol : 1e-3;
+        check_close(o, want, tol, tol, "prefill + decode outputs");
+        check_close(state, want_state, tol, tol, "prefill + decode state");
+    }
+    std::printf("kda_chunked_mma prefill 37 + decode 3, worst err/max(1,|x|): tf32 %.2e, 3xTF32 %.2e\n", err[0], err[1]);
+    CHECK(err[0] > 10 * err[1]);
+}
+
+TEST_CASE("cuda kda_chunked_mma (cpu mode): unsupported shapes throw") {
+    float* none = nullptr;
+    using cuda::emu::kda_chunked_mma;
+    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 48, nullptr), std::invalid_argument);
+    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 64, nullptr, true, 24),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 256, nullptr, true, 64),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 64, nullptr, true, 16, 3),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 32, nullptr, true, 16, 4),
+                    std::invalid_argument);   // 8 columns a block: less than a warp's 16
 }

@@ -248,6 +248,19 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
 void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                  float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk = 0, int slices = 0);
 int kda_chunked_default_chunk(int64_t D);
+// The same chunked form with the state products on TF32 tensor cores (kda_chunked_mma.cu): split
+// true takes each fp32 operand as two TF32 parts and three products ("3xTF32", fp32-accurate,
+// the form CudaBackend takes with KINFER_CUDA_KDA=tf32x3), false one product of TF32-rounded
+// operands (about 2^-11 relative a product; KINFER_CUDA_KDA=tf32). chunk as kda_chunked; slices
+// split D into blocks of a multiple of 16 columns, at most 128 (0: 1 up to D = 128, else D / 128).
+void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split = true, int chunk = 0,
+                     int slices = 0);
+// mma_tf32.cuh's product on one warp, for the checks: A 16 x 8 fp32 (row-major) times B, 8 columns
+// of 8 (each 8 floats apart), into out[4][16][8] (row-major): the operands rounded to TF32 once,
+// by the tensor cores and by the plain form; then as 3xTF32 splits, the same two ways. In CPU mode
+// all four are the plain form; on a GPU the first and third are PTX's mma.sync.
+void mma_tf32_check(const float* A, const float* B, float* out, void* stream);
 
 // The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear
 // softplus(f) a, with f = g + dt_bias and a [H] = -exp(A_log).

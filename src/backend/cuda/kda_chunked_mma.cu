@@ -1,0 +1,279 @@
+// The chunked KDA form (kda_chunked.cu's header has the math) with its state products on the
+// tensor cores: TF32 mma.sync (mma_tf32.cuh), by default as three-term splits ("3xTF32"), which
+// keep fp32 accuracy. Why: per token and head the chunked form does 3 D^2 multiply-adds on the
+// state (S0^T exp(G) k, S0^T exp(G) q, and the update), 9.4 M flops a token on a 96-head D = 128
+// K3 layer, so the issue's 5 M tokens/s per layer is 47 TFLOPS: about 70 % of an H200's fp32
+// CUDA-core peak (67), far past what kda_chunked.cu's FMAs, shuffles and shared loads can issue,
+// and a third of what TF32 tensor cores give even at three products each. Not run on a GPU yet:
+// kinfer_gpu_check times it beside the fp32 kernel; CudaBackend takes it with KINFER_CUDA_KDA.
+//
+// Mapping. A block owns a head and J value columns (J = D / slices, a multiple of 16, at most
+// 128); warp w owns columns 16w .. 16w + 15 of them and keeps their state rows M[j][i] = S[i][j]
+// for every key index i in registers for the whole call, as mma accumulator tiles: tile kappa
+// holds M[16w + g (+8)][8 kappa + 2t (+1)] (g = lane / 4, t = lane % 4), D / 2 floats a lane.
+// Per chunk:
+//   P^T = M [exp(G) k ; exp(G) q]^T   M as the A operand straight from the accumulators: the k
+//        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
+//        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
+//   the right-hand sides beta_t (v_t - P^T_k[j][t]) and the q products go to shared memory; the
+//        forward substitution and the outputs run per column inside the warp (its own columns);
+//   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
+// Only stage_chunk's barriers and one at the end of a chunk are block-wide. Row strides D + 8
+// and J + 8 floats put a fragment load's 32 lanes in 32 banks (a couple of 2-way conflicts
+// remain on the right-hand sides' writes).
+//
+// Shared memory (floats): K, Q, G rows 3 C (D + 8); U and the q products 2 C (J + 8); A and Aqk
+// 2 C (C + 1); G_L, exp(-G_L) 2 D; beta C; a flag. D = 128, J = 128: C = 16 47 KiB, C = 32
+// 95 KiB, C = 64 204 KiB (all opted in past 46 KiB).
+#include "backend/cuda/kda_chunk.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mma_tf32.cuh"
+
+#include <stdexcept>
+#include <string>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+constexpr int kMmaMaxColumns = 128;   // 8 warps; a lane holds D / 2 state floats (64 at D = 128)
+
+constexpr size_t kda_mma_smem_floats(int D, int C, int J) {
+    return size_t(3 * C * (D + 8) + 2 * C * (J + 8) + 2 * C * (C + 1) + 2 * D + C + 1);
+}
+
+// The A operand (16 x 8, rows j, logical k) for key indices 8 kappa .. 8 kappa + 7 from a state
+// accumulator tile (rows j, columns i): logical k = t is column 2t, k = t + 4 column 2t + 1.
+template <bool kSplit>
+__device__ __forceinline__ void state_as_a(const float (&m)[4], uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const float x[4] = {m[0], m[2], m[1], m[3]};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        if constexpr (kSplit) tf32_split(x[e], hi[e], lo[e]);
+        else hi[e] = tf32_round(x[e]), lo[e] = 0;
+    }
+}
+template <bool kSplit>
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t (&hi)[2], uint32_t (&lo)[2]) {
+    if constexpr (kSplit) {
+        tf32_split(x0, hi[0], lo[0]);
+        tf32_split(x1, hi[1], lo[1]);
+    } else {
+        hi[0] = tf32_round(x0), hi[1] = tf32_round(x1), lo[0] = lo[1] = 0;
+    }
+}
+
+template <int D, int C, bool kSplit>
+__global__ void __launch_bounds__(2 * kMmaMaxColumns)
+    kda_chunked_mma_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                           const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ state,
+                           float* __restrict__ o, int64_t n, int64_t H) {
+    constexpr int LD = D + 8, kTiles = D / 8, kTokTiles = C / 8;
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    const int gq = lane / 4, t4 = lane % 4;
+    const int J = int(blockDim.x) / 2, LU = J + 8;   // 16 columns a warp
+    const int jw = 16 * warp;                        // the warp's first column in the block
+    const int64_t h = blockIdx.x, j0 = int64_t(blockIdx.y) * J;
+    const int64_t di = H * D;
+
+    KINFER_DYNAMIC_SHARED(float, smem);
+    float* sK = smem;               // [C][LD] k, then exp(G_t) k_t
+    float* sQ = sK + C * LD;        // [C][LD] q, then exp(G_t) q_t
+    float* sG = sQ + C * LD;        // [C][LD] cumulative g, then exp(G_L - G_s) k_s
+    float* sU = sG + C * LD;        // [C][LU] v, then the right-hand sides, then u
+    float* sI = sU + C * LU;        // [C][LU] the q products (S0^T exp(G_t) q_t)
+    float* sA = sI + C * LU;        // [C][C + 1]
+    float* sAqk = sA + C * (C + 1);
+    float* sGL = sAqk + C * (C + 1);   // [D]
+    float* sRGL = sGL + D;             // [D]
+    float* sBeta = sRGL + D;           // [C]
+    float* sSlow = sBeta + C;          // [1]
+    const ChunkSmem chunk{sK, sQ, sG, sU, LU, sA, sAqk, sGL, sRGL, sBeta, sSlow};
+
+    // The warp's state rows as accumulator tiles (the layout in the header).
+    float* rows0 = state + (h * D + j0 + jw + gq) * D;   // row j = jw + g; rows0 + 8 D is row j + 8
+    float m[kTiles][4];
+#pragma unroll
+    for (int kt = 0; kt < kTiles; ++kt) {
+        const int i = 8 * kt + 2 * t4;
+        m[kt][0] = rows0[i], m[kt][1] = rows0[i + 1];
+        m[kt][2] = rows0[8 * D + i], m[kt][3] = rows0[8 * D + i + 1];
+    }
+
+    const float scale = 1.0f / sqrtf(float(D));
+    for (int64_t c0 = 0; c0 < n; c0 += C) {
+        const int nc = int(n - c0 < C ? n - c0 : C);
+        stage_chunk<D, C, LD>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J);
+
+        // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
+        float pk[kTokTiles][4], pq[kTokTiles][4];
+#pragma unroll
+        for (int nt = 0; nt < kTokTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pk[nt][e] = pq[nt][e] = 0.0f;
+#pragma unroll
+        for (int kt = 0; kt < kTiles; ++kt) {
+            uint32_t a_hi[4], a_lo[4];
+            state_as_a<kSplit>(m[kt], a_hi, a_lo);
+            const int i = 8 * kt + 2 * t4;
+#pragma unroll
+            for (int nt = 0; nt < kTokTiles; ++nt) {
+                const int row = (8 * nt + gq) * LD + i;   // token 8 nt + g, key columns i, i + 1
+                uint32_t b_hi[2], b_lo[2];
+                split2<kSplit>(sK[row], sK[row + 1], b_hi, b_lo);
+                mma_f32_via_tf32<kSplit>(pk[nt], a_hi, a_lo, b_hi, b_lo);
+                split2<kSplit>(sQ[row], sQ[row + 1], b_hi, b_lo);
+                mma_f32_via_tf32<kSplit>(pq[nt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+        // Tile element e: column jw + g + 8 (e / 2), token 8 nt + 2t + e % 2.
+#pragma unroll
+        for (int nt = 0; nt < kTokTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = 8 * nt + 2 * t4 + (e & 1), at = t * LU + jw + gq + 8 * (e >> 1);
+                if (t < nc) {
+                    sU[at] = sBeta[t] * (sU[at] - pk[nt][e]);
+                    sI[at] = pq[nt][e];
+                }
+            }
+        __syncwarp();
+
+        // ---- per column (lane % 16), the two halves of the warp splitting the sums ----
+        const int col = jw + lane % 16, half = lane / 16;
+        for (int t = 1; t < nc; ++t) {   // u_t = rhs_t - sum_{s<t} A[t][s] u_s
+            float acc = 0;
+            for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
+            acc += __shfl_xor_sync(kFullMask, acc, 16);
+            if (half == 0) sU[t * LU + col] -= acc;
+            __syncwarp();
+        }
+        for (int t = half; t < nc; t += 2) {   // o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) / sqrt(D)
+            float acc = sI[t * LU + col];
+            for (int s = 0; s <= t; ++s) acc = fmaf(sAqk[t * (C + 1) + s], sU[s * LU + col], acc);
+            o[(c0 + t) * di + h * D + j0 + col] = acc * scale;
+        }
+
+        // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----
+#pragma unroll
+        for (int kt = 0; kt < kTiles; ++kt) {
+            const int i = 8 * kt + 2 * t4;
+            const float e0 = expf(sGL[i]), e1 = expf(sGL[i + 1]);
+            m[kt][0] *= e0, m[kt][1] *= e1, m[kt][2] *= e0, m[kt][3] *= e1;
+        }
+#pragma unroll
+        for (int st = 0; st < kTokTiles; ++st) {
+            // A = U^T: rows j (jw + g, + 8), k = tokens 8 st + t, + 4 (rows nc .. C - 1 of U are 0).
+            const float* u0 = sU + (8 * st + t4) * LU + jw + gq;
+            const float* u4 = u0 + 4 * LU;
+            uint32_t a_hi[4], a_lo[4];
+            const float x[4] = {u0[0], u0[8], u4[0], u4[8]};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if constexpr (kSplit) tf32_split(x[e], a_hi[e], a_lo[e]);
+                else a_hi[e] = tf32_round(x[e]), a_lo[e] = 0;
+            }
+            const float* z0 = sG + (8 * st + t4) * LD + gq;   // B = Z: k = token, column = key index
+#pragma unroll
+            for (int kt = 0; kt < kTiles; ++kt) {
+                uint32_t b_hi[2], b_lo[2];
+                split2<kSplit>(z0[8 * kt], z0[4 * LD + 8 * kt], b_hi, b_lo);
+                mma_f32_via_tf32<kSplit>(m[kt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+        __syncthreads();   // the next chunk's loads overwrite what the other warps still read
+    }
+#pragma unroll
+    for (int kt = 0; kt < kTiles; ++kt) {
+        const int i = 8 * kt + 2 * t4;
+        rows0[i] = m[kt][0], rows0[i + 1] = m[kt][1];
+        rows0[8 * D + i] = m[kt][2], rows0[8 * D + i + 1] = m[kt][3];
+    }
+}
+
+template <int D, int C, bool kSplit>
+void launch_kda_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                    float* o, int64_t n, int64_t H, int slices, void* stream) {
+    const int J = D / slices;
+    const size_t bytes = kda_mma_smem_floats(D, C, J) * sizeof(float);
+    if (bytes > kDynamicOptInMax)
+        throw std::invalid_argument("cuda kda_chunked_mma: chunk " + std::to_string(C) + " at head dim " +
+                                    std::to_string(D) + " needs " + std::to_string(bytes) + " bytes of shared memory");
+    auto* kern = &kda_chunked_mma_kernel<D, C, kSplit>;
+    // Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
+    if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(2 * J)};
+    KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
+}
+
+template <int D, bool kSplit>
+void launch_mma_chunk(int C, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                      float* state, float* o, int64_t n, int64_t H, int slices, void* stream) {
+    switch (C) {
+        case 16: return launch_kda_mma<D, 16, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 32: return launch_kda_mma<D, 32, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 64:
+            if constexpr (kda_mma_smem_floats(D, 64, D < kMmaMaxColumns ? D : kMmaMaxColumns) * 4 <= kDynamicOptInMax)
+                return launch_kda_mma<D, 64, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+            break;
+        default: break;
+    }
+    throw std::invalid_argument("cuda kda_chunked_mma: chunk " + std::to_string(C) + " at head dim " +
+                                std::to_string(D) + " is not 16, 32 or 64 (64 only up to head dim 128)");
+}
+
+template <bool kSplit>
+void dispatch_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                  float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk, int slices) {
+    switch (D) {
+        case 32: return launch_mma_chunk<32, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 64: return launch_mma_chunk<64, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 128: return launch_mma_chunk<128, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 256: return launch_mma_chunk<256, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        default: break;
+    }
+    throw std::invalid_argument("cuda kda_chunked_mma: head dim " + std::to_string(D) + " is not 32, 64, 128 or 256");
+}
+
+// mma_tf32_check's warp: A B four ways, each stored by mma_tf32.cuh's layout of C into a 16 x 8
+// row-major matrix of out (the kernels.h comment lists them).
+__global__ void __launch_bounds__(32) mma_tf32_check_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                                            float* __restrict__ out) {
+    const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
+    uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2], a[4], b[2];
+    const float av[4] = {A[8 * g + t], A[8 * (g + 8) + t], A[8 * g + t + 4], A[8 * (g + 8) + t + 4]};
+    const float bv[2] = {B[8 * g + t], B[8 * g + t + 4]};
+    for (int e = 0; e < 4; ++e) tf32_split(av[e], a_hi[e], a_lo[e]), a[e] = tf32_round(av[e]);
+    for (int e = 0; e < 2; ++e) tf32_split(bv[e], b_hi[e], b_lo[e]), b[e] = tf32_round(bv[e]);
+    float c[4][4] = {};
+    mma_tf32(c[0], a, b);
+    mma_tf32_plain(c[1], a, b);
+    mma_f32_via_tf32<true>(c[2], a_hi, a_lo, b_hi, b_lo);
+    mma_tf32_plain(c[3], a_lo, b_hi);
+    mma_tf32_plain(c[3], a_hi, b_lo);
+    mma_tf32_plain(c[3], a_hi, b_hi);
+    for (int f = 0; f < 4; ++f)
+        for (int e = 0; e < 4; ++e) out[128 * f + 8 * (g + 8 * (e / 2)) + 2 * t + e % 2] = c[f][e];
+}
+
+}  // namespace
+
+void mma_tf32_check(const float* A, const float* B, float* out, void* stream) {
+    auto* kernel = &mma_tf32_check_kernel;
+    KINFER_LAUNCH(kernel, dim3(1), dim3(32), 0, as_stream(stream), A, B, out);
+}
+
+void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split, int chunk, int slices) {
+    if (n <= 0 || H <= 0) return;
+    if (chunk == 0) chunk = kda_chunked_default_chunk(D);
+    if (slices == 0) slices = D > kMmaMaxColumns ? int(D / kMmaMaxColumns) : 1;
+    if (slices < 1 || D % slices != 0 || (D / slices) % 16 != 0 || D / slices > kMmaMaxColumns)
+        throw std::invalid_argument("cuda kda_chunked_mma: " + std::to_string(slices) +
+                                    " value slices do not split head dim " + std::to_string(D) +
+                                    " into multiples of 16 of at most 128");
+    if (split) dispatch_mma<true>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+    else dispatch_mma<false>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -1,0 +1,100 @@
+// The warp's fp32 tensor-core product on TF32 operands: D = A B + C with A 16 x 8, B 8 x 8 and
+// C / D 16 x 8 fp32, each operand element a TF32 value (fp32 with 10 mantissa bits) held in the
+// bits of a 32-bit register. On the GPU, PTX's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+// (sm_80 on); everywhere, the same product from shuffles (mma_tf32_plain): what the CPU execution
+// mode runs, and a reference a GPU check can hold the tensor cores to.
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), with g = lane / 4, t = lane % 4:
+//   A: a[0] (row g, k t)  a[1] (row g + 8, k t)  a[2] (row g, k t + 4)  a[3] (row g + 8, k t + 4)
+//   B: b[0] (k t, column g)  b[1] (k t + 4, column g)
+//   C, D: c[0], c[1] row g, columns 2t, 2t + 1;  c[2], c[3] row g + 8, the same columns
+// The k index is summed over, so a caller may give logical k positions any physical meaning as
+// long as A and B agree (kda_chunked_mma.cu feeds an accumulator back in as an A operand that way).
+//
+// One TF32 product keeps 11 significant bits of each operand (a relative error up to 2^-11 each).
+// The three-term split (tf32_split, "3xTF32") recovers fp32 accuracy: x = hi + lo with hi and lo
+// both TF32, and a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi, off by a_lo b_lo and lo's own rounding,
+// about 2^-21 of |a b|: three tensor-core products in place of one.
+#pragma once
+#include "backend/cuda/compat.h"
+
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+// x rounded to TF32, nearest with ties away from zero (cvt.rna.tf32.f32), in a 32-bit register
+// whose 13 low bits are zero. Infinities and NaNs pass unchanged.
+__device__ __forceinline__ uint32_t tf32_round(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+#else
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u;
+    return (u + 0x1000u) & 0xffffe000u;   // half an ulp of the kept bits onto the magnitude, then cut
+#endif
+}
+
+// x = hi + lo, both TF32; x - hi is exact in fp32 (it has at most 13 significant bits).
+__device__ __forceinline__ void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
+    hi = tf32_round(x);
+    lo = tf32_round(x - __uint_as_float(hi));
+}
+
+// The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
+// lanes that hold them (both k halves of a source lane in one 64-bit shuffle) and adds the eight
+// products to its outputs in k order. The tensor cores read only an operand's TF32 bits, so the
+// low 13 bits are cut here too; the products of two TF32 values are exact in fp32. Every lane
+// takes part in every shuffle.
+__device__ __forceinline__ void mma_tf32_plain(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    constexpr uint32_t kKeep = 0xffffe000u;
+    const uint64_t a_g = uint64_t(a[0] & kKeep) | uint64_t(a[2] & kKeep) << 32;
+    const uint64_t a_g8 = uint64_t(a[1] & kKeep) | uint64_t(a[3] & kKeep) << 32;
+    const uint64_t b_c = uint64_t(b[0] & kKeep) | uint64_t(b[1] & kKeep) << 32;
+    float A0[8], A8[8], B0[8], B1[8];   // rows g, g + 8 of A; columns 2t, 2t + 1 of B; by k
+#pragma unroll
+    for (int src = 0; src < 4; ++src) {   // the lane of t = src holds k = src and src + 4
+        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
+        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
+        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+        A0[src] = __uint_as_float(uint32_t(ra)), A0[src + 4] = __uint_as_float(uint32_t(ra >> 32));
+        A8[src] = __uint_as_float(uint32_t(ra8)), A8[src + 4] = __uint_as_float(uint32_t(ra8 >> 32));
+        B0[src] = __uint_as_float(uint32_t(cb0)), B0[src + 4] = __uint_as_float(uint32_t(cb0 >> 32));
+        B1[src] = __uint_as_float(uint32_t(cb1)), B1[src + 4] = __uint_as_float(uint32_t(cb1 >> 32));
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        c[0] = __fadd_rn(c[0], __fmul_rn(A0[k], B0[k]));
+        c[1] = __fadd_rn(c[1], __fmul_rn(A0[k], B1[k]));
+        c[2] = __fadd_rn(c[2], __fmul_rn(A8[k], B0[k]));
+        c[3] = __fadd_rn(c[3], __fmul_rn(A8[k], B1[k]));
+    }
+}
+
+// c += A B on the tensor cores where there are some, by the plain form otherwise.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    mma_tf32_plain(c, a, b);
+#endif
+}
+
+// c += A B with fp32 operands given as their TF32 splits (kSplit: the three products, small
+// terms first) or as TF32 values alone (hi; lo unused).
+template <bool kSplit>
+__device__ __forceinline__ void mma_f32_via_tf32(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                                 const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+    if constexpr (kSplit) {
+        mma_tf32(c, a_lo, b_hi);
+        mma_tf32(c, a_hi, b_lo);
+    }
+    mma_tf32(c, a_hi, b_hi);
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
