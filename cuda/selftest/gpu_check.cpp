@@ -539,22 +539,32 @@ void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
         const double s = time_it(gpu, 10, [&] { gpu.mla_attend_absorbed(dc.f(), dQ.f(), dl.f(), ms); });
         // The two pass-1 kernels side by side (mla.cu): one block per head re-reads the cache 64
         // times, the grouped one 4 times. The backend takes the grouped one.
-        double s_kernel[2] = {0, 0};
-        for (int k = 0; k < 2; ++k) {
+        // And the grouped one's products on TF32 tensor cores (mla_mma.cuh): 3xTF32 at the fp32
+        // bound, single TF32 at 1e-2 relative (test_mixers' bounds).
+        const char* names[4] = {" per head", " grouped", " grouped 3xTF32", " grouped TF32"};
+        double s_kernel[4] = {0, 0, 0, 0};
+        for (int k = 0; k < 4; ++k) {
             cuda::gpu::MlaArgs a;
             a.n = n, a.pos0 = ctx - 1, a.H = H, a.r = r, a.dr = dr, a.scale = ms.scale;
             a.kernel = k ? cuda::gpu::MlaKernel::grouped : cuda::gpu::MlaKernel::per_head;
+            a.math = k == 2 ? cuda::gpu::F32Math::tf32x3 : k == 3 ? cuda::gpu::F32Math::tf32 : cuda::gpu::F32Math::fp32;
             Dev scratch(gpu, nullptr, cuda::gpu::mla_scratch_floats(a) * 4, "mla scratch");
             cuda::gpu::mla_attend_absorbed(dc.f(), dQ.f(), dl.f(), a, scratch.f(), nullptr);
             settle(gpu);                                            // the download runs on the backend's stream
-            check(("mla absorbed ctx " + std::to_string(ctx) + (k ? " grouped" : " per head")).c_str(), down(gpu, dl, want.size()),
-                  want, 1e-4, 1e-5 * wmax);
+            check(("mla absorbed ctx " + std::to_string(ctx) + names[k]).c_str(), down(gpu, dl, want.size()), want,
+                  k == 3 ? 1e-2 : 1e-4, (k == 3 ? 1e-3 : 1e-5) * wmax);
             s_kernel[k] = time_it(gpu, 10, [&] { cuda::gpu::mla_attend_absorbed(dc.f(), dQ.f(), dl.f(), a, scratch.f(), nullptr); });
         }
+        // H (2 R - dr) multiply-adds a cached position: the grouped kernels' TFLOPS beside their times.
+        const double flops = 2.0 * double(H) * double(2 * R - dr) * double(ctx);
         std::printf("     mla absorbed decode, %lld cached positions: %.1f us (per-head kernel %.1f us, grouped %.1f us: %.2fx; "
-                    "f32 cache read once: %.0f GB/s)\n",
+                    "f32 cache read once: %.0f GB/s; %.1f TFLOPS)\n",
                     (long long)ctx, s * 1e6, s_kernel[0] * 1e6, s_kernel[1] * 1e6, s_kernel[0] / s_kernel[1],
-                    double(ctx * R * 4) / s_kernel[1] / 1e9);
+                    double(ctx * R * 4) / s_kernel[1] / 1e9, flops / s_kernel[1] / 1e12);
+        std::printf("     mla absorbed decode, %lld cached positions, tensor cores: 3xTF32 %.1f us (%.2fx grouped fp32, %.1f "
+                    "TFLOPS), TF32 %.1f us (%.2fx, %.1f TFLOPS)\n",
+                    (long long)ctx, s_kernel[2] * 1e6, s_kernel[1] / s_kernel[2], flops / s_kernel[2] / 1e12,
+                    s_kernel[3] * 1e6, s_kernel[1] / s_kernel[3], flops / s_kernel[3] / 1e12);
     }
 }
 

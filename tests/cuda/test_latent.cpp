@@ -6,6 +6,7 @@
 #include "cuda_test_util.h"
 
 #include <cstring>
+#include <utility>
 
 using namespace kinfer;
 using kinfer::cuda::testing::check_close;
@@ -62,12 +63,20 @@ TEST_CASE("cuda mla_attend_paged (cpu mode): absorbed attention through the page
             ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.scale = scale;
             std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
             cpu().mla_attend_tiled(p.c, Q.data(), want.data(), ms);
-            for (const auto kernel : {cuda::emu::MlaKernel::per_head, cuda::emu::MlaKernel::grouped}) {
+            // The grouped kernel also as 3xTF32 on tensor cores (mla_mma.cuh), at the same bound.
+            using cuda::emu::F32Math;
+            using cuda::emu::MlaKernel;
+            const std::pair<MlaKernel, F32Math> forms[] = {
+                {MlaKernel::per_head, F32Math::fp32}, {MlaKernel::grouped, F32Math::fp32}, {MlaKernel::grouped, F32Math::tf32x3}};
+            for (const auto& [kernel, math] : forms) {
+                const bool is_grouped = kernel == MlaKernel::grouped;
+                const int math_id = int(math);
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " split ", s.split, " page_rows ", s.page_rows, " type ",
-                     backend::cache_type_name(t), " grouped ", kernel == cuda::emu::MlaKernel::grouped);
+                     backend::cache_type_name(t), " grouped ", is_grouped, " math ", math_id);
                 cuda::emu::MlaArgs a;
                 a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = scale, a.split = s.split;
                 a.kernel = kernel;
+                a.math = math;
                 std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
                 cuda::emu::mla_attend_paged(p.args(), Q.data(), lat.data(), a, scratch.data(), nullptr);
                 check_close(lat, want, 1e-5, 1e-6, "paged mla latent output");

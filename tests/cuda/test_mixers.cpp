@@ -9,6 +9,7 @@
 #include "cuda_test_util.h"
 
 #include <cmath>
+#include <utility>
 
 using namespace kinfer;
 using kinfer::cuda::testing::check_close;
@@ -80,16 +81,28 @@ TEST_CASE("cuda mla_attend_absorbed (cpu mode): both pass-1 kernels, split over 
         ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.scale = scale;
         std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
         cpu().mla_attend_absorbed(cache.data(), Q.data(), want.data(), ms);
-        for (const auto kernel : {cuda::emu::MlaKernel::per_head, cuda::emu::MlaKernel::grouped}) {
+        // The grouped kernel also on TF32 tensor cores (mla_mma.cuh): 3xTF32 at the fp32 kernels'
+        // bound; single TF32 (11 bits of each operand) at 1e-2 relative, 1e-3 absolute.
+        using cuda::emu::F32Math;
+        using cuda::emu::MlaKernel;
+        const std::pair<MlaKernel, F32Math> forms[] = {{MlaKernel::per_head, F32Math::fp32},
+                                                       {MlaKernel::grouped, F32Math::fp32},
+                                                       {MlaKernel::grouped, F32Math::tf32x3},
+                                                       {MlaKernel::grouped, F32Math::tf32}};
+        for (const auto& [kernel, math] : forms) {
             cuda::emu::MlaArgs a;
             a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = scale, a.split = s.split;
             a.kernel = kernel;
+            a.math = math;
+            const bool is_grouped = kernel == MlaKernel::grouped;
+            const int math_id = int(math);
             INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " r ", s.r, " split ", cuda::emu::mla_split(a), " grouped ",
-                 kernel == cuda::emu::MlaKernel::grouped);
-            CHECK(cuda::emu::mla_grouped(a) == (kernel == cuda::emu::MlaKernel::grouped));
+                 is_grouped, " math ", math_id);
+            CHECK(cuda::emu::mla_grouped(a) == is_grouped);
             std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
             cuda::emu::mla_attend_absorbed(cache.data(), Q.data(), lat.data(), a, scratch.data(), nullptr);
-            check_close(lat, want, 1e-5, 1e-6, "mla latent output");
+            if (math == F32Math::tf32) check_close(lat, want, 1e-2, 1e-3, "mla latent output, single TF32");
+            else check_close(lat, want, 1e-5, 1e-6, "mla latent output");
         }
     }
     // Automatic: grouped where it fits and there is more than one head; the split it picks for

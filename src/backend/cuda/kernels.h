@@ -279,12 +279,16 @@ void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* ta
 //   r + dr <= 640); automatic takes grouped where it fits and H > 1 (mla.cu says why).
 //   split 0: 256 for the per-head kernel (its scores sit in shared memory), for the grouped one
 //   enough pieces for ~528 blocks, at least 64 positions each (mla_split).
+//   math: the grouped kernel's two products as fp32 FMAs, or on TF32 tensor cores (mla_mma.cuh)
+//   as 3xTF32 splits (fp32-accurate) or single TF32 products; the per-head kernel is fp32 always.
 enum class MlaKernel { automatic, per_head, grouped };
+enum class F32Math { fp32, tf32x3, tf32 };
 struct MlaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0;
     float scale = 1;
     int64_t split = 0;
     MlaKernel kernel = MlaKernel::automatic;
+    F32Math math = F32Math::fp32;
 };
 bool mla_grouped(const MlaArgs& a);   // the kernel a call with these arguments takes
 int64_t mla_split(const MlaArgs& a);  // the positions per piece it uses

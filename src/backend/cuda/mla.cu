@@ -15,9 +15,11 @@
 //    memory once and used by all 16 heads (each warp scores two heads with their q held in
 //    registers, lanes across the row), an online softmax per head rescales the accumulators
 //    between tiles, and each thread accumulates two latent dims for all 16 heads. The cache is
-//    read H / 16 times instead of H times. FlashMLA's idea without its tensor-core tiles.
+//    read H / 16 times instead of H times. FlashMLA's idea without its tensor-core tiles;
+//  - the grouped kernel with its products on TF32 tensor cores (mla_mma.cuh, MlaArgs::math).
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
+#include "backend/cuda/mla_mma.cuh"
 #include "backend/cuda/reduce.cuh"
 
 #include <algorithm>
@@ -85,6 +87,8 @@ __global__ void __launch_bounds__(kMlaThreads)
 // rows up to kGroupLanes * 32 = 640 floats (K3 and Kimi Linear: 576), r up to 2 * kMlaThreads
 // = 512 latent dims (two a thread). Shared memory: 16 x 640 + 16 x 16 + 16 floats, 41 KiB.
 constexpr int kGroupHeads = 2 * (kMlaThreads / 32), kGroupRows = 16, kGroupLanes = 20, kGroupDims = 2;
+// The tensor-core form (mla_mma.cuh) takes the same groups and tiles, so mla_split serves both.
+static_assert(kMmaHeads == kGroupHeads && kMmaRows == kGroupRows);
 constexpr size_t kGroupSmemBytes = sizeof(float) * (kGroupRows * kGroupLanes * 32 + kGroupHeads * kGroupRows + kGroupHeads);
 
 template <class Rows>
@@ -259,7 +263,15 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
                                     ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);
     if (pieces > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": more than 65535 pieces of positions");
-    if (grouped) {
+    if (grouped && a.math != F32Math::fp32) {
+        const size_t bytes = mla_mma_smem_bytes(R);
+        auto* k1 = a.math == F32Math::tf32x3 ? &mla_partial_mma_kernel<Rows, true> : &mla_partial_mma_kernel<Rows, false>;
+        // Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
+        if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+        KINFER_LAUNCH(k1, dim3(unsigned((a.H + kMmaHeads - 1) / kMmaHeads), unsigned(pieces), unsigned(a.n)),
+                      dim3(kMmaThreads), bytes, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,
+                      scratch);
+    } else if (grouped) {
         auto* k1 = &mla_partial_grouped_kernel<Rows>;
         KINFER_LAUNCH(k1, dim3(unsigned((a.H + kGroupHeads - 1) / kGroupHeads), unsigned(pieces), unsigned(a.n)),
                       dim3(kMlaThreads), kGroupSmemBytes, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,

@@ -1,0 +1,152 @@
+// mla.cu's grouped pass 1 with its two products on TF32 tensor cores (mma_tf32.cuh): for 16 heads,
+// a piece of positions and a token, scores = q rows . cache rows and acc += p . cache rows, as
+// mma.sync m16n8k8 on operands split into 3xTF32 (fp32 accuracy) or rounded once (kSplit false).
+// Why: absorbed MLA decode does H (2 R - dr) multiply-adds a cached position (K3 at 1M positions:
+// 139 GFLOP a layer and token), compute-bound on the CUDA cores long before the cache's bytes are.
+// Included by mla.cu, whose attend() launches it where MlaArgs::math asks (CudaBackend: the
+// environment's KINFER_CUDA_MLA); same pieces, same partial results and combine pass.
+//
+// Block: 4 warps, 16 heads (the m dimension of every product), tiles of 16 cache rows.
+//   scores [16 heads x 16 rows]: warp w takes rows 8 (w % 2) .. + 7 and half the k steps
+//     (w / 2), both halves added in shared memory;
+//   softmax: warp w keeps heads 4w .. 4w + 3's running max and sum, lane j row j;
+//   acc [16 heads x r]: warp w owns latent dims 128 w .. 128 w + 127, as 16 accumulator tiles
+//     (64 floats a lane), rescaled and added to each tile.
+// Shared memory (floats): q and the tile's rows 2 x 16 x (Rp + 4) (Rp: R rounded up to 8; the
+// + 4 puts a fragment load's 32 lanes in 32 banks), scores 2 x 16 x 20, probabilities 16 x 20,
+// rescale 16: 78 KiB at K3's R = 576 (opted in).
+#pragma once
+#include "backend/cuda/latent.cuh"
+#include "backend/cuda/mma_tf32.cuh"
+#include "backend/cuda/reduce.cuh"
+
+#include <cmath>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+constexpr int kMmaHeads = 16, kMmaRows = 16, kMmaThreads = 128, kMmaLdP = 20;
+
+// Rows of R floats padded to a multiple of 8 (the k step) plus 4.
+__host__ __device__ inline int64_t mla_mma_ld(int64_t R) { return (R + 7) / 8 * 8 + 4; }
+inline size_t mla_mma_smem_bytes(int64_t R) {
+    return sizeof(float) * size_t(2 * kMmaHeads * mla_mma_ld(R) + 3 * kMmaHeads * kMmaLdP + kMmaHeads);
+}
+
+template <bool kSplit>
+__device__ __forceinline__ void to_tf32(float x, uint32_t& hi, uint32_t& lo) {
+    if constexpr (kSplit) tf32_split(x, hi, lo);
+    else hi = tf32_round(x), lo = 0;
+}
+
+template <class Rows, bool kSplit>
+__global__ void __launch_bounds__(kMmaThreads)
+    mla_partial_mma_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r, int64_t R,
+                           float scale, int64_t split, int64_t pieces, float* __restrict__ part) {
+    const int64_t ld = mla_mma_ld(R), Rp = ld - 4;
+    KINFER_DYNAMIC_SHARED(float, smem);
+    float* sq = smem;                              // [16][ld] the heads' q rows (zero past R and H)
+    float* rows = sq + kMmaHeads * ld;             // [16][ld] the tile's cache rows (zero past R and the piece)
+    float* sS = rows + kMmaRows * ld;              // [2][16][kMmaLdP] partial scores, by k half
+    float* sP = sS + 2 * kMmaHeads * kMmaLdP;      // [16][kMmaLdP] exp(score - running max)
+    float* rescale = sP + kMmaHeads * kMmaLdP;     // [16] exp(old max - new max)
+    const int64_t h0 = int64_t(blockIdx.x) * kMmaHeads, s = blockIdx.y, t = blockIdx.z;
+    const int64_t n_kv = pos0 + t + 1;             // causal
+    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
+    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
+    if (j0 >= j1) {                                // this token's context ends before the piece
+        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g)
+            for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out_of(g)[d] = d == 0 ? -INFINITY : 0.0f;
+        return;
+    }
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
+    for (int64_t e = tid; e < kMmaHeads * Rp; e += kMmaThreads) {
+        const int64_t g = e / Rp, i = e % Rp;
+        sq[g * ld + i] = h0 + g < H && i < R ? Q[(t * H + h0 + g) * R + i] : 0.0f;
+    }
+    float m[4], l[4];                              // heads 4 warp + a: the same in every lane
+    for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
+    float acc[16][4];                              // dims 128 warp + 8 nt + 2 t4 (+1), heads g (+8)
+    for (int nt = 0; nt < 16; ++nt)
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+    const int ksteps = int(Rp / 8), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
+    const int nrow = 8 * (warp % 2);               // this warp's score rows
+    for (int64_t jt = j0; jt < j1; jt += kMmaRows) {
+        const int tl = int(j1 - jt < kMmaRows ? j1 - jt : kMmaRows);
+        for (int j = 0; j < kMmaRows; ++j) {       // row by row, the threads across the row (coalesced)
+            const typename Rows::Row row = cache.row(j < tl ? jt + j : jt);
+            for (int64_t i = tid; i < Rp; i += kMmaThreads) rows[j * ld + i] = j < tl && i < R ? cache.at(row, i) : 0.0f;
+        }
+        __syncthreads();   // also publishes sq on the first tile
+
+        // ---- scores: A = q rows (heads), B[k][n] = rows[n][k]; half the k steps this warp ----
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int ks = ks0; ks < ks1; ++ks) {
+            const float* qa = sq + gq * ld + 8 * ks + t4;
+            uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+            to_tf32<kSplit>(qa[0], a_hi[0], a_lo[0]);
+            to_tf32<kSplit>(qa[8 * ld], a_hi[1], a_lo[1]);
+            to_tf32<kSplit>(qa[4], a_hi[2], a_lo[2]);
+            to_tf32<kSplit>(qa[8 * ld + 4], a_hi[3], a_lo[3]);
+            const float* kb = rows + (nrow + gq) * ld + 8 * ks + t4;
+            to_tf32<kSplit>(kb[0], b_hi[0], b_lo[0]);
+            to_tf32<kSplit>(kb[4], b_hi[1], b_lo[1]);
+            mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
+        }
+        float* half = sS + kh * kMmaHeads * kMmaLdP;
+        half[gq * kMmaLdP + nrow + 2 * t4] = c[0], half[gq * kMmaLdP + nrow + 2 * t4 + 1] = c[1];
+        half[(gq + 8) * kMmaLdP + nrow + 2 * t4] = c[2], half[(gq + 8) * kMmaLdP + nrow + 2 * t4 + 1] = c[3];
+        __syncthreads();
+
+        // ---- online softmax: warp w's four heads, lane j row j ----
+        for (int a = 0; a < 4; ++a) {
+            const int g = 4 * warp + a;
+            const float sc = lane < tl ? (sS[g * kMmaLdP + lane] + sS[(kMmaHeads + g) * kMmaLdP + lane]) * scale : -INFINITY;
+            const float mn = fmaxf(m[a], warp_max(sc));
+            const float p = lane < tl ? expf(sc - mn) : 0.0f;
+            const float alpha = expf(m[a] - mn);   // 0 on the first tile (m = -inf)
+            l[a] = l[a] * alpha + warp_sum(p);
+            m[a] = mn;
+            if (lane < kMmaRows) sP[g * kMmaLdP + lane] = p;
+            if (lane == 0) rescale[g] = alpha;
+        }
+        __syncthreads();
+
+        // ---- acc = diag(rescale) acc + P rows: A = P (heads x tile rows), B[k][n] = rows[k][n] ----
+        const float r0 = rescale[gq], r8 = rescale[gq + 8];
+        for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
+        for (int ks = 0; ks < kMmaRows / 8; ++ks) {
+            const float* pa = sP + gq * kMmaLdP + 8 * ks + t4;
+            uint32_t a_hi[4], a_lo[4];
+            to_tf32<kSplit>(pa[0], a_hi[0], a_lo[0]);
+            to_tf32<kSplit>(pa[8 * kMmaLdP], a_hi[1], a_lo[1]);
+            to_tf32<kSplit>(pa[4], a_hi[2], a_lo[2]);
+            to_tf32<kSplit>(pa[8 * kMmaLdP + 4], a_hi[3], a_lo[3]);
+            const float* vb = rows + (8 * ks + t4) * ld + 128 * warp + gq;
+            for (int nt = 0; nt < 16; ++nt) {
+                if (128 * warp + 8 * nt >= r) break;   // warp-uniform
+                uint32_t b_hi[2], b_lo[2];
+                to_tf32<kSplit>(vb[8 * nt], b_hi[0], b_lo[0]);
+                to_tf32<kSplit>(vb[4 * ld + 8 * nt], b_hi[1], b_lo[1]);
+                mma_f32_via_tf32<kSplit>(acc[nt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+        __syncthreads();   // the next tile overwrites rows, sS and sP
+    }
+    for (int nt = 0; nt < 16; ++nt)
+        for (int e = 0; e < 4; ++e) {
+            const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
+            if (h0 + g < H && d < r) out_of(g)[2 + d] = acc[nt][e];
+        }
+    if (lane == 0)
+        for (int a = 0; a < 4; ++a)
+            if (h0 + 4 * warp + a < H) {
+                out_of(4 * warp + a)[0] = m[a];
+                out_of(4 * warp + a)[1] = l[a];
+            }
+}
+
+}  // namespace
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
