@@ -113,6 +113,64 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
     MESSAGE("worst error over its bound: ", worst);
 }
 
+// The flash kernel's tensor-core form (mla_mha_mma.cuh, MlaMhaArgs::math): the same shapes, plus
+// dk and dv that are not multiples of 16 or 8 (a partial k step, a partial value tile). 3xTF32
+// keeps about 2^-21 of each product, so it is held to the fp32 form's bound; single TF32 (11 bits
+// of each operand) to 1e-2 relative plus 1e-3 of the largest |o|, and must be farther off than
+// 3xTF32 (the split is not a no-op). The weights' type only feeds the key expansion: F16 here
+// (any width).
+TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores, 3xTF32 at the fp32 bound") {
+    MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    const MhaCase shapes[] = {
+        {37, 0, 2, 64, 32, 64, 32, 16, 0}, {20, 45, 3, 32, 32, 32, 64, 7, 16}, {1, 30, 2, 32, 32, 64, 32, 5, 0},
+        {16, 16, 1, 64, 64, 32, 32, 32, 32}, {9, 5, 2, 32, 32, 28, 20, 4, 0},
+    };
+    const backend::CacheType cache_types[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
+    double worst[2] = {0, 0};   // per form, the largest error over the fp32 bound
+    for (const MhaCase& s : shapes) {
+        const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
+        const std::vector<float> rows = randn(size_t(n_kv * R), 51, 0.5f), q = randn(size_t(s.n * s.H * dk), 52);
+        const float scale = 1.0f / std::sqrt(float(dk));
+        backend::MlaShape ms;
+        ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.dn = s.dn, ms.dv = s.dv, ms.scale = scale;
+        const HeadMat k_b(quant::Type::F16, s.H, s.r, s.dn, 53, 0.3f), v_b(quant::Type::F16, s.H, s.dv, s.r, 54, 0.3f);
+        for (const backend::CacheType ct : cache_types) {
+            MhaPages p(ct, R, s.page_rows, n_kv);
+            cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
+            std::vector<float> want(size_t(s.n * s.H * s.dv), -2.0f);
+            cpu().mla_attend_tiled_mha(k_b.m, v_b.m, p.c, q.data(), want.data(), ms);
+            const double abs = 2e-6 * mha_max_abs(want);
+            for (const bool split : {true, false}) {
+                INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block, " cache ",
+                     backend::cache_type_name(ct), " 3xTF32 ", split);
+                cuda::emu::MlaMhaArgs a;
+                a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = scale;
+                a.key_block = s.key_block;
+                a.math = split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32;
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float),
+                                      std::numeric_limits<float>::quiet_NaN());
+                std::vector<float> got(want.size(), -1.0f);
+                cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
+                                                ws.data(), ws.size() * sizeof(float), nullptr);
+                if (split) check_close(got, want, 2e-6, abs, "paged MHA output, 3xTF32");
+                else check_close(got, want, 1e-2, 1e-3 * mha_max_abs(want), "paged MHA output, TF32");
+                for (size_t i = 0; i < got.size(); ++i)
+                    worst[split] = std::max(worst[split], std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
+                if (ct != backend::CacheType::f32 || !split) continue;
+                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float),
+                                       std::numeric_limits<float>::quiet_NaN());
+                std::vector<float> got2(want.size(), -3.0f), want2(want.size(), -4.0f);
+                cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), got2.data(), a,
+                                          ws2.data(), ws2.size() * sizeof(float), nullptr);
+                cpu().mla_attend_decompressed(k_b.m, v_b.m, rows.data(), q.data(), want2.data(), ms);
+                check_close(got2, want2, 2e-6, 2e-6 * mha_max_abs(want2), "contiguous MHA output, 3xTF32");
+            }
+        }
+    }
+    MESSAGE("worst error over the fp32 bound: 3xTF32 ", worst[1], ", single TF32 ", worst[0]);
+    CHECK(worst[0] > 10 * worst[1]);
+}
+
 TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, or pages of another width, is refused") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
     cuda::emu::MlaMhaArgs a;

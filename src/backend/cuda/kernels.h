@@ -319,10 +319,13 @@ void mla_attend_paged(const LatentArgs& c, const float* Q, float* lat, const Mla
 // queries q [n][H][dn + dr] (positions pos0 + t) over keys [0, pos0 + n), o [n][H][dv]. The keys
 // are expanded in blocks of key_block (0: mla_mha_default_key_block) with two fp32 GEMMs (blas)
 // for all heads; the online softmax is kept in the workspace between blocks.
+// math: the flash kernel's products as fp32 FMAs or on TF32 tensor cores (mla_mha_mma.cuh; dv
+// up to 256, fp32 past it), as for MlaArgs.
 struct MlaMhaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0, dn = 0, dv = 0;
     float scale = 1;
     int64_t key_block = 0;
+    F32Math math = F32Math::fp32;
 };
 // A 3-D weight as H slices of rows one after another, row_bytes apart (backend::Mat's layout):
 // attn_k_b is H x r rows of dn, attn_v_b H x dv rows of r. Any type of matvec_supported().

@@ -15,9 +15,11 @@
 //  4. mha_finish_kernel: o = acc / l.
 // fp32 throughout, as the CPU's tiled form; the sums run in another order (within 1e-5 in the
 // CPU-mode tests). Not run on a GPU yet: the shared-memory layout is plain (no swizzle against bank
-// conflicts) and there is no tensor-core form; kinfer_gpu_check times it.
+// conflicts); kinfer_gpu_check times it. The flash kernel's tensor-core form (TF32, 3xTF32 splits
+// by default) is mla_mha_mma.cuh's, taken where MlaMhaArgs::math asks.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
+#include "backend/cuda/mla_mha_mma.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -50,12 +52,8 @@ __global__ void __launch_bounds__(kTransposeThreads)
     out[p] = in[(h * rows + i) * cols + a];
 }
 
-// The online softmax state of every (query, head) between key blocks, in the workspace.
-struct FlashState {
-    float* m;     // [n][H] running max of the scaled scores
-    float* l;     // [n][H] running sum of e^(s - m)
-    float* acc;   // [n][H][dv] running sum of e^(s - m) v
-};
+// FlashState (the online softmax between key blocks) is mla_mha_mma.cuh's, shared with the
+// tensor-core form of the flash kernel.
 
 // Keys [b0, b0 + bn) of one block: k_nope rows kn [bn][H*dn], the latent rows lat [bn][R] (k_pe at
 // offset r), values vv [bn][H*dv]. Query t (position pos0 + t) sees keys <= pos0 + t.
@@ -232,8 +230,15 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
     dequant_rows(v_b.type, v_b.data, v_b.row_bytes, H * dv, r, Elem::F32, wv, r, stream);
 
     const FlashState st{ws + L.m, ws + L.l, ws + L.acc};
-    const size_t smem = flash_smem_floats(dn + a.dr, dv) * sizeof(float);
-    auto* flash = &mha_flash_kernel;
+    // The tensor-core form where asked (its value tiles: dv <= 256), the fp32 one otherwise; both
+    // take the same arguments, and kTQ queries a block.
+    static_assert(kFlashMmaQ == kTQ);
+    const bool mma = a.math != F32Math::fp32 && dv <= kFlashMmaMaxDv;
+    const size_t smem = mma ? flash_mma_smem_bytes(dn + a.dr, dv) : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
+    auto* flash = !mma ? &mha_flash_kernel : a.math == F32Math::tf32x3 ? &mha_flash_mma_kernel<true> : &mha_flash_mma_kernel<false>;
+    if (smem > kMhaMaxSmemBytes)   // (check_args holds the fp32 form's)
+        throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(dn + a.dr) + " and dv " +
+                                    std::to_string(dv) + " do not fit a block's shared memory");
     // Past 48 KiB a kernel must opt in (kda_chunked.cu does the same).
     if (smem > kDynamicNoOptIn) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     const dim3 grid{unsigned((a.n + kTQ - 1) / kTQ), unsigned(H)};
@@ -245,8 +250,8 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
         gemm(blas, Elem::F32, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
         gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
         // 3. Every query tile that sees part of the block walks it.
-        KINFER_LAUNCH(flash, grid, dim3(kFlashThreads), smem, as_stream(stream), q, ws + L.kn, lat, ws + L.vv, st, a.n,
-                      a.pos0, H, r, R, dn, a.dr, dv, a.scale, b0, bn, int(b0 == 0));
+        KINFER_LAUNCH(flash, grid, dim3(mma ? kFlashMmaThreads : kFlashThreads), smem, as_stream(stream), q, ws + L.kn,
+                      lat, ws + L.vv, st, a.n, a.pos0, H, r, R, dn, a.dr, dv, a.scale, b0, bn, int(b0 == 0));
     }
     // 4. Normalise.
     auto* finish = &mha_finish_kernel;
