@@ -754,16 +754,36 @@ void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
         ms.n = n, ms.pos0 = ctx - n, ms.H = H, ms.r = r, ms.dr = dr, ms.dn = dn, ms.dv = dv;
         ms.scale = 1.0f / std::sqrt(float(dk));
         Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
-        gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
+        // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh): 3xTF32 at
+        // the same bound, single TF32 at 1e-2 relative (test_mla_mha's). The fp32 form is timed last,
+        // so the absorbed comparison below is against the default.
+        auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+        using Math = backend::cuda::CudaBackend::Math;
+        const Math had = cuda_be ? cuda_be->mla_math() : Math::fp32;
+        std::vector<float> want;
+        double wmax = 0;
         if (ctx == 4096) {
             cpu.mla_cache_store(hc, 0, ctx, rows.data(), 0);
-            std::vector<float> want(size_t(n * H * dv));
+            want.resize(size_t(n * H * dv));
             cpu.mla_attend_tiled_mha(hk, hv, hc, q.data(), want.data(), ms);
-            double wmax = 0;
             for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
-            check("mla MHA prefill over f16 pages, ctx 4096", down(gpu, dout, want.size()), want, 1e-4, 1e-5 * wmax);
         }
-        const double s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
+        double s_mha = 0;
+        for (const Math m : {Math::tf32x3, Math::tf32, Math::fp32}) {
+            if (!cuda_be && m != Math::fp32) continue;
+            if (cuda_be) cuda_be->set_mla_math(m);
+            const char* form = m == Math::fp32 ? "fp32" : m == Math::tf32x3 ? "3xTF32" : "TF32";
+            gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
+            if (ctx == 4096)
+                check((std::string("mla MHA prefill over f16 pages, ctx 4096, ") + form).c_str(), down(gpu, dout, want.size()),
+                      want, m == Math::tf32 ? 1e-2 : 1e-4, (m == Math::tf32 ? 1e-3 : 1e-5) * wmax);
+            s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
+            // H n n_kv (dk + dv) multiply-adds, about half of them masked away in the last n keys.
+            const double flops = 2.0 * double(H) * double(n) * double(ctx - n / 2) * double(dk + dv);
+            std::printf("     mla MHA prefill chunk of %lld at %lld cached positions, flash kernel %-6s: %.2f ms (%.1f TFLOPS "
+                        "with the key expansion)\n", (long long)n, (long long)ctx, form, s_mha * 1e3, flops / s_mha / 1e12);
+        }
+        if (cuda_be) cuda_be->set_mla_math(had);
         // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted).
         const std::vector<float> Q = randn(size_t(n * H * R), 64);
         Dev dQ(gpu, Q.data(), Q.size() * 4, "Q"), dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");

@@ -17,6 +17,11 @@
 #           a step: the slot form reads nothing back);
 #   int8    "all" with KINFER_CUDA_GEMM=int8: the prefill's GEMMs of the quantized types on the int8
 #           tensor cores (mmq.cu), on the CPU's int8 activations.
+#   tc      "all" with KINFER_CUDA_KDA=tf32x3 and KINFER_CUDA_MLA=tf32x3: the prefill's chunked KDA
+#           and the grouped absorbed MLA kernel with their products on the TF32 tensor cores as
+#           3xTF32 splits (kda_chunked_mma.cu, mla_mma.cuh);
+#   tc-mha  "mha" with the same: the decompressed form's flash kernel on them (mla_mha_mma.cuh),
+#           against the CPU's decompressed form.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread
@@ -66,8 +71,10 @@ flags[tiled]="--device $dev -ngl 99 --mla-tiled-from 0"
 flags[mha]="--device $dev -ngl 99 --mla decompressed"
 flags[graphs]="--device $dev -ngl 99 --cuda-graphs"
 flags[int8]="--device $dev -ngl 99"; envs[int8]="KINFER_CUDA_GEMM=int8"
-for f in all tier slots graphs int8; do twin[$f]=cpu; done
-twin[tiled]=cpu-tiled; twin[mha]=cpu-mha
+flags[tc]="--device $dev -ngl 99"; envs[tc]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3"
+flags[tc-mha]="--device $dev -ngl 99 --mla decompressed"; envs[tc-mha]="${envs[tc]}"
+for f in all tier slots graphs int8 tc; do twin[$f]=cpu; done
+twin[tiled]=cpu-tiled; twin[mha]=cpu-mha; twin[tc-mha]=cpu-mha
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
     want=$logits/$name/exact/p64.batch.f32
@@ -83,7 +90,7 @@ for m in "${models[@]}"; do
     }
     # The CPU runs record their expert choices (the same path: recording only reads them).
     for f in cpu cpu-tiled cpu-mha; do run $f --routing-record "$out/$name.$f.route"; done
-    for f in all tier slots tiled mha graphs int8; do run $f; done
+    for f in all tier slots tiled mha graphs int8 tc tc-mha; do run $f; done
     check() {   # form [NAME [TOKEN]]: NAME's logits against the form's reference, its greedy ids against
                 # its twin's; with TOKEN, also the form's own rows before TOKEN (untouched by a flip there)
         python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" "${3:--1}" <<'PY'
@@ -122,7 +129,7 @@ print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:13s} max |d logit| vs {re
 sys.exit(0 if ok else 1)
 PY
     }
-    for f in cpu all tier slots graphs int8 tiled mha; do
+    for f in cpu all tier slots graphs int8 tc tiled mha tc-mha; do
         check $f && continue
         [ $f = cpu ] && { echo "FAIL $name cpu"; bad=1; continue; }
         # A random model's router can hold a near tie that fp32 rounding decides: then one token

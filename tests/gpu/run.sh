@@ -52,7 +52,9 @@
 #  9. golden logits of every tiny model (with the kit's golden data: the Q4_K_M and MXFP4_MOE
 #     ones, 4 of the 8) with every layer on the GPU, with the experts through a
 #     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
-#     GEMM (KINFER_CUDA_GEMM=int8), and in the tiled and the decompressed (MHA) MLA forms
+#     GEMM (KINFER_CUDA_GEMM=int8), with the chunked KDA and the grouped MLA kernel on TF32
+#     tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3), and in the tiled and the
+#     decompressed (MHA) MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
@@ -60,7 +62,8 @@
 #     (tests/gpu/speed_on_device.sh; needs the recipes of ../shared/golden or the kit's, skipped
 #     without; at most 300 s);
 # 11. compute-sanitizer's memcheck, racecheck and synccheck over one k3-tiny-a eval on the device,
-#     both prefill GEMM forms (racecheck sees the shared-memory hazards the CPU mode cannot).
+#     the default forms and the tensor-core ones (the int8 prefill GEMM with the TF32 chunked KDA
+#     and grouped MLA; racecheck sees the shared-memory hazards the CPU mode cannot).
 #
 # Every step after the build runs on its own, under a time limit: a failing or hanging step is
 # reported and the next one runs (a lent GPU's minutes are few), and the summary at the end lists
@@ -325,22 +328,25 @@ step two "two devices in one process: --split-mode layer and experts against one
 step list "kinfer --list-devices" 30 "$bin" run --device "$dev" --list-devices
 step golden "golden logits on the device" 600 tests/gpu/golden_on_device.sh "$bin" "$dev"
 # compute-sanitizer over one eval with every layer on the device (64-token prefill: the GEMMs; 2
-# decode steps: the matvecs), both prefill GEMM forms: memcheck (out-of-bounds and misaligned
+# decode steps: the matvecs), both prefill GEMM and chunked KDA forms: memcheck (out-of-bounds and misaligned
 # accesses), racecheck (shared-memory hazards between a block's threads, which the CPU mode's
 # fibers, running in a fixed order, cannot show) and synccheck (barriers). Last: it is slow, and
 # what the deadline leaves it is what it gets.
 sanitize() {
-    local cs tool gemm bad=0
+    local cs tool gemm kda bad=0
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     [ -x "$cs" ] || { echo "(no compute-sanitizer here: skipped)"; return 77; }
     for tool in memcheck racecheck synccheck; do
+        # The default forms, then the tensor-core ones: the int8 GEMM, the TF32 chunked KDA and MLA.
         for gemm in fp16 int8; do
-            if KINFER_CUDA_GEMM=$gemm "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
+            kda=fp32
+            [ $gemm = int8 ] && kda=tf32x3
+            if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$kda "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
                 --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 > "$out/san.txt" 2>&1; then
-                echo "$tool, $gemm prefill GEMM: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
+                echo "$tool, $gemm prefill GEMM, $kda KDA and MLA: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
             else
                 tail -n 60 "$out/san.txt"
-                echo "$tool, $gemm prefill GEMM: FAILED"
+                echo "$tool, $gemm prefill GEMM, $kda KDA and MLA: FAILED"
                 bad=1
             fi
         done

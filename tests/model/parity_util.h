@@ -72,7 +72,12 @@ inline Diff compare(const float* a, const float* b, int rows, int64_t V, double 
     d.rows = rows;
     for (int r = 0; r < rows; ++r) {
         double m = 0;
-        for (int64_t i = 0; i < V; ++i) m = std::max(m, double(std::fabs(a[r * V + i] - b[r * V + i])));
+        for (int64_t i = 0; i < V; ++i) {
+            // A NaN on either side counts as an infinite difference (std::max would skip it, and a
+            // run that produced NaNs everywhere would compare as equal).
+            const double diff = double(std::fabs(a[r * V + i] - b[r * V + i]));
+            m = std::isnan(diff) ? INFINITY : std::max(m, diff);
+        }
         d.per_pos.push_back(m);
         d.max_abs = std::max(d.max_abs, m);
         if (m > exact_tol && d.first_over < 0) d.first_over = r;

@@ -104,12 +104,32 @@ runtime::Device* expert_device(Backend& be) {
     return c ? &c->expert_device() : nullptr;
 }
 
+CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what) const {
+    const char* v = std::getenv(var);
+    if (!v || !*v || std::strcmp(v, "fp32") == 0) return Math::fp32;
+    if (std::strcmp(v, "tf32x3") == 0) return Math::tf32x3;
+    if (std::strcmp(v, "tf32") == 0) return Math::tf32;
+    fail("{}: {}='{}': expected fp32, tf32x3 or tf32 (the arithmetic of {})", name_, var, v, what);
+}
+
+namespace {
+kern::F32Math kernel_math(CudaBackend::Math m) {
+    switch (m) {
+        case CudaBackend::Math::tf32x3: return kern::F32Math::tf32x3;
+        case CudaBackend::Math::tf32: return kern::F32Math::tf32;
+        default: return kern::F32Math::fp32;
+    }
+}
+}  // namespace
+
 CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     if (const char* g = std::getenv("KINFER_CUDA_GEMM"); g && *g) {
         if (std::strcmp(g, "int8") == 0) prefill_gemm_ = PrefillGemm::int8;
         else if (std::strcmp(g, "fp16") != 0)
             fail("{}: KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", name_, g);
     }
+    kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill");
+    mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels");
     select();
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");
@@ -783,11 +803,14 @@ void CudaBackend::kda_scan(const KdaScan& s) {
     // Prefill chunks take the chunked (WY / UT) form, decode the recurrence: a chunk of fewer
     // tokens than the default chunk size has no chunk to share work over. The GPU does not follow
     // the CPU's bits either way (its activations stay fp32), so the choice is speed alone, and it
-    // is unmeasured (kinfer_gpu_check times both).
+    // is unmeasured (kinfer_gpu_check times the recurrence and each chunked form, kda_form_).
     select();
-    if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D))
-        kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
-    else
+    if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D)) {
+        if (kda_math_ == Math::fp32) kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
+        else
+            kern::kda_chunked_mma(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_,
+                                  kda_math_ == Math::tf32x3);
+    } else
         kern::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     check(cudaGetLastError(), "kda_scan");
 }
@@ -800,6 +823,7 @@ void CudaBackend::mla_attend_absorbed(const float* cache, const float* Q, float*
     a.r = s.r;
     a.dr = s.dr;
     a.scale = s.scale;
+    a.math = kernel_math(mla_math_);
     float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
     kern::mla_attend_absorbed(cache, Q, lat, a, part, compute_);
@@ -1036,6 +1060,7 @@ void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* 
     const auto* table = page_table(c, "mla_attend_tiled");
     kern::MlaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = s.scale;
+    a.math = kernel_math(mla_math_);
     float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
     kern::mla_attend_paged(latent_args(c, table), Q, lat, a, part, compute_);
@@ -1044,9 +1069,10 @@ void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* 
 
 namespace {
 
-kern::MlaMhaArgs mha_args(const MlaShape& s) {
+kern::MlaMhaArgs mha_args(const MlaShape& s, CudaBackend::Math math) {
     kern::MlaMhaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = s.scale;
+    a.math = kernel_math(math);
     return a;
 }
 
@@ -1070,7 +1096,7 @@ void CudaBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const 
     need_heads(k_b, s.r, s.dn, s, "mla_attend_decompressed");
     need_heads(v_b, s.dv, s.r, s, "mla_attend_decompressed");
     need(cache, size_t((s.pos0 + s.n) * (s.r + s.dr)) * sizeof(float), "mla_attend_decompressed", "cache");
-    const kern::MlaMhaArgs a = mha_args(s);
+    const kern::MlaMhaArgs a = mha_args(s, mla_math_);
     void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, false));
     select();
     try {
@@ -1090,7 +1116,7 @@ void CudaBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const Lat
     need_heads(k_b, s.r, s.dn, s, "mla_attend_tiled_mha");
     need_heads(v_b, s.dv, s.r, s, "mla_attend_tiled_mha");
     const auto* table = page_table(c, "mla_attend_tiled_mha");
-    const kern::MlaMhaArgs a = mha_args(s);
+    const kern::MlaMhaArgs a = mha_args(s, mla_math_);
     void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, true));
     select();
     try {

@@ -91,6 +91,18 @@ public:
     enum class PrefillGemm { fp16, int8 };
     void set_prefill_gemm(PrefillGemm g) { prefill_gemm_ = g; }
     PrefillGemm prefill_gemm() const { return prefill_gemm_; }
+    // The arithmetic of two kernels with a tensor-core form: fp32 FMAs on the CUDA cores, or TF32
+    // tensor cores (mma_tf32.cuh) on 3xTF32 splits (fp32-accurate) or single TF32 products.
+    //   kda: the chunked KDA of prefill (kda_chunked.cu / kda_chunked_mma.cu), KINFER_CUDA_KDA;
+    //   mla: the grouped absorbed MLA kernel (mla.cu / mla_mma.cuh) and the decompressed form's
+    //        flash kernel (mla_mha.cu / mla_mha_mma.cuh), KINFER_CUDA_MLA.
+    // fp32 unless the variable says tf32x3 or tf32 when the backend opens: none of the forms is
+    // measured on a GPU yet (kinfer_gpu_check times all three of each).
+    enum class Math { fp32, tf32x3, tf32 };
+    void set_kda_math(Math m) { kda_math_ = m; }
+    void set_mla_math(Math m) { mla_math_ = m; }
+    Math kda_math() const { return kda_math_; }
+    Math mla_math() const { return mla_math_; }
     int native_device() const override { return device_; }
     void* native_stream() const override { return compute_; }
 
@@ -222,9 +234,12 @@ private:
     std::vector<void*> execs_;                            // cudaGraphExec_t for each place in a step
     uint64_t graph_launches_ = 0, graph_builds_ = 0;
     PrefillGemm prefill_gemm_ = PrefillGemm::fp16;
+    Math kda_math_ = Math::fp32, mla_math_ = Math::fp32;
     // Whether a matmul of n tokens with W takes the int8 kernels: matvec_q8 below kGemmMinTokens,
     // mmq from there on when prefill_gemm_ says int8.
     bool int8_matmul(const Mat& W, int64_t n) const;
+    // A Math from environment variable var (unset or empty: fp32); anything else is an error.
+    Math math_from_env(const char* var, const char* what) const;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -48,19 +48,12 @@ template <bool kSplit>
 __device__ __forceinline__ void state_as_a(const float (&m)[4], uint32_t (&hi)[4], uint32_t (&lo)[4]) {
     const float x[4] = {m[0], m[2], m[1], m[3]};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        if constexpr (kSplit) tf32_split(x[e], hi[e], lo[e]);
-        else hi[e] = tf32_round(x[e]), lo[e] = 0;
-    }
+    for (int e = 0; e < 4; ++e) tf32_operand<kSplit>(x[e], hi[e], lo[e]);
 }
 template <bool kSplit>
 __device__ __forceinline__ void split2(float x0, float x1, uint32_t (&hi)[2], uint32_t (&lo)[2]) {
-    if constexpr (kSplit) {
-        tf32_split(x0, hi[0], lo[0]);
-        tf32_split(x1, hi[1], lo[1]);
-    } else {
-        hi[0] = tf32_round(x0), hi[1] = tf32_round(x1), lo[0] = lo[1] = 0;
-    }
+    tf32_operand<kSplit>(x0, hi[0], lo[0]);
+    tf32_operand<kSplit>(x1, hi[1], lo[1]);
 }
 
 template <int D, int C, bool kSplit>
@@ -169,10 +162,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             uint32_t a_hi[4], a_lo[4];
             const float x[4] = {u0[0], u0[8], u4[0], u4[8]};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if constexpr (kSplit) tf32_split(x[e], a_hi[e], a_lo[e]);
-                else a_hi[e] = tf32_round(x[e]), a_lo[e] = 0;
-            }
+            for (int e = 0; e < 4; ++e) tf32_operand<kSplit>(x[e], a_hi[e], a_lo[e]);
             const float* z0 = sG + (8 * st + t4) * LD + gq;   // B = Z: k = token, column = key index
 #pragma unroll
             for (int kt = 0; kt < kTiles; ++kt) {

@@ -42,12 +42,6 @@ inline size_t flash_mma_smem_bytes(int64_t dk, int64_t dv) {
                                   3 * kFlashMmaQ * kFlashMmaLdP + kFlashMmaQ);
 }
 
-template <bool kSplit>
-__device__ __forceinline__ void flash_tf32(float x, uint32_t& hi, uint32_t& lo) {
-    if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_round(x), lo = 0;
-}
-
 // Keys [b0, b0 + bn) of one block, as mha_flash_kernel (mla_mha.cu) takes them.
 template <bool kSplit>
 __global__ void __launch_bounds__(kFlashMmaThreads)
@@ -111,12 +105,12 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
             const float* qa = qs + gq * ldk + 8 * kstep + t4;
             const float* kb = ks + (nkey + gq) * ldk + 8 * kstep + t4;
             uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
-            flash_tf32<kSplit>(qa[0], a_hi[0], a_lo[0]);
-            flash_tf32<kSplit>(qa[8 * ldk], a_hi[1], a_lo[1]);
-            flash_tf32<kSplit>(qa[4], a_hi[2], a_lo[2]);
-            flash_tf32<kSplit>(qa[8 * ldk + 4], a_hi[3], a_lo[3]);
-            flash_tf32<kSplit>(kb[0], b_hi[0], b_lo[0]);
-            flash_tf32<kSplit>(kb[4], b_hi[1], b_lo[1]);
+            tf32_operand<kSplit>(qa[0], a_hi[0], a_lo[0]);
+            tf32_operand<kSplit>(qa[8 * ldk], a_hi[1], a_lo[1]);
+            tf32_operand<kSplit>(qa[4], a_hi[2], a_lo[2]);
+            tf32_operand<kSplit>(qa[8 * ldk + 4], a_hi[3], a_lo[3]);
+            tf32_operand<kSplit>(kb[0], b_hi[0], b_lo[0]);
+            tf32_operand<kSplit>(kb[4], b_hi[1], b_lo[1]);
             mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
         }
         float* half = sS + kh * kFlashMmaQ * kFlashMmaLdP;
@@ -146,17 +140,17 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         for (int kstep = 0; kstep < kFlashMmaK / 8; ++kstep) {
             const float* pa = sP + gq * kFlashMmaLdP + 8 * kstep + t4;
             uint32_t a_hi[4], a_lo[4];
-            flash_tf32<kSplit>(pa[0], a_hi[0], a_lo[0]);
-            flash_tf32<kSplit>(pa[8 * kFlashMmaLdP], a_hi[1], a_lo[1]);
-            flash_tf32<kSplit>(pa[4], a_hi[2], a_lo[2]);
-            flash_tf32<kSplit>(pa[8 * kFlashMmaLdP + 4], a_hi[3], a_lo[3]);
+            tf32_operand<kSplit>(pa[0], a_hi[0], a_lo[0]);
+            tf32_operand<kSplit>(pa[8 * kFlashMmaLdP], a_hi[1], a_lo[1]);
+            tf32_operand<kSplit>(pa[4], a_hi[2], a_lo[2]);
+            tf32_operand<kSplit>(pa[8 * kFlashMmaLdP + 4], a_hi[3], a_lo[3]);
             const float* vb = vs + (8 * kstep + t4) * ldv + gq;
             for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) {
                 const int tile = warp + 4 * a;
                 if (tile >= ntiles) break;         // warp-uniform
                 uint32_t b_hi[2], b_lo[2];
-                flash_tf32<kSplit>(vb[8 * tile], b_hi[0], b_lo[0]);
-                flash_tf32<kSplit>(vb[4 * ldv + 8 * tile], b_hi[1], b_lo[1]);
+                tf32_operand<kSplit>(vb[8 * tile], b_hi[0], b_lo[0]);
+                tf32_operand<kSplit>(vb[4 * ldv + 8 * tile], b_hi[1], b_lo[1]);
                 mma_f32_via_tf32<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
             }
         }

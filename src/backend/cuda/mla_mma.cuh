@@ -34,12 +34,6 @@ inline size_t mla_mma_smem_bytes(int64_t R) {
     return sizeof(float) * size_t(2 * kMmaHeads * mla_mma_ld(R) + 3 * kMmaHeads * kMmaLdP + kMmaHeads);
 }
 
-template <bool kSplit>
-__device__ __forceinline__ void to_tf32(float x, uint32_t& hi, uint32_t& lo) {
-    if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_round(x), lo = 0;
-}
-
 template <class Rows, bool kSplit>
 __global__ void __launch_bounds__(kMmaThreads)
     mla_partial_mma_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r, int64_t R,
@@ -85,13 +79,13 @@ __global__ void __launch_bounds__(kMmaThreads)
         for (int ks = ks0; ks < ks1; ++ks) {
             const float* qa = sq + gq * ld + 8 * ks + t4;
             uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
-            to_tf32<kSplit>(qa[0], a_hi[0], a_lo[0]);
-            to_tf32<kSplit>(qa[8 * ld], a_hi[1], a_lo[1]);
-            to_tf32<kSplit>(qa[4], a_hi[2], a_lo[2]);
-            to_tf32<kSplit>(qa[8 * ld + 4], a_hi[3], a_lo[3]);
+            tf32_operand<kSplit>(qa[0], a_hi[0], a_lo[0]);
+            tf32_operand<kSplit>(qa[8 * ld], a_hi[1], a_lo[1]);
+            tf32_operand<kSplit>(qa[4], a_hi[2], a_lo[2]);
+            tf32_operand<kSplit>(qa[8 * ld + 4], a_hi[3], a_lo[3]);
             const float* kb = rows + (nrow + gq) * ld + 8 * ks + t4;
-            to_tf32<kSplit>(kb[0], b_hi[0], b_lo[0]);
-            to_tf32<kSplit>(kb[4], b_hi[1], b_lo[1]);
+            tf32_operand<kSplit>(kb[0], b_hi[0], b_lo[0]);
+            tf32_operand<kSplit>(kb[4], b_hi[1], b_lo[1]);
             mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
         }
         float* half = sS + kh * kMmaHeads * kMmaLdP;
@@ -119,16 +113,16 @@ __global__ void __launch_bounds__(kMmaThreads)
         for (int ks = 0; ks < kMmaRows / 8; ++ks) {
             const float* pa = sP + gq * kMmaLdP + 8 * ks + t4;
             uint32_t a_hi[4], a_lo[4];
-            to_tf32<kSplit>(pa[0], a_hi[0], a_lo[0]);
-            to_tf32<kSplit>(pa[8 * kMmaLdP], a_hi[1], a_lo[1]);
-            to_tf32<kSplit>(pa[4], a_hi[2], a_lo[2]);
-            to_tf32<kSplit>(pa[8 * kMmaLdP + 4], a_hi[3], a_lo[3]);
+            tf32_operand<kSplit>(pa[0], a_hi[0], a_lo[0]);
+            tf32_operand<kSplit>(pa[8 * kMmaLdP], a_hi[1], a_lo[1]);
+            tf32_operand<kSplit>(pa[4], a_hi[2], a_lo[2]);
+            tf32_operand<kSplit>(pa[8 * kMmaLdP + 4], a_hi[3], a_lo[3]);
             const float* vb = rows + (8 * ks + t4) * ld + 128 * warp + gq;
             for (int nt = 0; nt < 16; ++nt) {
                 if (128 * warp + 8 * nt >= r) break;   // warp-uniform
                 uint32_t b_hi[2], b_lo[2];
-                to_tf32<kSplit>(vb[8 * nt], b_hi[0], b_lo[0]);
-                to_tf32<kSplit>(vb[4 * ld + 8 * nt], b_hi[1], b_lo[1]);
+                tf32_operand<kSplit>(vb[8 * nt], b_hi[0], b_lo[0]);
+                tf32_operand<kSplit>(vb[4 * ld + 8 * nt], b_hi[1], b_lo[1]);
                 mma_f32_via_tf32<kSplit>(acc[nt], a_hi, a_lo, b_hi, b_lo);
             }
         }

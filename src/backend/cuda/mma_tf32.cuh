@@ -42,6 +42,13 @@ __device__ __forceinline__ void tf32_split(float x, uint32_t& hi, uint32_t& lo) 
     lo = tf32_round(x - __uint_as_float(hi));
 }
 
+// An fp32 operand for mma_f32_via_tf32: its split (kSplit), or its TF32 rounding alone (lo 0).
+template <bool kSplit>
+__device__ __forceinline__ void tf32_operand(float x, uint32_t& hi, uint32_t& lo) {
+    if constexpr (kSplit) tf32_split(x, hi, lo);
+    else hi = tf32_round(x), lo = 0;
+}
+
 // The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
 // lanes that hold them (both k halves of a source lane in one 64-bit shuffle) and adds the eight
 // products to its outputs in k order. The tensor cores read only an operand's TF32 bits, so the
