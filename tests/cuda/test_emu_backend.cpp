@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_expert_device.h"
 #include "backend/cuda/emu/runtime.h"
+#include "backend/device_memory.h"
 #include "backend/registry.h"
 #include "model/parity_util.h"
 #include "test_util.h"
@@ -118,6 +119,37 @@ TEST_CASE("CudaBackend on the emulated runtime: F32 golden models within 1e-4 of
         const Diff d = against(on_emu_cuda(*m, ids, false, true), golden(dir + "p64.decode.f32"), name + "-F32 emu-cuda tiled decode");
         CHECK(d.max_abs <= 1e-4);
     }
+}
+
+// CudaBackend's allocations in device_memory.h's registry: owns() answers them without a
+// cudaPointerGetAttributes call (the emulated runtime counts the calls), anything else still asks
+// the runtime, and the CPU backend refuses them by name (on a GPU its read would fault; on
+// emu-cuda too, since the emulated memory is PROT_NONE outside the stream's work).
+TEST_CASE("CudaBackend on the emulated runtime: owns() from the allocation registry; the CPU backend refuses its memory") {
+    backend::Backends bk(1);
+    bk.add_device("emu-cuda:64MiB");
+    backend::Backend* dev = bk.device(0);
+    REQUIRE(dev);
+    backend::Buffer b = dev->alloc(4096, "test buffer");
+    std::vector<float> host(64);
+    const uint64_t q0 = kinfer::cuda::emu_rt::emu_pointer_queries();
+    CHECK(dev->owns(b.ptr, 4096));
+    CHECK(dev->owns(b.ptr + 100, 200));
+    CHECK(kinfer::cuda::emu_rt::emu_pointer_queries() == q0);   // answered by the registry
+    CHECK_FALSE(dev->owns(host.data(), 64));                       // not its own: the runtime says no
+    CHECK(kinfer::cuda::emu_rt::emu_pointer_queries() == q0 + 1);
+    CHECK(backend::device_owning(b.ptr + 8, 8) != nullptr);
+    try {
+        bk.cpu().upload(b.ptr, host.data(), 64);
+        FAIL("the CPU backend wrote into device memory");
+    } catch (const Error& e) {
+        const std::string what = e.what();
+        INFO(what);
+        CHECK(what.find(dev->name()) != std::string::npos);
+    }
+    uint8_t* const gone = b.ptr;
+    dev->free(b);
+    CHECK(backend::device_owning(gone, 1) == nullptr);
 }
 
 // The tensor-core forms (KINFER_CUDA_KDA=tf32x3, KINFER_CUDA_MLA=tf32x3) in the whole model: the

@@ -7,6 +7,7 @@
 #endif
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_expert_device.h"
+#include "backend/device_memory.h"
 
 #include "backend/cuda/kernels.h"
 #include "common/error.h"
@@ -156,6 +157,9 @@ CudaBackend::~CudaBackend() {
     free_retired();
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
+    // Whatever is still registered (the scratch buffers, freed above without free(); buffers the
+    // owner never freed) goes too: the registry holds name_'s address.
+    unregister_device_allocations(name_.c_str());
 }
 
 void CudaBackend::select() const { cudaSetDevice(device_); }
@@ -197,6 +201,8 @@ Buffer CudaBackend::alloc(size_t bytes, std::string_view what) {
         fail("{}: out of device memory for {}: {} bytes asked, {} free of {}", name_, what, bytes, gib(free_bytes()),
              gib(total_bytes()));
     }
+    // Known to owns() without a driver call, and to the CPU backend, which refuses it.
+    register_device_allocation(name_.c_str(), p, std::max<size_t>(bytes, 1));
     return Buffer{static_cast<uint8_t*>(p), bytes, 0};
 }
 
@@ -211,6 +217,7 @@ void CudaBackend::free(Buffer& b) {
             retire(t->second.pinned, true);
             tables_.erase(t);
         }
+        unregister_device_allocation(b.ptr);
         cudaFree(b.ptr);
     }
     b = Buffer{};
@@ -245,6 +252,10 @@ void CudaBackend::free_pinned_host(Buffer& b) {
 
 bool CudaBackend::owns(const void* p, size_t bytes) const {
     if (bytes == 0) return true;
+    // Inside one of this backend's allocations: a lookup in the registry alloc() keeps. Anything
+    // else (memory of another backend on the same GPU, or none of this device's) asks the driver,
+    // as every op's pointers did before the registry: a call a pointer, a few thousand a token.
+    if (device_containing(p, bytes) == name_.c_str()) return true;
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
         cudaGetLastError();

@@ -75,6 +75,7 @@ struct State {
     std::set<CUstream_st*> streams;
     std::map<const uint8_t*, size_t> pinned;  // cudaHostAlloc ranges
     bool query_runs_work = true;              // emu_set_query_runs_work
+    uint64_t pointer_queries = 0;             // emu_pointer_queries
     std::set<std::pair<int, int>> peer_access;   // (device, peer) pairs enabled
 };
 
@@ -357,8 +358,14 @@ cudaError_t cudaFreeHost(void* p) {
     return cudaSuccess;
 }
 
+uint64_t emu_pointer_queries() {
+    std::lock_guard lock(state().m);
+    return state().pointer_queries;
+}
+
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     std::lock_guard lock(state().m);
+    ++state().pointer_queries;
     *a = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
     auto& devs = state().devices;
     if (const Device* d = device_of(p)) {

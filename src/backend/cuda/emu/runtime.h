@@ -111,6 +111,9 @@ int emu_add_device(size_t bytes);
 // shows (code that only polls would wait forever: for tests of code that waits). Returns the
 // previous setting.
 bool emu_set_query_runs_work(bool runs);
+// How many cudaPointerGetAttributes calls there have been (tests: CudaBackend::owns answers its
+// own allocations without one).
+uint64_t emu_pointer_queries();
 
 // ---- the runtime API subset ----
 const char* cudaGetErrorString(cudaError_t e);
