@@ -23,8 +23,8 @@
 // remain on the right-hand sides' writes).
 //
 // Shared memory (floats): K, Q, G rows 3 C (D + 8); U and the q products 2 C (J + 8); A and Aqk
-// 2 C (C + 1); G_L, exp(-G_L) 2 D; beta C; a flag. D = 128, J = 128: C = 16 47 KiB, C = 32
-// 95 KiB, C = 64 204 KiB (all opted in past 46 KiB).
+// 2 C (C + 1); G_L, exp(-G_L) 2 D; beta C; a flag. D = 128, J = 128: C = 16 45.7 KiB (under the
+// 46 KiB a launch may take without opting in), C = 32 94 KiB, C = 64 204 KiB (opted in).
 #include "backend/cuda/kda_chunk.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma_tf32.cuh"

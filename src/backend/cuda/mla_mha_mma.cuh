@@ -14,7 +14,7 @@
 //     loaded from the workspace's state at the start and stored back at the end.
 // Shared memory (floats): q and the key tile 2 x 16 x (dkp + 4) (dkp: dk rounded up to 8), the
 // value tile 16 x (dv rounded up to 32, + 8), scores 2 x 16 x 20, probabilities 16 x 20, rescale
-// 16; the paddings put a fragment load's lanes in distinct banks. K3 (dk 192, dv 128): 35 KiB.
+// 16; the paddings put a fragment load's lanes in distinct banks. K3 (dk 192, dv 128): 37 KiB.
 #pragma once
 #include "backend/cuda/mma_tf32.cuh"
 #include "backend/cuda/reduce.cuh"

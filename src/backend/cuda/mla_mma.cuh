@@ -14,7 +14,7 @@
 //     (64 floats a lane), rescaled and added to each tile.
 // Shared memory (floats): q and the tile's rows 2 x 16 x (Rp + 4) (Rp: R rounded up to 8; the
 // + 4 puts a fragment load's 32 lanes in 32 banks), scores 2 x 16 x 20, probabilities 16 x 20,
-// rescale 16: 78 KiB at K3's R = 576 (opted in).
+// rescale 16: 76 KiB at K3's R = 576 (opted in; two blocks an SM).
 #pragma once
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mma_tf32.cuh"
