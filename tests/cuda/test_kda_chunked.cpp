@@ -95,14 +95,17 @@ constexpr double kTol = 1e-4;
 
 using namespace kda_chunked_test;
 
-TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurrence, n around the chunk") {
+// Both chunked kernels: kda_chunked.cu (fp32) and kda_chunked_mma.cu as 3xTF32, at the same bound
+// (worst seen over these runs: 6.6e-7 of max(1, |x|) for each; each run prints its own).
+TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurrence, n around the chunk, fp32 and "
+          "3xTF32") {
     struct Shape {
         int64_t H, D;
         int chunk, slices;
     };
-    // D = 128 at C = 64 is the K3 head at the largest chunk (165 KiB of shared memory on a GPU);
-    // D = 64 with 2 slices splits the value columns over two blocks, and D = 256 takes the
-    // default slices (2) and one column a group.
+    // D = 128 at C = 64 is the K3 head at the largest chunk (165 / 204 KiB of shared memory on a
+    // GPU); D = 64 with 2 slices splits the value columns over two blocks, and D = 256 takes the
+    // default slices (2) and one column a group (the fp32 kernel).
     for (const Shape s : {Shape{2, 32, 16, 1}, Shape{3, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{2, 128, 64, 1},
                           Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0}}) {
         const int64_t C = s.chunk;
@@ -115,19 +118,26 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
                               Run{2 * C + 3, Gate::k3}, Run{2 * C + 3, Gate::kimi_linear}}) {
             const int64_t n = run.n;
             if (s.D >= 128 && n == C - 1) continue;   // CPU-mode time; the other runs cover both forms
-            INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate));
             const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(100 + n + s.D + C), run.gate);
-            std::vector<float> state = in.state, want_state = in.state;
-            std::vector<float> o(size_t(n * s.H * s.D), -1.0f);
-            cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
-                                   o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices);
+            std::vector<float> want_state = in.state;
             const std::vector<float> want = cpu_recurrent(in, want_state);
-            std::printf("kda_chunked H %lld D %lld C %lld slices %d n %lld gate %d: "
-                        "max err/max(1,|x|) out %.2e state %.2e\n",
-                        (long long)s.H, (long long)s.D, (long long)C, s.slices, (long long)n, int(run.gate),
-                        max_rel_err(o, want), max_rel_err(state, want_state));
-            check_close(o, want, kTol, kTol, "kda_chunked outputs");
-            check_close(state, want_state, kTol, kTol, "kda_chunked state");
+            for (const bool tc : {false, true}) {
+                INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate),
+                     " 3xTF32 ", tc);
+                std::vector<float> state = in.state, o(size_t(n * s.H * s.D), -1.0f);
+                if (tc)
+                    cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                               state.data(), o.data(), n, s.H, s.D, nullptr, true, s.chunk, s.slices);
+                else
+                    cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
+                                           o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices);
+                std::printf("kda_chunked%s H %lld D %lld C %lld slices %d n %lld gate %d: "
+                            "max err/max(1,|x|) out %.2e state %.2e\n",
+                            tc ? "_mma 3xTF32" : "", (long long)s.H, (long long)s.D, (long long)C, s.slices,
+                            (long long)n, int(run.gate), max_rel_err(o, want), max_rel_err(state, want_state));
+                check_close(o, want, kTol, kTol, "kda_chunked outputs");
+                check_close(state, want_state, kTol, kTol, "kda_chunked state");
+            }
         }
     }
 }
@@ -234,40 +244,6 @@ TEST_CASE("cuda mma_tf32 (cpu mode): the fragments, TF32 rounding, and the 3xTF3
         CHECK(out[size_t(8 * r)] == cases[r % 8][1]);
         // the split keeps 22 of the 24 bits: below's low bit goes, the others stay whole
         CHECK(std::fabs(out[size_t(256 + 8 * r)] - cases[r % 8][0]) <= std::ldexp(std::fabs(cases[r % 8][0]), -22));
-    }
-}
-
-TEST_CASE("cuda kda_chunked_mma (cpu mode): 3xTF32 outputs and state equal the CPU recurrence, n around the chunk") {
-    struct Shape {
-        int64_t H, D;
-        int chunk, slices;
-    };
-    // D = 64 with 2 slices: blocks of 32 columns (two warps); D = 256 takes the default 2 slices.
-    for (const Shape s : {Shape{2, 32, 16, 1}, Shape{2, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{1, 128, 16, 1},
-                          Shape{1, 32, 64, 1}, Shape{1, 256, 16, 0}}) {
-        const int64_t C = s.chunk;
-        struct Run {
-            int64_t n;
-            Gate gate;
-        };
-        for (const Run run : {Run{1, Gate::k3}, Run{C - 1, Gate::kimi_linear}, Run{C, Gate::strong},
-                              Run{2 * C + 3, Gate::k3}}) {
-            const int64_t n = run.n;
-            if (s.D >= 128 && n == C - 1) continue;   // CPU-mode time; the other runs cover both forms
-            INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate));
-            const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(300 + n + s.D + C), run.gate);
-            std::vector<float> state = in.state, want_state = in.state;
-            std::vector<float> o(size_t(n * s.H * s.D), -1.0f);
-            cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-                                       state.data(), o.data(), n, s.H, s.D, nullptr, true, s.chunk, s.slices);
-            const std::vector<float> want = cpu_recurrent(in, want_state);
-            std::printf("kda_chunked_mma 3xTF32 H %lld D %lld C %lld slices %d n %lld gate %d: "
-                        "max err/max(1,|x|) out %.2e state %.2e\n",
-                        (long long)s.H, (long long)s.D, (long long)C, s.slices, (long long)n, int(run.gate),
-                        max_rel_err(o, want), max_rel_err(state, want_state));
-            check_close(o, want, kTol, kTol, "kda_chunked_mma outputs");
-            check_close(state, want_state, kTol, kTol, "kda_chunked_mma state");
-        }
     }
 }
 

@@ -163,11 +163,10 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             const float x[4] = {u0[0], u0[8], u4[0], u4[8]};
 #pragma unroll
             for (int e = 0; e < 4; ++e) tf32_operand<kSplit>(x[e], a_hi[e], a_lo[e]);
-            const float* z0 = sG + (8 * st + t4) * LD + gq;   // B = Z: k = token, column = key index
 #pragma unroll
-            for (int kt = 0; kt < kTiles; ++kt) {
+            for (int kt = 0; kt < kTiles; ++kt) {   // B = Z: k = the token, column = the key index
                 uint32_t b_hi[2], b_lo[2];
-                split2<kSplit>(z0[8 * kt], z0[4 * LD + 8 * kt], b_hi, b_lo);
+                tf32_frag_b_cols<kSplit>(b_hi, b_lo, sG + 8 * st * LD + 8 * kt, LD);
                 mma_f32_via_tf32<kSplit>(m[kt], a_hi, a_lo, b_hi, b_lo);
             }
         }
@@ -230,11 +229,11 @@ void dispatch_mma(const float* q, const float* k, const float* v, const float* g
 __global__ void __launch_bounds__(32) mma_tf32_check_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                             float* __restrict__ out) {
     const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
-    uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2], a[4], b[2];
-    const float av[4] = {A[8 * g + t], A[8 * (g + 8) + t], A[8 * g + t + 4], A[8 * (g + 8) + t + 4]};
-    const float bv[2] = {B[8 * g + t], B[8 * g + t + 4]};
-    for (int e = 0; e < 4; ++e) tf32_split(av[e], a_hi[e], a_lo[e]), a[e] = tf32_round(av[e]);
-    for (int e = 0; e < 2; ++e) tf32_split(bv[e], b_hi[e], b_lo[e]), b[e] = tf32_round(bv[e]);
+    uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2], a[4], b[2], unused4[4], unused2[2];
+    tf32_frag_a<true>(a_hi, a_lo, A, 8);
+    tf32_frag_b_rows<true>(b_hi, b_lo, B, 8);
+    tf32_frag_a<false>(a, unused4, A, 8);
+    tf32_frag_b_rows<false>(b, unused2, B, 8);
     float c[4][4] = {};
     mma_tf32(c[0], a, b);
     mma_tf32_plain(c[1], a, b);

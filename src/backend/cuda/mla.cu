@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kMlaThreads)
     const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
     float* out = part + ((t * H + h) * pieces + s) * (r + 2);
     if (j0 >= j1) {                              // this token's context ends before the piece
-        for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out[d] = d == 0 ? -INFINITY : 0.0f;
+        mla_empty_piece(out, r);
         return;
     }
     const float* q = Q + (t * H + h) * R;
@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kMlaThreads)
     const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
     auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
     if (j0 >= j1) {                                        // this token's context ends before the piece
-        for (int64_t g = 0; g < kGroupHeads && h0 + g < H; ++g)
-            for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out_of(g)[d] = d == 0 ? -INFINITY : 0.0f;
+        for (int64_t g = 0; g < kGroupHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
         return;
     }
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);

@@ -101,21 +101,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
         // ---- scores: A = queries, B[k][n] = ks[n][k]; half the k steps this warp ----
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int kstep = ks0; kstep < ks1; ++kstep) {
-            const float* qa = qs + gq * ldk + 8 * kstep + t4;
-            const float* kb = ks + (nkey + gq) * ldk + 8 * kstep + t4;
-            uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
-            tf32_operand<kSplit>(qa[0], a_hi[0], a_lo[0]);
-            tf32_operand<kSplit>(qa[8 * ldk], a_hi[1], a_lo[1]);
-            tf32_operand<kSplit>(qa[4], a_hi[2], a_lo[2]);
-            tf32_operand<kSplit>(qa[8 * ldk + 4], a_hi[3], a_lo[3]);
-            tf32_operand<kSplit>(kb[0], b_hi[0], b_lo[0]);
-            tf32_operand<kSplit>(kb[4], b_hi[1], b_lo[1]);
-            mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
-        }
-        float* half = sS + kh * kFlashMmaQ * kFlashMmaLdP;
-        half[gq * kFlashMmaLdP + nkey + 2 * t4] = c[0], half[gq * kFlashMmaLdP + nkey + 2 * t4 + 1] = c[1];
-        half[(gq + 8) * kFlashMmaLdP + nkey + 2 * t4] = c[2], half[(gq + 8) * kFlashMmaLdP + nkey + 2 * t4 + 1] = c[3];
+        mma_rows_tf32<kSplit>(c, qs, ldk, ks + nkey * ldk, ldk, ks0, ks1);
+        tf32_store_c(c, sS + kh * kFlashMmaQ * kFlashMmaLdP + nkey, kFlashMmaLdP);
         __syncthreads();
 
         // ---- online softmax: warp w's four queries, lane j key j; a key after the query is -inf ----
@@ -123,12 +110,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
             const int i = 4 * warp + a;
             const bool seen = i < nq && lane < nk && k0 + lane <= qpos0 + i;
             const float s = seen ? sS[i * kFlashMmaLdP + lane] + sS[(kFlashMmaQ + i) * kFlashMmaLdP + lane] : -INFINITY;
-            const float mn = fmaxf(m[a], warp_max(s));
-            const float safe = mn == -INFINITY ? 0.0f : mn;   // no key seen yet: e^-inf = 0 below
-            const float p = expf(s - safe);
-            const float cr = expf(m[a] - safe);
-            l[a] = l[a] * cr + warp_sum(p);
-            m[a] = mn;
+            float cr;
+            const float p = online_softmax_step(s, m[a], l[a], cr);
             if (lane < kFlashMmaK) sP[i * kFlashMmaLdP + lane] = p;
             if (lane == 0) sC[i] = cr;
         }
@@ -138,19 +121,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         const float c0 = sC[gq], c8 = sC[gq + 8];
         for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) acc[a][0] *= c0, acc[a][1] *= c0, acc[a][2] *= c8, acc[a][3] *= c8;
         for (int kstep = 0; kstep < kFlashMmaK / 8; ++kstep) {
-            const float* pa = sP + gq * kFlashMmaLdP + 8 * kstep + t4;
             uint32_t a_hi[4], a_lo[4];
-            tf32_operand<kSplit>(pa[0], a_hi[0], a_lo[0]);
-            tf32_operand<kSplit>(pa[8 * kFlashMmaLdP], a_hi[1], a_lo[1]);
-            tf32_operand<kSplit>(pa[4], a_hi[2], a_lo[2]);
-            tf32_operand<kSplit>(pa[8 * kFlashMmaLdP + 4], a_hi[3], a_lo[3]);
-            const float* vb = vs + (8 * kstep + t4) * ldv + gq;
+            tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * kstep, kFlashMmaLdP);
             for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) {
                 const int tile = warp + 4 * a;
                 if (tile >= ntiles) break;         // warp-uniform
                 uint32_t b_hi[2], b_lo[2];
-                tf32_operand<kSplit>(vb[8 * tile], b_hi[0], b_lo[0]);
-                tf32_operand<kSplit>(vb[4 * ldv + 8 * tile], b_hi[1], b_lo[1]);
+                tf32_frag_b_cols<kSplit>(b_hi, b_lo, vs + 8 * kstep * ldv + 8 * tile, ldv);
                 mma_f32_via_tf32<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
             }
         }

@@ -34,6 +34,13 @@ inline size_t mla_mma_smem_bytes(int64_t R) {
     return sizeof(float) * size_t(2 * kMmaHeads * mla_mma_ld(R) + 3 * kMmaHeads * kMmaLdP + kMmaHeads);
 }
 
+// A piece that starts past its token's context: the empty partial result (max -inf, sum and
+// accumulator 0) the combine pass skips over. The block's threads share the r + 2 floats; mla.cu's
+// fp32 kernels use it too.
+__device__ inline void mla_empty_piece(float* out, int64_t r) {
+    for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out[d] = d == 0 ? -INFINITY : 0.0f;
+}
+
 template <class Rows, bool kSplit>
 __global__ void __launch_bounds__(kMmaThreads)
     mla_partial_mma_kernel(Rows cache, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r, int64_t R,
@@ -50,8 +57,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
     auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
     if (j0 >= j1) {                                // this token's context ends before the piece
-        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g)
-            for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out_of(g)[d] = d == 0 ? -INFINITY : 0.0f;
+        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
         return;
     }
     const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
@@ -76,32 +82,16 @@ __global__ void __launch_bounds__(kMmaThreads)
 
         // ---- scores: A = q rows (heads), B[k][n] = rows[n][k]; half the k steps this warp ----
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int ks = ks0; ks < ks1; ++ks) {
-            const float* qa = sq + gq * ld + 8 * ks + t4;
-            uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
-            tf32_operand<kSplit>(qa[0], a_hi[0], a_lo[0]);
-            tf32_operand<kSplit>(qa[8 * ld], a_hi[1], a_lo[1]);
-            tf32_operand<kSplit>(qa[4], a_hi[2], a_lo[2]);
-            tf32_operand<kSplit>(qa[8 * ld + 4], a_hi[3], a_lo[3]);
-            const float* kb = rows + (nrow + gq) * ld + 8 * ks + t4;
-            tf32_operand<kSplit>(kb[0], b_hi[0], b_lo[0]);
-            tf32_operand<kSplit>(kb[4], b_hi[1], b_lo[1]);
-            mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
-        }
-        float* half = sS + kh * kMmaHeads * kMmaLdP;
-        half[gq * kMmaLdP + nrow + 2 * t4] = c[0], half[gq * kMmaLdP + nrow + 2 * t4 + 1] = c[1];
-        half[(gq + 8) * kMmaLdP + nrow + 2 * t4] = c[2], half[(gq + 8) * kMmaLdP + nrow + 2 * t4 + 1] = c[3];
+        mma_rows_tf32<kSplit>(c, sq, ld, rows + nrow * ld, ld, ks0, ks1);
+        tf32_store_c(c, sS + kh * kMmaHeads * kMmaLdP + nrow, kMmaLdP);
         __syncthreads();
 
         // ---- online softmax: warp w's four heads, lane j row j ----
         for (int a = 0; a < 4; ++a) {
             const int g = 4 * warp + a;
             const float sc = lane < tl ? (sS[g * kMmaLdP + lane] + sS[(kMmaHeads + g) * kMmaLdP + lane]) * scale : -INFINITY;
-            const float mn = fmaxf(m[a], warp_max(sc));
-            const float p = lane < tl ? expf(sc - mn) : 0.0f;
-            const float alpha = expf(m[a] - mn);   // 0 on the first tile (m = -inf)
-            l[a] = l[a] * alpha + warp_sum(p);
-            m[a] = mn;
+            float alpha;                           // 0 on the first tile (m = -inf)
+            const float p = online_softmax_step(sc, m[a], l[a], alpha);
             if (lane < kMmaRows) sP[g * kMmaLdP + lane] = p;
             if (lane == 0) rescale[g] = alpha;
         }
@@ -111,18 +101,12 @@ __global__ void __launch_bounds__(kMmaThreads)
         const float r0 = rescale[gq], r8 = rescale[gq + 8];
         for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
         for (int ks = 0; ks < kMmaRows / 8; ++ks) {
-            const float* pa = sP + gq * kMmaLdP + 8 * ks + t4;
             uint32_t a_hi[4], a_lo[4];
-            tf32_operand<kSplit>(pa[0], a_hi[0], a_lo[0]);
-            tf32_operand<kSplit>(pa[8 * kMmaLdP], a_hi[1], a_lo[1]);
-            tf32_operand<kSplit>(pa[4], a_hi[2], a_lo[2]);
-            tf32_operand<kSplit>(pa[8 * kMmaLdP + 4], a_hi[3], a_lo[3]);
-            const float* vb = rows + (8 * ks + t4) * ld + 128 * warp + gq;
+            tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * ks, kMmaLdP);
             for (int nt = 0; nt < 16; ++nt) {
                 if (128 * warp + 8 * nt >= r) break;   // warp-uniform
                 uint32_t b_hi[2], b_lo[2];
-                tf32_operand<kSplit>(vb[8 * nt], b_hi[0], b_lo[0]);
-                tf32_operand<kSplit>(vb[4 * ld + 8 * nt], b_hi[1], b_lo[1]);
+                tf32_frag_b_cols<kSplit>(b_hi, b_lo, rows + 8 * ks * ld + 128 * warp + 8 * nt, ld);
                 mma_f32_via_tf32<kSplit>(acc[nt], a_hi, a_lo, b_hi, b_lo);
             }
         }

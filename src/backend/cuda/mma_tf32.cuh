@@ -49,6 +49,35 @@ __device__ __forceinline__ void tf32_operand(float x, uint32_t& hi, uint32_t& lo
     else hi = tf32_round(x), lo = 0;
 }
 
+// Fragment loads from fp32 arrays (shared or global memory) as TF32 operands, each given its
+// tile's origin (row 0, k 0) and the distance between rows in floats:
+//   tf32_frag_a       A from rows of A (k contiguous);
+//   tf32_frag_b_rows  B from rows that each hold one column of B (k contiguous: B^T row-major);
+//   tf32_frag_b_cols  B from rows that each hold one k of B (B row-major).
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_a(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* A, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const float* p = A + g * ld + t;
+    tf32_operand<kSplit>(p[0], hi[0], lo[0]);
+    tf32_operand<kSplit>(p[8 * ld], hi[1], lo[1]);
+    tf32_operand<kSplit>(p[4], hi[2], lo[2]);
+    tf32_operand<kSplit>(p[8 * ld + 4], hi[3], lo[3]);
+}
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_b_rows(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* Bt, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const float* p = Bt + g * ld + t;
+    tf32_operand<kSplit>(p[0], hi[0], lo[0]);
+    tf32_operand<kSplit>(p[4], hi[1], lo[1]);
+}
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_b_cols(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* B, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const float* p = B + t * ld + g;
+    tf32_operand<kSplit>(p[0], hi[0], lo[0]);
+    tf32_operand<kSplit>(p[4 * ld], hi[1], lo[1]);
+}
+
 // The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
 // lanes that hold them (both k halves of a source lane in one 64-bit shuffle) and adds the eight
 // products to its outputs in k order. The tensor cores read only an operand's TF32 bits, so the
@@ -102,6 +131,25 @@ __device__ __forceinline__ void mma_f32_via_tf32(float (&c)[4], const uint32_t (
         mma_tf32(c, a_hi, b_lo);
     }
     mma_tf32(c, a_hi, b_hi);
+}
+
+// c += A B^T over k steps [ks0, ks1) (8 k each): A's 16 rows and Bt's 8 rows, both k-contiguous,
+// lda / ldb floats apart (scores: query or head rows against key or cache rows).
+template <bool kSplit>
+__device__ __forceinline__ void mma_rows_tf32(float (&c)[4], const float* A, int64_t lda, const float* Bt, int64_t ldb,
+                                              int ks0, int ks1) {
+    for (int ks = ks0; ks < ks1; ++ks) {
+        uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+        tf32_frag_a<kSplit>(a_hi, a_lo, A + 8 * ks, lda);
+        tf32_frag_b_rows<kSplit>(b_hi, b_lo, Bt + 8 * ks, ldb);
+        mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
+    }
+}
+// An accumulator tile stored at its origin in a row-major array, ld floats apart.
+__device__ __forceinline__ void tf32_store_c(const float (&c)[4], float* C, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    C[g * ld + 2 * t] = c[0], C[g * ld + 2 * t + 1] = c[1];
+    C[(g + 8) * ld + 2 * t] = c[2], C[(g + 8) * ld + 2 * t + 1] = c[3];
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -14,6 +14,20 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// One row's online-softmax step over a tile of up to 32 columns, lane j holding column j's score
+// (-inf where masked or past the tile): the row's running max m and sum l (the same in every lane)
+// advance, rescale is e^(m_old - m_new) for what came before (0 while no column has been seen),
+// and the lane's e^(s - m_new) is returned. Every lane of the warp calls it.
+__device__ __forceinline__ float online_softmax_step(float s, float& m, float& l, float& rescale) {
+    const float mn = fmaxf(m, warp_max(s));
+    const float safe = mn == -INFINITY ? 0.0f : mn;   // nothing seen yet: e^-inf = 0 below
+    const float p = expf(s - safe);
+    rescale = expf(m - safe);
+    l = l * rescale + warp_sum(p);
+    m = mn;
+    return p;
+}
+
 // The static shared memory one instantiation of block_reduce holds (its per-warp slots; within
 // compat.h's kStaticSharedBudget with the rest of a kernel's).
 inline constexpr size_t kBlockReduceSmem = 32 * sizeof(float);
