@@ -14,7 +14,9 @@ namespace kinfer::backend {
 void register_device_memory(const char* device, const void* base, size_t bytes);
 void unregister_device_memory(const void* base);
 
-// device must outlive the registration (a backend's own name string); ranges must not overlap.
+// device must outlive the registration (a backend's own name string), and the names the lookups
+// return are used after them (in error messages): a backend outlives the ops that run on any
+// backend, as everywhere else in kinfer. Ranges must not overlap (unregister before freeing).
 void register_device_allocation(const char* device, const void* base, size_t bytes);
 void unregister_device_allocation(const void* base);
 void unregister_device_allocations(const char* device);   // every one of device's (its backend goes)

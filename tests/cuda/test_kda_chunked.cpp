@@ -95,19 +95,22 @@ constexpr double kTol = 1e-4;
 
 using namespace kda_chunked_test;
 
-// Both chunked kernels: kda_chunked.cu (fp32) and kda_chunked_mma.cu as 3xTF32, at the same bound
-// (worst seen over these runs: 6.6e-7 of max(1, |x|) for each; each run prints its own).
+// Both chunked kernels: kda_chunked.cu (fp32) and kda_chunked_mma.cu as 3xTF32 (worst seen over
+// these runs: 6.6e-7 of max(1, |x|) for each; each run prints its own). The 3xTF32 form is held
+// to 5e-6, below what single TF32 products give (1.3e-5 in the case after this), so a split lost
+// in any of its products fails here too.
 TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurrence, n around the chunk, fp32 and "
           "3xTF32") {
     struct Shape {
         int64_t H, D;
         int chunk, slices;
     };
-    // D = 128 at C = 64 is the K3 head at the largest chunk (165 / 204 KiB of shared memory on a
+    // D = 128 at C = 64 is the K3 head at the largest chunk (162 / 204 KiB of shared memory on a
     // GPU); D = 64 with 2 slices splits the value columns over two blocks, and D = 256 takes the
-    // default slices (2) and one column a group (the fp32 kernel).
+    // default slices (2) and one column a group (the fp32 kernel). D = 64 in 4 slices of 16
+    // columns is the tensor-core kernel's alone: a block of one warp, fewer threads than C = 64.
     for (const Shape s : {Shape{2, 32, 16, 1}, Shape{3, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{2, 128, 64, 1},
-                          Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0}}) {
+                          Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0}, Shape{1, 64, 64, 4}}) {
         const int64_t C = s.chunk;
         // Each n with its own gate, so that every shape runs each gate and both product forms.
         struct Run {
@@ -122,6 +125,7 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
             std::vector<float> want_state = in.state;
             const std::vector<float> want = cpu_recurrent(in, want_state);
             for (const bool tc : {false, true}) {
+                if (!tc && s.slices > 0 && (s.D / s.slices) % 32 != 0) continue;   // the fp32 kernel's groups
                 INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate),
                      " 3xTF32 ", tc);
                 std::vector<float> state = in.state, o(size_t(n * s.H * s.D), -1.0f);
@@ -135,8 +139,9 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
                             "max err/max(1,|x|) out %.2e state %.2e\n",
                             tc ? "_mma 3xTF32" : "", (long long)s.H, (long long)s.D, (long long)C, s.slices,
                             (long long)n, int(run.gate), max_rel_err(o, want), max_rel_err(state, want_state));
-                check_close(o, want, kTol, kTol, "kda_chunked outputs");
-                check_close(state, want_state, kTol, kTol, "kda_chunked state");
+                const double tol = tc ? 5e-6 : kTol;
+                check_close(o, want, tol, tol, "kda_chunked outputs");
+                check_close(state, want_state, tol, tol, "kda_chunked state");
             }
         }
     }

@@ -75,7 +75,7 @@ inline Diff compare(const float* a, const float* b, int rows, int64_t V, double 
         for (int64_t i = 0; i < V; ++i) {
             // A NaN on either side counts as an infinite difference (std::max would skip it, and a
             // run that produced NaNs everywhere would compare as equal).
-            const double diff = double(std::fabs(a[r * V + i] - b[r * V + i]));
+            const double diff = a[r * V + i] == b[r * V + i] ? 0.0 : double(std::fabs(a[r * V + i] - b[r * V + i]));
             m = std::isnan(diff) ? INFINITY : std::max(m, diff);
         }
         d.per_pos.push_back(m);

@@ -146,8 +146,11 @@ CudaBackend::~CudaBackend() {
     for (void* e : execs_)
         if (e) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e));
     for (auto& [ticket, e] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e.ev));
-    if (scratch_.valid()) cudaFree(scratch_.ptr);
-    if (gemm_ws_.valid()) cudaFree(gemm_ws_.ptr);
+    for (Buffer* b : {&scratch_, &gemm_ws_})
+        if (b->valid()) {
+            unregister_device_allocation(b->ptr);   // before the address can be handed out again
+            cudaFree(b->ptr);
+        }
     kern::blas_destroy(static_cast<kern::Blas*>(blas_));
     for (auto& [first, t] : tables_) {
         retire(t.dev, false);
@@ -157,8 +160,8 @@ CudaBackend::~CudaBackend() {
     free_retired();
     cudaStreamDestroy(stream_of(compute_));
     cudaStreamDestroy(stream_of(copy_));
-    // Whatever is still registered (the scratch buffers, freed above without free(); buffers the
-    // owner never freed) goes too: the registry holds name_'s address.
+    // Whatever is still registered (buffers the owner never freed) goes too: the registry holds
+    // name_'s address.
     unregister_device_allocations(name_.c_str());
 }
 

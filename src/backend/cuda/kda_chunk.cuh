@@ -100,7 +100,8 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
         const int t = e / J, c = e % J;
         s.U[t * s.ldu + c] = t < nc ? v[(c0 + t) * di + h * D + j0 + c] : 0.0f;
     }
-    if (tid < C) s.Beta[tid] = tid < nc ? beta[(c0 + tid) * H + h] : 0.0f;
+    // (A loop: kda_chunked_mma's block of one warp has fewer threads than C = 64.)
+    for (int t = tid; t < C; t += nthreads) s.Beta[t] = t < nc ? beta[(c0 + t) * H + h] : 0.0f;
     if (tid == 0) *s.Slow = 0.0f;
     __syncthreads();
     for (int i = tid; i < D; i += nthreads) {

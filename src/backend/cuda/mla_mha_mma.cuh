@@ -77,7 +77,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     }
     const int ntiles = int((dv + 7) / 8);
     float acc[kFlashMmaMaxDv / 32][4];
+#pragma unroll
     for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = gq + 8 * (e / 2);
             const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;
@@ -119,10 +121,12 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
         // ---- acc = diag(c) acc + P V: A = P (queries x keys), B[k][n] = vs[k][n] ----
         const float c0 = sC[gq], c8 = sC[gq + 8];
+#pragma unroll
         for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) acc[a][0] *= c0, acc[a][1] *= c0, acc[a][2] *= c8, acc[a][3] *= c8;
         for (int kstep = 0; kstep < kFlashMmaK / 8; ++kstep) {
             uint32_t a_hi[4], a_lo[4];
             tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * kstep, kFlashMmaLdP);
+#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
             for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) {
                 const int tile = warp + 4 * a;
                 if (tile >= ntiles) break;         // warp-uniform
@@ -132,7 +136,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
             }
         }
     }
+#pragma unroll
     for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = gq + 8 * (e / 2);
             const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;

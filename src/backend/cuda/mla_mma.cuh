@@ -13,7 +13,8 @@
 //   acc [16 heads x r]: warp w owns latent dims 128 w .. 128 w + 127, as 16 accumulator tiles
 //     (64 floats a lane), rescaled and added to each tile.
 // Shared memory (floats): q and the tile's rows 2 x 16 x (Rp + 4) (Rp: R rounded up to 8; the
-// + 4 puts a fragment load's 32 lanes in 32 banks), scores 2 x 16 x 20, probabilities 16 x 20,
+// + 4 puts the score products' fragment loads in 32 banks; the value loads, down the rows, then
+// meet 2-way conflicts, which no one padding avoids for both), scores 2 x 16 x 20, probabilities 16 x 20,
 // rescale 16: 76 KiB at K3's R = 576 (opted in; two blocks an SM).
 #pragma once
 #include "backend/cuda/latent.cuh"
@@ -68,7 +69,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     float m[4], l[4];                              // heads 4 warp + a: the same in every lane
     for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
     float acc[16][4];                              // dims 128 warp + 8 nt + 2 t4 (+1), heads g (+8)
+#pragma unroll
     for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
     const int ksteps = int(Rp / 8), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
     const int nrow = 8 * (warp % 2);               // this warp's score rows
@@ -99,10 +102,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 
         // ---- acc = diag(rescale) acc + P rows: A = P (heads x tile rows), B[k][n] = rows[k][n] ----
         const float r0 = rescale[gq], r8 = rescale[gq + 8];
+#pragma unroll
         for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
         for (int ks = 0; ks < kMmaRows / 8; ++ks) {
             uint32_t a_hi[4], a_lo[4];
             tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * ks, kMmaLdP);
+#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
             for (int nt = 0; nt < 16; ++nt) {
                 if (128 * warp + 8 * nt >= r) break;   // warp-uniform
                 uint32_t b_hi[2], b_lo[2];
@@ -112,7 +117,9 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
         __syncthreads();   // the next tile overwrites rows, sS and sP
     }
+#pragma unroll
     for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
             if (h0 + g < H && d < r) out_of(g)[2 + d] = acc[nt][e];
