@@ -126,6 +126,10 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
             const std::vector<float> want = cpu_recurrent(in, want_state);
             for (const bool tc : {false, true}) {
                 if (!tc && s.slices > 0 && (s.D / s.slices) % 32 != 0) continue;   // the fp32 kernel's groups
+                // Under the sanitizers (this file is built at -O0 there) the tensor-core form's
+                // emulated products take most of the case's time: its D >= 128 shapes run in the
+                // Release suites only; the smaller ones take every code path of the kernel.
+                if (tc && s.D >= 128 && sanitized()) continue;
                 INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate),
                      " 3xTF32 ", tc);
                 std::vector<float> state = in.state, o(size_t(n * s.H * s.D), -1.0f);
