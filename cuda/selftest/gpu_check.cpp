@@ -595,17 +595,16 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     cpu.kda_scan(sc);
     // The three forms: fp32 on the CUDA cores, 3xTF32 and single TF32 on the tensor cores
     // (kda_chunked_mma.cu; the single form is held to test_kda_chunked's 1e-3).
+    using cuda::gpu::F32Math;
     struct Form {
         const char* name;
-        int kind;   // 0 fp32, 1 3xTF32, 2 TF32
+        F32Math math;
         double tol;
     };
-    const Form forms[] = {{"fp32", 0, 1e-4}, {"3xTF32", 1, 1e-4}, {"TF32", 2, 1e-3}};
-    auto run_form = [&](const Form& f, int C, int64_t tokens) {
-        if (f.kind == 0) cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr, C);
-        else
-            cuda::gpu::kda_chunked_mma(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr,
-                                       f.kind == 1, C);
+    const Form forms[] = {{"fp32", F32Math::fp32, 1e-4}, {"3xTF32", F32Math::tf32x3, 1e-4}, {"TF32", F32Math::tf32, 1e-3}};
+    auto run_form = [&](const Form& f, int C, int64_t tokens, int slices = 0) {
+        cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr, C, slices,
+                               f.math);
     };
     for (const Form& f : forms)
         for (int C : {16, 32, 64}) {
@@ -647,10 +646,7 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     // The tensor-core form at 168 registers a thread runs one 256-thread block an SM, 96 heads on
     // 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C products).
     for (int slices : {2, 4}) {
-        const double s = timed([&] {
-            cuda::gpu::kda_chunked_mma(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), n, H, D, nullptr, true, 16,
-                                       slices);
-        });
+        const double s = timed([&] { run_form(forms[1], 16, n, slices); });
         const cudaError_t err = cudaGetLastError();
         std::printf("     kda chunked 3xTF32 C=16 %d slices, %lld tokens: %.2f ms (%.2f M tokens/s per layer)%s\n", slices,
                     (long long)n, s * 1e3, double(n) / s / 1e6, err == cudaSuccess ? "" : cudaGetErrorString(err));

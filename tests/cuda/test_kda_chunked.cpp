@@ -133,12 +133,9 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
                 INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate),
                      " 3xTF32 ", tc);
                 std::vector<float> state = in.state, o(size_t(n * s.H * s.D), -1.0f);
-                if (tc)
-                    cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-                                               state.data(), o.data(), n, s.H, s.D, nullptr, true, s.chunk, s.slices);
-                else
-                    cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
-                                           o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices);
+                cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
+                                       o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices,
+                                       tc ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::fp32);
                 std::printf("kda_chunked%s H %lld D %lld C %lld slices %d n %lld gate %d: "
                             "max err/max(1,|x|) out %.2e state %.2e\n",
                             tc ? "_mma 3xTF32" : "", (long long)s.H, (long long)s.D, (long long)C, s.slices,
@@ -177,14 +174,21 @@ TEST_CASE("cuda kda_chunked (cpu mode): the default chunk runs, and unsupported 
     cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
                            n, H, D, nullptr);
     check_close(o, cpu_recurrent(in, want_state), kTol, kTol, "default chunk outputs");
+    // Refused by both forms: a head dim, a chunk, C = 64 at D = 256 (shared memory), 3 slices.
     float* none = nullptr;
-    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 48, nullptr),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 64, nullptr, 24),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 256, nullptr, 64),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 64, nullptr, 16, 3),
+    using cuda::emu::F32Math;
+    for (const F32Math math : {F32Math::fp32, F32Math::tf32x3}) {
+        INFO("math ", int(math));
+        auto call = [&](int64_t D, int chunk, int slices) {
+            cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, D, nullptr, chunk, slices, math);
+        };
+        CHECK_THROWS_AS(call(48, 0, 0), std::invalid_argument);
+        CHECK_THROWS_AS(call(64, 24, 0), std::invalid_argument);
+        CHECK_THROWS_AS(call(256, 64, 0), std::invalid_argument);
+        CHECK_THROWS_AS(call(64, 16, 3), std::invalid_argument);
+    }
+    // 8 columns a block: less than the tensor-core form's warp of 16.
+    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 32, nullptr, 16, 4, F32Math::tf32x3),
                     std::invalid_argument);
 }
 
@@ -269,8 +273,8 @@ TEST_CASE("cuda kda_chunked_mma (cpu mode): single TF32 within its bound, 3xTF32
     for (const bool split : {false, true}) {
         INFO("split ", split);
         std::vector<float> state = in.state, o(size_t(n * di), -1.0f);
-        cuda::emu::kda_chunked_mma(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
-                                   o.data(), n_pre, H, D, nullptr, split, 16, 1);
+        cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
+                               n_pre, H, D, nullptr, 16, 1, split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32);
         for (int64_t t = n_pre; t < n; ++t) {   // decode steps on the state the chunked form left
             const size_t off = size_t(t * di);
             cuda::emu::kda_recurrent(in.q.data() + off, in.k.data() + off, in.v.data() + off, in.g.data() + off,
@@ -283,18 +287,4 @@ TEST_CASE("cuda kda_chunked_mma (cpu mode): single TF32 within its bound, 3xTF32
     }
     std::printf("kda_chunked_mma prefill 37 + decode 3, worst err/max(1,|x|): tf32 %.2e, 3xTF32 %.2e\n", err[0], err[1]);
     CHECK(err[0] > 10 * err[1]);
-}
-
-TEST_CASE("cuda kda_chunked_mma (cpu mode): unsupported shapes throw") {
-    float* none = nullptr;
-    using cuda::emu::kda_chunked_mma;
-    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 48, nullptr), std::invalid_argument);
-    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 64, nullptr, true, 24),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 256, nullptr, true, 64),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 64, nullptr, true, 16, 3),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(kda_chunked_mma(none, none, none, none, none, none, none, 1, 1, 32, nullptr, true, 16, 4),
-                    std::invalid_argument);   // 8 columns a block: less than a warp's 16
 }

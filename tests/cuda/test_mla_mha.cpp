@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -58,28 +59,40 @@ double mha_max_abs(const std::vector<float>& v) {
 
 using MhaBlas = std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)>;
 
+// The shapes both forms run.
+constexpr MhaCase kMhaShapes[] = {
+    {37, 0, 2, 64, 32, 64, 32, 16, 0},     // a chunk from position 0, a partial last query tile
+    {20, 45, 3, 32, 32, 32, 64, 7, 16},    // after a cached prefix, four key blocks of 16 + a partial one
+    {1, 30, 2, 32, 32, 64, 32, 5, 0},      // one query (the MHA form is for prefill, but must be right)
+    {16, 16, 1, 64, 64, 32, 32, 32, 32},   // exactly one query tile and whole key blocks
+};
+
+// The CPU op's shape and the GPU op's arguments for a case, its scale 1 / sqrt(dk).
+backend::MlaShape mla_shape(const MhaCase& s) {
+    backend::MlaShape ms;
+    ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.dn = s.dn, ms.dv = s.dv;
+    ms.scale = 1.0f / std::sqrt(float(s.dn + s.dr));
+    return ms;
+}
+cuda::emu::MlaMhaArgs mha_args(const MhaCase& s, cuda::emu::F32Math math) {
+    cuda::emu::MlaMhaArgs a;
+    a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv;
+    a.scale = mla_shape(s).scale, a.key_block = s.key_block, a.math = math;
+    return a;
+}
+
 }  // namespace
 
 TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the CPU's, paged and contiguous") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
-    const MhaCase shapes[] = {
-        {37, 0, 2, 64, 32, 64, 32, 16, 0},     // a chunk from position 0, a partial last query tile
-        {20, 45, 3, 32, 32, 32, 64, 7, 16},    // after a cached prefix, four key blocks of 16 + a partial one
-        {1, 30, 2, 32, 32, 64, 32, 5, 0},      // one query (the MHA form is for prefill, but must be right)
-        {16, 16, 1, 64, 64, 32, 32, 32, 32},   // exactly one query tile and whole key blocks
-    };
     const quant::Type weight_types[] = {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0};
     const backend::CacheType cache_types[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
     double worst = 0;   // the largest error over its bound, over every case
-    for (const MhaCase& s : shapes) {
+    for (const MhaCase& s : kMhaShapes) {
         const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
         const std::vector<float> rows = randn(size_t(n_kv * R), 41, 0.5f), q = randn(size_t(s.n * s.H * dk), 42);
-        const float scale = 1.0f / std::sqrt(float(dk));
-        backend::MlaShape ms;
-        ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.dn = s.dn, ms.dv = s.dv, ms.scale = scale;
-        cuda::emu::MlaMhaArgs a;
-        a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = scale;
-        a.key_block = s.key_block;
+        const backend::MlaShape ms = mla_shape(s);
+        const cuda::emu::MlaMhaArgs a = mha_args(s, cuda::emu::F32Math::fp32);
         for (const quant::Type wt : weight_types) {
             const HeadMat k_b(wt, s.H, s.r, s.dn, 43, 0.3f), v_b(wt, s.H, s.dv, s.r, 44, 0.3f);
             for (const backend::CacheType ct : cache_types) {
@@ -121,18 +134,14 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
 // (any width).
 TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores, 3xTF32 at the fp32 bound") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
-    const MhaCase shapes[] = {
-        {37, 0, 2, 64, 32, 64, 32, 16, 0}, {20, 45, 3, 32, 32, 32, 64, 7, 16}, {1, 30, 2, 32, 32, 64, 32, 5, 0},
-        {16, 16, 1, 64, 64, 32, 32, 32, 32}, {9, 5, 2, 32, 32, 28, 20, 4, 0},
-    };
+    std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
+    shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
     const backend::CacheType cache_types[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
     double worst[2] = {0, 0};   // per form, the largest error over the fp32 bound
     for (const MhaCase& s : shapes) {
         const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
         const std::vector<float> rows = randn(size_t(n_kv * R), 51, 0.5f), q = randn(size_t(s.n * s.H * dk), 52);
-        const float scale = 1.0f / std::sqrt(float(dk));
-        backend::MlaShape ms;
-        ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.dn = s.dn, ms.dv = s.dv, ms.scale = scale;
+        const backend::MlaShape ms = mla_shape(s);
         const HeadMat k_b(quant::Type::F16, s.H, s.r, s.dn, 53, 0.3f), v_b(quant::Type::F16, s.H, s.dv, s.r, 54, 0.3f);
         for (const backend::CacheType ct : cache_types) {
             MhaPages p(ct, R, s.page_rows, n_kv);
@@ -143,10 +152,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
             for (const bool split : {true, false}) {
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block, " cache ",
                      backend::cache_type_name(ct), " 3xTF32 ", split);
-                cuda::emu::MlaMhaArgs a;
-                a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = scale;
-                a.key_block = s.key_block;
-                a.math = split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32;
+                const cuda::emu::MlaMhaArgs a = mha_args(s, split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32);
                 std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float),
                                       std::numeric_limits<float>::quiet_NaN());
                 std::vector<float> got(want.size(), -1.0f);

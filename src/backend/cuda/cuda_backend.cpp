@@ -817,14 +817,11 @@ void CudaBackend::kda_scan(const KdaScan& s) {
     // Prefill chunks take the chunked (WY / UT) form, decode the recurrence: a chunk of fewer
     // tokens than the default chunk size has no chunk to share work over. The GPU does not follow
     // the CPU's bits either way (its activations stay fp32), so the choice is speed alone, and it
-    // is unmeasured (kinfer_gpu_check times the recurrence and each chunked form, kda_form_).
+    // is unmeasured (kinfer_gpu_check times the recurrence and each chunked form, kda_math_'s).
     select();
-    if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D)) {
-        if (kda_math_ == Math::fp32) kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
-        else
-            kern::kda_chunked_mma(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_,
-                                  kda_math_ == Math::tf32x3);
-    } else
+    if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D))
+        kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_, 0, 0, kernel_math(kda_math_));
+    else
         kern::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     check(cudaGetLastError(), "kda_scan");
 }

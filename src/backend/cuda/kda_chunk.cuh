@@ -78,6 +78,19 @@ struct ChunkSmem {
     float *A, *Aqk, *GL, *RGL, *Beta, *Slow;
 };
 
+// Their floats for head dim D, chunk C, k / q / G rows ld apart and U rows ldu apart, laid out in
+// the order above (a kernel's own arrays may follow), and the layout itself over smem.
+__host__ __device__ constexpr size_t chunk_smem_floats(int D, int C, int ld, int ldu) {
+    return size_t(3 * C * ld + C * ldu + 2 * C * (C + 1) + 2 * D + C + 1);
+}
+__device__ inline ChunkSmem chunk_smem(float* smem, int D, int C, int ld, int ldu) {
+    ChunkSmem s{};
+    s.K = smem, s.Q = s.K + C * ld, s.G = s.Q + C * ld, s.U = s.G + C * ld, s.ldu = ldu;
+    s.A = s.U + C * ldu, s.Aqk = s.A + C * (C + 1), s.GL = s.Aqk + C * (C + 1), s.RGL = s.GL + D;
+    s.Beta = s.RGL + D, s.Slow = s.Beta + C;
+    return s;
+}
+
 // Stages chunk [c0, c0 + nc) of head h (value columns j0 .. j0 + J) and forms its C x C products;
 // every thread of the block calls it, and it ends after a barrier. Rows nc .. C - 1 of K, Q, G
 // and U, and Beta there, are zero, so a kernel may run whole C-row tiles over a partial chunk.
@@ -138,5 +151,10 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
         __syncthreads();
     }
 }
+
+// kda_chunked_mma.cu's entry, which kda_chunked (kernels.h) calls for math tf32x3 (split) or
+// tf32, with the chunk resolved; slices 0 takes its default.
+void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split, int chunk, int slices);
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -36,9 +36,7 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 namespace {
 
 // The per-block shared floats for head dim D, chunk C and J value columns (the layout above).
-constexpr size_t kda_chunk_smem_floats(int D, int C, int J) {
-    return size_t(3 * C * D + C * J + 2 * C * (C + 1) + 2 * D + C + 1);
-}
+constexpr size_t kda_chunk_smem_floats(int D, int C, int J) { return chunk_smem_floats(D, C, D, J); }
 // What a block may opt in to on sm_90 (H100 / H200).
 constexpr size_t kMaxSmemBytes = kDynamicOptInMax;
 // At most 128 value columns a block (256 threads at D <= 128, 512 at D = 256): a lane holds D / 4
@@ -65,18 +63,13 @@ __global__ void __launch_bounds__(4 * kMaxColumns / kColsPerGroup<D>)
     const int64_t h = blockIdx.x, j0 = int64_t(blockIdx.y) * J;
     const int64_t di = H * D;
 
+    // k, q, G rows [C][D] (then exp(G_t) k_t, exp(G_t) q_t, exp(G_L - G_s) k_s), v / u [C][J],
+    // A and Aqk, G_L and exp(-G_L), beta, the pairwise flag: kda_chunk.cuh's layout.
     KINFER_DYNAMIC_SHARED(float, smem);
-    float* sK = smem;            // [C][D] k, then exp(G_t) k_t
-    float* sQ = sK + C * D;      // [C][D] q, then exp(G_t) q_t
-    float* sG = sQ + C * D;      // [C][D] cumulative g, then exp(G_L - G_s) k_s
-    float* sU = sG + C * D;      // [C][J] v, then the right-hand sides, then u
-    float* sA = sU + C * J;      // [C][C + 1]
-    float* sAqk = sA + C * (C + 1);
-    float* sGL = sAqk + C * (C + 1);   // [D] G of the chunk's last token
-    float* sRGL = sGL + D;             // [D] exp(-G_L)
-    float* sBeta = sRGL + D;           // [C]
-    float* sSlow = sBeta + C;          // [1] nonzero: this chunk's products go pairwise
-    const ChunkSmem chunk{sK, sQ, sG, sU, J, sA, sAqk, sGL, sRGL, sBeta, sSlow};
+    const ChunkSmem chunk = chunk_smem(smem, D, C, D, J);
+    const float *const sK = chunk.K, *const sQ = chunk.Q, *const sG = chunk.G;
+    const float *const sA = chunk.A, *const sAqk = chunk.Aqk, *const sGL = chunk.GL, *const sBeta = chunk.Beta;
+    float* const sU = chunk.U;
 
     // Lane p's key indices: i(a, b) = 16a + 4p + b; m[r][4a + b] = M[j0 + gi + r groups][i(a, b)],
     // read here and written back after the last chunk.
@@ -238,9 +231,11 @@ void launch_chunk(int C, const float* q, const float* k, const float* v, const f
 int kda_chunked_default_chunk(int64_t) { return 16; }
 
 void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
-                 float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk, int slices) {
+                 float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk, int slices, F32Math math) {
     if (n <= 0 || H <= 0) return;
     if (chunk == 0) chunk = kda_chunked_default_chunk(D);
+    if (math != F32Math::fp32)
+        return kda_chunked_mma(q, k, v, g, beta, state, o, n, H, D, stream, math == F32Math::tf32x3, chunk, slices);
     if (slices == 0) slices = D > kMaxColumns ? int(D / kMaxColumns) : 1;
     if (slices < 1 || D % slices != 0 || (D / slices) % 32 != 0 || D / slices > kMaxColumns)
         throw std::invalid_argument("cuda kda_chunked: " + std::to_string(slices) +

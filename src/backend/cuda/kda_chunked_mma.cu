@@ -38,8 +38,9 @@ namespace {
 
 constexpr int kMmaMaxColumns = 128;   // 8 warps; a lane holds D / 2 state floats (64 at D = 128)
 
+// kda_chunk.cuh's arrays at row strides D + 8 and J + 8, then the q products [C][J + 8].
 constexpr size_t kda_mma_smem_floats(int D, int C, int J) {
-    return size_t(3 * C * (D + 8) + 2 * C * (J + 8) + 2 * C * (C + 1) + 2 * D + C + 1);
+    return chunk_smem_floats(D, C, D + 8, J + 8) + size_t(C * (J + 8));
 }
 
 // The A operand (16 x 8, rows j, logical k) for key indices 8 kappa .. 8 kappa + 7 from a state
@@ -69,19 +70,14 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     const int64_t h = blockIdx.x, j0 = int64_t(blockIdx.y) * J;
     const int64_t di = H * D;
 
+    // kda_chunk.cuh's layout (k, q, G rows [C][LD], v / u [C][LU], ...), then the q products
+    // (S0^T exp(G_t) q_t) [C][LU].
     KINFER_DYNAMIC_SHARED(float, smem);
-    float* sK = smem;               // [C][LD] k, then exp(G_t) k_t
-    float* sQ = sK + C * LD;        // [C][LD] q, then exp(G_t) q_t
-    float* sG = sQ + C * LD;        // [C][LD] cumulative g, then exp(G_L - G_s) k_s
-    float* sU = sG + C * LD;        // [C][LU] v, then the right-hand sides, then u
-    float* sI = sU + C * LU;        // [C][LU] the q products (S0^T exp(G_t) q_t)
-    float* sA = sI + C * LU;        // [C][C + 1]
-    float* sAqk = sA + C * (C + 1);
-    float* sGL = sAqk + C * (C + 1);   // [D]
-    float* sRGL = sGL + D;             // [D]
-    float* sBeta = sRGL + D;           // [C]
-    float* sSlow = sBeta + C;          // [1]
-    const ChunkSmem chunk{sK, sQ, sG, sU, LU, sA, sAqk, sGL, sRGL, sBeta, sSlow};
+    const ChunkSmem chunk = chunk_smem(smem, D, C, LD, LU);
+    const float *const sK = chunk.K, *const sQ = chunk.Q, *const sG = chunk.G;
+    const float *const sA = chunk.A, *const sAqk = chunk.Aqk, *const sGL = chunk.GL, *const sBeta = chunk.Beta;
+    float* const sU = chunk.U;
+    float* const sI = smem + chunk_smem_floats(D, C, LD, LU);
 
     // The warp's state rows as accumulator tiles (the layout in the header).
     float* rows0 = state + (h * D + j0 + jw + gq) * D;   // row j = jw + g; rows0 + 8 D is row j + 8
@@ -255,7 +251,6 @@ void mma_tf32_check(const float* A, const float* B, float* out, void* stream) {
 void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                      float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split, int chunk, int slices) {
     if (n <= 0 || H <= 0) return;
-    if (chunk == 0) chunk = kda_chunked_default_chunk(D);
     if (slices == 0) slices = D > kMmaMaxColumns ? int(D / kMmaMaxColumns) : 1;
     if (slices < 1 || D % slices != 0 || (D / slices) % 16 != 0 || D / slices > kMmaMaxColumns)
         throw std::invalid_argument("cuda kda_chunked_mma: " + std::to_string(slices) +

@@ -234,6 +234,12 @@ struct AttnResStack {
 void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, float* out, int64_t n, int64_t d,
                   float eps, void* stream);
 
+// The arithmetic of the kernels that have a tensor-core form (the chunked KDA, the MLA attention
+// kernels): fp32 FMAs on the CUDA cores, or TF32 tensor cores (mma_tf32.cuh) on 3xTF32 splits
+// (each fp32 operand as two TF32 parts, three products: fp32-accurate) or on single products of
+// TF32-rounded operands (about 2^-11 relative a product).
+enum class F32Math { fp32, tf32x3, tf32 };
+
 // ---- KDA ----------------------------------------------------------------------------------------
 // The delta-rule recurrence, token by token (decode, and short prefills): q, k, v, g [n][H*D]
 // (g the log-decay), beta [n][H], state [H][D][D] (state[h][j] = column j of S), o [n][H*D].
@@ -245,17 +251,12 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
 // 64 (64 up to D = 128; 0: kda_chunked_default_chunk(D)); the state is updated once a chunk.
 // slices: blocks a head's D value columns are split over, each with its own copy of the
 // chunk's C x C products (0: 1 up to D = 128, else D / 128). D 32, 64, 128 or 256.
+// math: fp32 (kda_chunked.cu; value slices of a multiple of 32 columns) or the state products on
+// tensor cores (kda_chunked_mma.cu; slices of a multiple of 16), CudaBackend's KINFER_CUDA_KDA.
 void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
-                 float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk = 0, int slices = 0);
+                 float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk = 0, int slices = 0,
+                 F32Math math = F32Math::fp32);
 int kda_chunked_default_chunk(int64_t D);
-// The same chunked form with the state products on TF32 tensor cores (kda_chunked_mma.cu): split
-// true takes each fp32 operand as two TF32 parts and three products ("3xTF32", fp32-accurate,
-// the form CudaBackend takes with KINFER_CUDA_KDA=tf32x3), false one product of TF32-rounded
-// operands (about 2^-11 relative a product; KINFER_CUDA_KDA=tf32). chunk as kda_chunked; slices
-// split D into blocks of a multiple of 16 columns, at most 128 (0: 1 up to D = 128, else D / 128).
-void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
-                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split = true, int chunk = 0,
-                     int slices = 0);
 // mma_tf32.cuh's product on one warp, for the checks: A 16 x 8 fp32 (row-major) times B, 8 columns
 // of 8 (each 8 floats apart), into out[4][16][8] (row-major): the operands rounded to TF32 once,
 // by the tensor cores and by the plain form; then as 3xTF32 splits, the same two ways. In CPU mode
@@ -279,10 +280,9 @@ void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* ta
 //   r + dr <= 640); automatic takes grouped where it fits and H > 1 (mla.cu says why).
 //   split 0: 256 for the per-head kernel (its scores sit in shared memory), for the grouped one
 //   enough pieces for ~528 blocks, at least 64 positions each (mla_split).
-//   math: the grouped kernel's two products as fp32 FMAs, or on TF32 tensor cores (mla_mma.cuh)
-//   as 3xTF32 splits (fp32-accurate) or single TF32 products; the per-head kernel is fp32 always.
+//   math: the grouped kernel's two products as fp32 FMAs or on TF32 tensor cores (mla_mma.cuh);
+//   the per-head kernel is fp32 always.
 enum class MlaKernel { automatic, per_head, grouped };
-enum class F32Math { fp32, tf32x3, tf32 };
 struct MlaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0;
     float scale = 1;

@@ -75,15 +75,20 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         m[a] = live ? st.m[(t0 + i) * H + h] : -INFINITY;
         l[a] = live ? st.l[(t0 + i) * H + h] : 0.0f;
     }
-    const int ntiles = int((dv + 7) / 8);
+    // Element e of tile a in the workspace's accumulators (query row g or g + 8, value column
+    // 8 (warp + 4 a) + 2 t4 (+1)), or -1 past the tile's queries or dv.
+    auto state_at = [&](int a, int e) -> int64_t {
+        const int i = gq + 8 * (e / 2);
+        const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;
+        return i < nq && d < dv ? ((t0 + i) * H + h) * dv + d : -1;
+    };
     float acc[kFlashMmaMaxDv / 32][4];
 #pragma unroll
     for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int i = gq + 8 * (e / 2);
-            const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;
-            acc[a][e] = !first && i < nq && d < dv ? st.acc[((t0 + i) * H + h) * dv + d] : 0.0f;
+            const int64_t at = first ? -1 : state_at(a, e);
+            acc[a][e] = at >= 0 ? st.acc[at] : 0.0f;
         }
     const int ksteps = int(dkp / 8), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
     const int nkey = 8 * (warp % 2);               // this warp's score keys
@@ -120,30 +125,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         __syncthreads();
 
         // ---- acc = diag(c) acc + P V: A = P (queries x keys), B[k][n] = vs[k][n] ----
-        const float c0 = sC[gq], c8 = sC[gq + 8];
-#pragma unroll
-        for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) acc[a][0] *= c0, acc[a][1] *= c0, acc[a][2] *= c8, acc[a][3] *= c8;
-        for (int kstep = 0; kstep < kFlashMmaK / 8; ++kstep) {
-            uint32_t a_hi[4], a_lo[4];
-            tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * kstep, kFlashMmaLdP);
-#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
-            for (int a = 0; a < kFlashMmaMaxDv / 32; ++a) {
-                const int tile = warp + 4 * a;
-                if (tile >= ntiles) break;         // warp-uniform
-                uint32_t b_hi[2], b_lo[2];
-                tf32_frag_b_cols<kSplit>(b_hi, b_lo, vs + 8 * kstep * ldv + 8 * tile, ldv);
-                mma_f32_via_tf32<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
-            }
-        }
+        mma_pv_tf32<kSplit, kFlashMmaK>(acc, sC[gq], sC[gq + 8], sP, kFlashMmaLdP, vs, ldv, 8 * warp, 32, dv);
     }
 #pragma unroll
     for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = gq + 8 * (e / 2);
-            const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;
-            if (i < nq && d < dv) st.acc[((t0 + i) * H + h) * dv + d] = acc[a][e];
-        }
+        for (int e = 0; e < 4; ++e)
+            if (const int64_t at = state_at(a, e); at >= 0) st.acc[at] = acc[a][e];
     if (lane == 0)
         for (int a = 0; a < 4; ++a)
             if (4 * warp + a < nq) {

@@ -101,20 +101,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         __syncthreads();
 
         // ---- acc = diag(rescale) acc + P rows: A = P (heads x tile rows), B[k][n] = rows[k][n] ----
-        const float r0 = rescale[gq], r8 = rescale[gq + 8];
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
-        for (int ks = 0; ks < kMmaRows / 8; ++ks) {
-            uint32_t a_hi[4], a_lo[4];
-            tf32_frag_a<kSplit>(a_hi, a_lo, sP + 8 * ks, kMmaLdP);
-#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
-            for (int nt = 0; nt < 16; ++nt) {
-                if (128 * warp + 8 * nt >= r) break;   // warp-uniform
-                uint32_t b_hi[2], b_lo[2];
-                tf32_frag_b_cols<kSplit>(b_hi, b_lo, rows + 8 * ks * ld + 128 * warp + 8 * nt, ld);
-                mma_f32_via_tf32<kSplit>(acc[nt], a_hi, a_lo, b_hi, b_lo);
-            }
-        }
+        mma_pv_tf32<kSplit, kMmaRows>(acc, rescale[gq], rescale[gq + 8], sP, kMmaLdP, rows, ld, 128 * warp, 8, r);
         __syncthreads();   // the next tile overwrites rows, sS and sP
     }
 #pragma unroll

@@ -145,6 +145,29 @@ __device__ __forceinline__ void mma_rows_tf32(float (&c)[4], const float* A, int
         mma_f32_via_tf32<kSplit>(c, a_hi, a_lo, b_hi, b_lo);
     }
 }
+// The online softmax's value update for a warp: acc = diag(r) acc + P V. P holds the 16 rows'
+// kK probabilities (k contiguous, ldp apart), V kK rows of values (ldv apart); r is r0 for the
+// lane's row g and r8 for g + 8. Accumulator tile a covers value columns col0 + a step .. + 7,
+// those that start before n_cols (warp-uniform: every lane stops at the same tile).
+template <bool kSplit, int kK, int kTiles>
+__device__ __forceinline__ void mma_pv_tf32(float (&acc)[kTiles][4], float r0, float r8, const float* P, int64_t ldp,
+                                            const float* V, int64_t ldv, int64_t col0, int64_t step, int64_t n_cols) {
+#pragma unroll
+    for (int a = 0; a < kTiles; ++a) acc[a][0] *= r0, acc[a][1] *= r0, acc[a][2] *= r8, acc[a][3] *= r8;
+#pragma unroll
+    for (int ks = 0; ks < kK / 8; ++ks) {
+        uint32_t a_hi[4], a_lo[4];
+        tf32_frag_a<kSplit>(a_hi, a_lo, P + 8 * ks, ldp);
+#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
+        for (int a = 0; a < kTiles; ++a) {
+            const int64_t col = col0 + a * step;
+            if (col >= n_cols) break;
+            uint32_t b_hi[2], b_lo[2];
+            tf32_frag_b_cols<kSplit>(b_hi, b_lo, V + 8 * ks * ldv + col, ldv);
+            mma_f32_via_tf32<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
+        }
+    }
+}
 // An accumulator tile stored at its origin in a row-major array, ld floats apart.
 __device__ __forceinline__ void tf32_store_c(const float (&c)[4], float* C, int64_t ld) {
     const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
