@@ -7,6 +7,7 @@
 #include "backend/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
+#include "quant/fp16.h"
 #include "quant/types.h"
 
 #include <cuda_runtime_api.h>
@@ -189,6 +190,39 @@ void mma_layout(backend::Backend& gpu) {
     failures += bad != 0;
     std::printf("%-4s mma.sync and the plain form equal the host product: %d of %d elements differ\n", bad ? "FAIL" : "ok", bad,
                 8 * 4 * 128);
+
+    // fp16 (m16n8k16, mma_f16.cuh): the tensor cores against the plain form and a host product of
+    // the fp16-rounded operands (exact products, fp32 sums: 1e-6 of sum |a b|), and the identity
+    // as A, which puts B's elements in place one by one (the fragment layout, exactly).
+    std::printf("\n# fp16 mma.sync (m16n8k16) against the plain form and a host product\n");
+    {
+        std::normal_distribution<float> nd16(0.0f, 1.0f);
+        int bad16 = 0;
+        for (int trial = 0; trial < 9; ++trial) {
+            std::vector<float> A(16 * 16), B(8 * 16);
+            for (int i = 0; i < 256; ++i) A[size_t(i)] = trial == 8 ? float(i / 16 == i % 16) : nd16(rng);
+            for (int i = 0; i < 128; ++i) B[size_t(i)] = trial == 8 ? float(i) : nd16(rng) * 300.0f;
+            Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 2 * 128 * 4, "C");
+            cuda::gpu::mma_f16_check(dA.f(), dB.f(), dC.f(), nullptr);
+            settle(gpu);
+            std::vector<float> C(2 * 128);
+            gpu.download(C.data(), dC.buf.ptr, C.size() * 4);
+            for (int r = 0; r < 16; ++r)
+                for (int c = 0; c < 8; ++c) {
+                    double want = 0, mag = 0;
+                    for (int k = 0; k < 16; ++k) {
+                        const double a = quant::fp16_to_fp32(quant::fp32_to_fp16(A[size_t(16 * r + k)]));
+                        const double b = quant::fp16_to_fp32(quant::fp32_to_fp16(B[size_t(16 * c + k)]));
+                        want += a * b;
+                        mag += std::fabs(a * b);
+                    }
+                    for (int f = 0; f < 2; ++f) bad16 += !(std::fabs(C[size_t(128 * f + 8 * r + c)] - want) <= 1e-6 * mag);
+                }
+        }
+        failures += bad16 != 0;
+        std::printf("%-4s fp16 mma.sync and the plain form against the host product: %d of %d elements off\n",
+                    bad16 ? "FAIL" : "ok", bad16, 9 * 2 * 128);
+    }
 
     // TF32 (m16n8k8, mma_tf32.cuh): the tensor cores against the plain form, single and 3xTF32,
     // and the 3xTF32 products against the exact one (fp32 sums in an order the hardware picks, so
@@ -653,6 +687,43 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     }
 }
 
+// The grouped absorbed kernel's forms over an f16 cache side by side (mla.cu): fp32 FMAs, TF32
+// (mla_mma.cuh) and fp16 tensor cores (mla_mma_f16.cuh: the cache exact, q and the probabilities
+// split or rounded once). The splits at the fp32 bound, the single forms at 1e-2 (test_latent's).
+void paged_f16_forms(backend::Backend& gpu, const std::vector<uint8_t*>& pages, int64_t page_rows, size_t row_bytes,
+                     const Dev& dQ, const std::vector<float>& want, const backend::MlaShape& ms, int64_t ctx) {
+    using cuda::gpu::F32Math;
+    Dev table(gpu, pages.data(), pages.size() * sizeof(uint8_t*), "page table");
+    cuda::gpu::LatentArgs la;
+    la.type = cuda::gpu::kLatentF16, la.R = ms.r + ms.dr, la.page_rows = page_rows, la.row_bytes = row_bytes;
+    la.pages = reinterpret_cast<const uint8_t* const*>(table.buf.ptr);
+    double wmax = 0;
+    for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+    const struct {
+        const char* name;
+        F32Math math;
+    } forms[] = {{"fp32", F32Math::fp32}, {"3xTF32", F32Math::tf32x3}, {"TF32", F32Math::tf32}, {"f16x2", F32Math::f16x2},
+                 {"f16", F32Math::f16}};
+    const double flops = 2.0 * double(ms.H) * double(2 * (ms.r + ms.dr) - ms.dr) * double(ctx);
+    std::printf("     grouped kernel over the f16 pages, %lld cached positions:", (long long)ctx);
+    for (const auto& f : forms) {
+        cuda::gpu::MlaArgs a;
+        a.n = 1, a.pos0 = ctx - 1, a.H = ms.H, a.r = ms.r, a.dr = ms.dr, a.scale = ms.scale;
+        a.kernel = cuda::gpu::MlaKernel::grouped;
+        a.math = f.math;
+        Dev scratch(gpu, nullptr, cuda::gpu::mla_scratch_floats(a) * 4, "mla scratch"), dl(gpu, nullptr, want.size() * 4, "lat");
+        cuda::gpu::mla_attend_paged(la, dQ.f(), dl.f(), a, scratch.f(), nullptr);
+        settle(gpu);
+        const bool single = f.math == F32Math::tf32 || f.math == F32Math::f16;
+        check(("mla over f16 pages ctx " + std::to_string(ctx) + " grouped " + f.name).c_str(), down(gpu, dl, want.size()),
+              want, single ? 1e-2 : 1e-4, (single ? 1e-3 : 1e-5) * wmax);
+        const double t = time_it(gpu, 10, [&] { cuda::gpu::mla_attend_paged(la, dQ.f(), dl.f(), a, scratch.f(), nullptr); });
+        std::printf(" %s %.1f us (%.1f TFLOPS, %.0f GB/s of cache);", f.name, t * 1e6, flops / t / 1e12,
+                    double(ctx) * double(row_bytes) / t / 1e9);
+    }
+    std::printf("\n");
+}
+
 // The paged latent cache: a store gives the CPU's bytes, a load the CPU's floats, and the
 // absorbed attention through the pages agrees with the CPU's tiled op (K3: 64 heads, r 512 + 64).
 void paged_cache(backend::Backend& gpu, backend::CpuBackend& cpu) {
@@ -704,6 +775,7 @@ void paged_cache(backend::Backend& gpu, backend::CpuBackend& cpu) {
             const double s = time_it(gpu, 10, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
             std::printf("     mla decode over %s pages, %lld cached positions: %.1f us\n", backend::cache_type_name(t), (long long)ctx,
                         s * 1e6);
+            if (t == backend::CacheType::f16) paged_f16_forms(gpu, gptr, page_rows, row_bytes, dQ, want, ms, ctx);
         }
     }
 }

@@ -5,7 +5,12 @@
 #include "backend/cuda/kernels.h"
 #include "cuda_test_util.h"
 
+#include "quant/fp16.h"
+
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 using namespace kinfer;
@@ -63,11 +68,14 @@ TEST_CASE("cuda mla_attend_paged (cpu mode): absorbed attention through the page
             ms.n = s.n, ms.pos0 = s.pos0, ms.H = s.H, ms.r = s.r, ms.dr = s.dr, ms.scale = scale;
             std::vector<float> want(size_t(s.n * s.H * s.r), -2.0f);
             cpu().mla_attend_tiled(p.c, Q.data(), want.data(), ms);
-            // The grouped kernel also as 3xTF32 on tensor cores (mla_mma.cuh), at the same bound.
+            // The grouped kernel also as 3xTF32 on tensor cores (mla_mma.cuh), at the same bound, and
+            // on fp16 ones (mla_mma_f16.cuh; the f16 cache only, the TF32 forms for the others): the
+            // split at the same bound, single fp16 (2^-11 of q and p) at single TF32's.
             using cuda::emu::F32Math;
             using cuda::emu::MlaKernel;
             const std::pair<MlaKernel, F32Math> forms[] = {
-                {MlaKernel::per_head, F32Math::fp32}, {MlaKernel::grouped, F32Math::fp32}, {MlaKernel::grouped, F32Math::tf32x3}};
+                {MlaKernel::per_head, F32Math::fp32}, {MlaKernel::grouped, F32Math::fp32}, {MlaKernel::grouped, F32Math::tf32x3},
+                {MlaKernel::grouped, F32Math::f16x2}, {MlaKernel::grouped, F32Math::f16}};
             for (const auto& [kernel, math] : forms) {
                 const bool is_grouped = kernel == MlaKernel::grouped;
                 const int math_id = int(math);
@@ -79,7 +87,8 @@ TEST_CASE("cuda mla_attend_paged (cpu mode): absorbed attention through the page
                 a.math = math;
                 std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
                 cuda::emu::mla_attend_paged(p.args(), Q.data(), lat.data(), a, scratch.data(), nullptr);
-                check_close(lat, want, 1e-5, 1e-6, "paged mla latent output");
+                if (math == F32Math::f16) check_close(lat, want, 1e-2, 1e-3, "paged mla latent output, single fp16");
+                else check_close(lat, want, 1e-5, 1e-6, "paged mla latent output");
             }
         }
     }
@@ -88,4 +97,102 @@ TEST_CASE("cuda mla_attend_paged (cpu mode): absorbed attention through the page
     a.n = 1, a.H = 1, a.r = 64, a.dr = 32;   // R = 96, the pages hold 64
     std::vector<float> scratch(cuda::emu::mla_scratch_floats(a) + 1), out(64), q(96);
     CHECK_THROWS_AS(cuda::emu::mla_attend_paged(p.args(), q.data(), out.data(), a, scratch.data(), nullptr), std::invalid_argument);
+}
+
+// ---- mma_f16.cuh and the fp16 form of the grouped kernel (mla_mma_f16.cuh) ----
+
+namespace latent_test {
+
+float f16_host(float x) { return quant::fp16_to_fp32(quant::fp32_to_fp16(x)); }
+
+}  // namespace latent_test
+
+// The plain form of m16n8k16 against a host product of the fp16-rounded operands (products exact,
+// fp32 sums: 1e-6 of sum |a b|), and the fragment layout element by element: with A the identity,
+// output (r, c) is B's k = r of column c, for every r and c.
+TEST_CASE("cuda mma_f16 (cpu mode): the m16n8k16 fragments and fp16 rounding") {
+    using latent_test::f16_host;
+    std::mt19937 rng(616);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int trial = 0; trial < 3; ++trial) {
+        INFO("trial ", trial);
+        std::vector<float> A(16 * 16), B(8 * 16);   // B: column c's 16 k values at 16 c
+        for (auto& a : A) a = nd(rng);
+        for (auto& b : B) b = nd(rng) * 300.0f;
+        std::vector<float> out(2 * 128, 7.0f);
+        cuda::emu::mma_f16_check(A.data(), B.data(), out.data(), nullptr);
+        int bad = 0;
+        for (int r = 0; r < 16; ++r)
+            for (int c = 0; c < 8; ++c) {
+                double rounded = 0, mag = 0;
+                for (int k = 0; k < 16; ++k) {
+                    const double a = f16_host(A[size_t(16 * r + k)]), b = f16_host(B[size_t(16 * c + k)]);
+                    rounded += a * b;
+                    mag += std::fabs(a * b);
+                }
+                for (int f = 0; f < 2; ++f) bad += !(std::fabs(out[size_t(128 * f + 8 * r + c)] - rounded) <= 1e-6 * mag);
+            }
+        CHECK(bad == 0);
+    }
+    std::vector<float> A(16 * 16, 0.0f), B(8 * 16);
+    for (int r = 0; r < 16; ++r) A[size_t(16 * r + r)] = 1.0f;
+    for (int i = 0; i < 8 * 16; ++i) B[size_t(i)] = float(i) + 0.25f * float(i % 3);   // distinct, fp16-exact
+    std::vector<float> out(2 * 128);
+    cuda::emu::mma_f16_check(A.data(), B.data(), out.data(), nullptr);
+    int misplaced = 0;
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 8; ++c) misplaced += out[size_t(8 * r + c)] != B[size_t(16 * c + r)];
+    CHECK(misplaced == 0);
+    // Rounding to nearest even, as cvt.rn.f16.f32: 1 + 2^-11 is a tie (down to 1), 1 + 3 * 2^-11 rounds up.
+    std::fill(B.begin(), B.end(), 0.0f);
+    B[0] = 1.0f + 0x1p-11f, B[1] = 1.0f + 3 * 0x1p-11f;
+    cuda::emu::mma_f16_check(A.data(), B.data(), out.data(), nullptr);
+    CHECK(out[0] == 1.0f);
+    CHECK(out[8] == 1.0f + 0x1p-9f);
+}
+
+// The split form at the fp32 bound where its scalings matter:
+//  - q: heads whose rows differ by 2^30 in magnitude against cache values near 2^12, so that a
+//    head with q ~ 2^-12 has scores near 1 (unscaled, such a q would keep 11 bits in fp16 and its
+//    remainder none), from flat softmaxes (q ~ 2^-27) to a single position (q ~ 2^3);
+//  - the probabilities: one position scores 14 above the 151 others (each e^-14 ~ 8e-7, under
+//    fp16's normal range unscaled: 0.3 % off) and holds zeros, so the output is those small ones'.
+// K3's 512 + 64 over pages of 5 rows, pieces that end mid-tile.
+TEST_CASE("cuda mla_attend_paged f16x2 (cpu mode): fp32 accuracy over q's range and small probabilities") {
+    const int64_t pos0 = 151, H = 18, r = 512, dr = 64, R = r + dr, n_kv = pos0 + 2;
+    const float scale = 1.0f / std::sqrt(192.0f);
+    // abs: 1e-6 of the rows' scale (the outputs are weighted means of rows near 2^12, which cancel).
+    auto run = [&](const char* what, const std::vector<float>& rows, const std::vector<float>& Q, int64_t n, double abs) {
+        INFO(what);
+        Pages p(backend::CacheType::f16, R, 5, n_kv);
+        cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
+        backend::MlaShape ms;
+        ms.n = n, ms.pos0 = pos0, ms.H = H, ms.r = r, ms.dr = dr, ms.scale = scale;
+        std::vector<float> want(size_t(n * H * r));
+        cpu().mla_attend_tiled(p.c, Q.data(), want.data(), ms);
+        cuda::emu::MlaArgs a;
+        a.n = n, a.pos0 = pos0, a.H = H, a.r = r, a.dr = dr, a.scale = scale, a.split = 48;
+        a.kernel = cuda::emu::MlaKernel::grouped;
+        a.math = cuda::emu::F32Math::f16x2;
+        std::vector<float> scratch(cuda::emu::mla_scratch_floats(a)), lat(want.size(), -1.0f);
+        cuda::emu::mla_attend_paged(p.args(), Q.data(), lat.data(), a, scratch.data(), nullptr);
+        check_close(lat, want, 1e-5, abs, what);
+    };
+    {
+        std::vector<float> rows = randn(size_t(n_kv * R), 41, 4096.0f), Q = randn(size_t(2 * H * R), 42);
+        for (int64_t t = 0; t < 2; ++t)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t i = 0; i < R; ++i) Q[size_t((t * H + h) * R + i)] *= std::ldexp(1.0f, int(h % 7) * 5 - 27);
+        for (int64_t i = 0; i < R; ++i) Q[size_t(3 * R + i)] = 0.0f;   // token 0, head 3: all zero (scale 1, a flat softmax)
+        run("q over 2^30", rows, Q, 2, 4096 * 1e-6);
+    }
+    {
+        std::vector<float> rows = randn(size_t(n_kv * R), 43, 4096.0f), Q(size_t(H * R), 0.0f);
+        for (int64_t i = 0; i < R; ++i) rows[size_t(i)] = i < r ? 0.0f : 1.0f;   // position 0: c = 0, k_pe = 1
+        for (int64_t j = 1; j < n_kv; ++j)
+            for (int64_t i = r; i < R; ++i) rows[size_t(j * R + i)] = 0.0f;        // the others: k_pe = 0
+        for (int64_t h = 0; h < H; ++h)                                             // scores 14 (+ h / 4) and 0
+            for (int64_t i = r; i < R; ++i) Q[size_t(h * R + i)] = (14.0f + 0.25f * float(h)) / (float(dr) * scale);
+        run("probabilities near e^-14", rows, Q, 1, 1e-6);   // terms near 4096 e^-14: 3e-3
+    }
 }

@@ -53,8 +53,9 @@
 #     ones, 4 of the 8) with every layer on the GPU, with the experts through a
 #     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
 #     GEMM (KINFER_CUDA_GEMM=int8), with the chunked KDA and the grouped MLA kernel on TF32
-#     tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3), and in the tiled and the
-#     decompressed (MHA) MLA forms
+#     tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3), the absorbed decode over an f16
+#     cache on fp16 ones (KINFER_CUDA_MLA=f16x2), and in the tiled and the decompressed (MHA)
+#     MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
@@ -63,7 +64,8 @@
 #     without; at most 300 s);
 # 11. compute-sanitizer's memcheck, racecheck and synccheck over one k3-tiny-a eval on the device,
 #     the default forms and the tensor-core ones (the int8 prefill GEMM with the TF32 chunked KDA
-#     and grouped MLA; racecheck sees the shared-memory hazards the CPU mode cannot).
+#     and grouped MLA; the tiled MLA over an f16 cache on fp16 ones; racecheck sees the
+#     shared-memory hazards the CPU mode cannot).
 #
 # Every step after the build runs on its own, under a time limit: a failing or hanging step is
 # reported and the next one runs (a lent GPU's minutes are few), and the summary at the end lists
@@ -336,17 +338,20 @@ sanitize() {
     local cs tool gemm kda bad=0
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     [ -x "$cs" ] || { echo "(no compute-sanitizer here: skipped)"; return 77; }
+    local form gemm kda mla cache what
     for tool in memcheck racecheck synccheck; do
-        # The default forms, then the tensor-core ones: the int8 GEMM, the TF32 chunked KDA and MLA.
-        for gemm in fp16 int8; do
-            kda=fp32
-            [ $gemm = int8 ] && kda=tf32x3
-            if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$kda "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
-                --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 > "$out/san.txt" 2>&1; then
-                echo "$tool, $gemm prefill GEMM, $kda KDA and MLA: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
+        # The default forms, then the tensor-core ones: the int8 GEMM with the TF32 chunked KDA and
+        # MLA; then the tiled MLA over an f16 cache, its decode on the fp16 tensor cores
+        # (KINFER_CUDA_MLA=f16x2) and its prefill chunks' flash kernel on TF32.
+        for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 tf32x3 f16x2 f16"; do
+            read -r gemm kda mla cache <<<"$form"
+            what="$tool, $gemm prefill GEMM, $kda KDA, $mla MLA, $cache cache"
+            if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$mla "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
+                --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 --cache-type-k "$cache" $([ "$cache" = f16 ] && echo --mla-tiled-from 0) > "$out/san.txt" 2>&1; then
+                echo "$what: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
             else
                 tail -n 60 "$out/san.txt"
-                echo "$tool, $gemm prefill GEMM, $kda KDA and MLA: FAILED"
+                echo "$what: FAILED"
                 bad=1
             fi
         done

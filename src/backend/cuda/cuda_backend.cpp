@@ -105,12 +105,15 @@ runtime::Device* expert_device(Backend& be) {
     return c ? &c->expert_device() : nullptr;
 }
 
-CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what) const {
+CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, bool f16_forms) const {
     const char* v = std::getenv(var);
     if (!v || !*v || std::strcmp(v, "fp32") == 0) return Math::fp32;
     if (std::strcmp(v, "tf32x3") == 0) return Math::tf32x3;
     if (std::strcmp(v, "tf32") == 0) return Math::tf32;
-    fail("{}: {}='{}': expected fp32, tf32x3 or tf32 (the arithmetic of {})", name_, var, v, what);
+    if (f16_forms && std::strcmp(v, "f16x2") == 0) return Math::f16x2;
+    if (f16_forms && std::strcmp(v, "f16") == 0) return Math::f16;
+    fail("{}: {}='{}': expected {} (the arithmetic of {})", name_, var, v,
+         f16_forms ? "fp32, tf32x3, tf32, f16x2 or f16" : "fp32, tf32x3 or tf32", what);
 }
 
 namespace {
@@ -118,6 +121,8 @@ kern::F32Math kernel_math(CudaBackend::Math m) {
     switch (m) {
         case CudaBackend::Math::tf32x3: return kern::F32Math::tf32x3;
         case CudaBackend::Math::tf32: return kern::F32Math::tf32;
+        case CudaBackend::Math::f16x2: return kern::F32Math::f16x2;
+        case CudaBackend::Math::f16: return kern::F32Math::f16;
         default: return kern::F32Math::fp32;
     }
 }
@@ -129,8 +134,8 @@ CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(
         else if (std::strcmp(g, "fp16") != 0)
             fail("{}: KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", name_, g);
     }
-    kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill");
-    mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels");
+    kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill", false);
+    mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels", true);
     select();
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");

@@ -97,8 +97,11 @@ public:
     //   mla: the grouped absorbed MLA kernel (mla.cu / mla_mma.cuh) and the decompressed form's
     //        flash kernel (mla_mha.cu / mla_mha_mma.cuh), KINFER_CUDA_MLA.
     // fp32 unless the variable says tf32x3 or tf32 when the backend opens: none of the forms is
-    // measured on a GPU yet (kinfer_gpu_check times all three of each).
-    enum class Math { fp32, tf32x3, tf32 };
+    // measured on a GPU yet (kinfer_gpu_check times all three of each). KINFER_CUDA_MLA also takes
+    // f16x2 / f16: the grouped absorbed kernel over an f16 latent cache on fp16 tensor cores
+    // (mla_mma_f16.cuh: the cache exact, q and the probabilities split in two fp16 parts or
+    // rounded once), the TF32 forms (tf32x3 / tf32) wherever that kernel does not apply.
+    enum class Math { fp32, tf32x3, tf32, f16x2, f16 };
     void set_kda_math(Math m) { kda_math_ = m; }
     void set_mla_math(Math m) { mla_math_ = m; }
     Math kda_math() const { return kda_math_; }
@@ -238,8 +241,9 @@ private:
     // Whether a matmul of n tokens with W takes the int8 kernels: matvec_q8 below kGemmMinTokens,
     // mmq from there on when prefill_gemm_ says int8.
     bool int8_matmul(const Mat& W, int64_t n) const;
-    // A Math from environment variable var (unset or empty: fp32); anything else is an error.
-    Math math_from_env(const char* var, const char* what) const;
+    // A Math from environment variable var (unset or empty: fp32; f16x2 / f16 where f16_forms);
+    // anything else is an error.
+    Math math_from_env(const char* var, const char* what, bool f16_forms) const;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -238,7 +238,11 @@ void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, flo
 // kernels): fp32 FMAs on the CUDA cores, or TF32 tensor cores (mma_tf32.cuh) on 3xTF32 splits
 // (each fp32 operand as two TF32 parts, three products: fp32-accurate) or on single products of
 // TF32-rounded operands (about 2^-11 relative a product).
-enum class F32Math { fp32, tf32x3, tf32 };
+// f16x2 / f16: the absorbed MLA over an f16 latent cache on fp16 tensor cores (mma_f16.cuh), the
+// cache's values exact and the fp32 operand split in two fp16 parts (fp32-class) or rounded once
+// (2^-11); every other kernel and cache takes tf32x3 / tf32 for them. Not for the KDA (its fp32
+// state has no fp16 form).
+enum class F32Math { fp32, tf32x3, tf32, f16x2, f16 };
 
 // ---- KDA ----------------------------------------------------------------------------------------
 // The delta-rule recurrence, token by token (decode, and short prefills): q, k, v, g [n][H*D]
@@ -262,6 +266,9 @@ int kda_chunked_default_chunk(int64_t D);
 // by the tensor cores and by the plain form; then as 3xTF32 splits, the same two ways. In CPU mode
 // all four are the plain form; on a GPU the first and third are PTX's mma.sync.
 void mma_tf32_check(const float* A, const float* B, float* out, void* stream);
+// mma_f16.cuh's product on one warp, likewise: A 16 x 16 (row-major) times B, 8 columns of 16, both
+// rounded to fp16, into out[2][16][8]: by the tensor cores (PTX's m16n8k16 on a GPU) and by the plain form.
+void mma_f16_check(const float* A, const float* B, float* out, void* stream);
 
 // The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear
 // softplus(f) a, with f = g + dt_bias and a [H] = -exp(A_log).
@@ -280,8 +287,8 @@ void conv_silu(float* x, int64_t n, int64_t channels, int64_t W, const float* ta
 //   r + dr <= 640); automatic takes grouped where it fits and H > 1 (mla.cu says why).
 //   split 0: 256 for the per-head kernel (its scores sit in shared memory), for the grouped one
 //   enough pieces for ~528 blocks, at least 64 positions each (mla_split).
-//   math: the grouped kernel's two products as fp32 FMAs or on TF32 tensor cores (mla_mma.cuh);
-//   the per-head kernel is fp32 always.
+//   math: the grouped kernel's two products as fp32 FMAs or on TF32 tensor cores (mla_mma.cuh),
+//   or for the paged f16 cache on fp16 ones (mla_mma_f16.cuh); the per-head kernel is fp32 always.
 enum class MlaKernel { automatic, per_head, grouped };
 struct MlaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0;

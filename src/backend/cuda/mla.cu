@@ -16,10 +16,12 @@
 //    registers, lanes across the row), an online softmax per head rescales the accumulators
 //    between tiles, and each thread accumulates two latent dims for all 16 heads. The cache is
 //    read H / 16 times instead of H times. FlashMLA's idea without its tensor-core tiles;
-//  - the grouped kernel with its products on TF32 tensor cores (mla_mma.cuh, MlaArgs::math).
+//  - the grouped kernel with its products on TF32 tensor cores (mla_mma.cuh, MlaArgs::math), and
+//    for the paged f16 cache on fp16 ones (mla_mma_f16.cuh).
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mla_mma.cuh"
+#include "backend/cuda/mla_mma_f16.cuh"
 #include "backend/cuda/reduce.cuh"
 
 #include <algorithm>
@@ -245,6 +247,17 @@ size_t mla_scratch_floats(const MlaArgs& a) {
 
 namespace {
 
+// Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
+template <class Kernel>
+void opt_in(Kernel* k, size_t bytes) {
+    if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+template <class Rows>
+constexpr bool kPaged = false;
+template <>
+constexpr bool kPaged<PagedRows> = true;
+
 template <class Rows>
 void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream, const char* what) {
     if (a.n <= 0) return;
@@ -262,11 +275,23 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
                                     ": (r + dr + split) floats must fit 48 KiB of shared memory and n <= 65535");
     const int64_t pieces = n_pieces(a);
     if (pieces > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": more than 65535 pieces of positions");
-    if (grouped && a.math != F32Math::fp32) {
+    const bool f16_math = a.math == F32Math::f16x2 || a.math == F32Math::f16;
+    const bool split_math = a.math == F32Math::f16x2 || a.math == F32Math::tf32x3;
+    bool f16_cache = false;
+    if constexpr (kPaged<Rows>) f16_cache = rows.c.type == kLatentF16;
+    if (grouped && f16_math && f16_cache) {
+        if constexpr (kPaged<Rows>) {
+            const size_t bytes = mla_f16_smem_bytes(R, split_math);
+            auto* k1 = split_math ? &mla_partial_f16_kernel<true> : &mla_partial_f16_kernel<false>;
+            opt_in(k1, bytes);
+            KINFER_LAUNCH(k1, dim3(unsigned((a.H + kMmaHeads - 1) / kMmaHeads), unsigned(pieces), unsigned(a.n)),
+                          dim3(kMmaThreads), bytes, as_stream(stream), rows.c, Q, a.pos0, a.H, a.r, R, a.scale, split,
+                          pieces, scratch);
+        }
+    } else if (grouped && a.math != F32Math::fp32) {   // TF32, also for f16x2 / f16 over other rows
         const size_t bytes = mla_mma_smem_bytes(R);
-        auto* k1 = a.math == F32Math::tf32x3 ? &mla_partial_mma_kernel<Rows, true> : &mla_partial_mma_kernel<Rows, false>;
-        // Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
-        if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+        auto* k1 = split_math ? &mla_partial_mma_kernel<Rows, true> : &mla_partial_mma_kernel<Rows, false>;
+        opt_in(k1, bytes);
         KINFER_LAUNCH(k1, dim3(unsigned((a.H + kMmaHeads - 1) / kMmaHeads), unsigned(pieces), unsigned(a.n)),
                       dim3(kMmaThreads), bytes, as_stream(stream), rows, Q, a.pos0, a.H, a.r, R, a.scale, split, pieces,
                       scratch);
@@ -285,7 +310,31 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
                   a.r, split, pieces, lat);
 }
 
+// mma_f16_check's warp: the operands rounded to fp16 in shared memory (the fragment loaders read
+// fp16 bits from there), A B by mma_f16 and by mma_f16_plain, stored by the C layout into 16 x 8
+// row-major matrices of out.
+__global__ void __launch_bounds__(32) mma_f16_check_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                                           float* __restrict__ out) {
+    KINFER_DYNAMIC_SHARED(uint16_t, sm);   // A [16][16], then B's columns [8][16]
+    const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
+    for (int i = lane; i < 16 * 16 + 8 * 16; i += 32) sm[i] = f16_round(i < 256 ? A[i] : B[i - 256]);
+    __syncwarp();
+    uint32_t a[4], b[2];
+    f16_frag_a(a, sm, 16);
+    f16_frag_b_rows(b, sm + 256, 16);
+    float c[2][4] = {};
+    mma_f16(c[0], a, b);
+    mma_f16_plain(c[1], a, b);
+    for (int f = 0; f < 2; ++f)
+        for (int e = 0; e < 4; ++e) out[128 * f + 8 * (g + 8 * (e / 2)) + 2 * t + e % 2] = c[f][e];
+}
+
 }  // namespace
+
+void mma_f16_check(const float* A, const float* B, float* out, void* stream) {
+    auto* kernel = &mma_f16_check_kernel;
+    KINFER_LAUNCH(kernel, dim3(1), dim3(32), (16 * 16 + 8 * 16) * sizeof(uint16_t), as_stream(stream), A, B, out);
+}
 
 void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,
                          void* stream) {

@@ -235,7 +235,9 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
     static_assert(kFlashMmaQ == kTQ);
     const bool mma = a.math != F32Math::fp32 && dv <= kFlashMmaMaxDv;
     const size_t smem = mma ? flash_mma_smem_bytes(dn + a.dr, dv) : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
-    auto* flash = !mma ? &mha_flash_kernel : a.math == F32Math::tf32x3 ? &mha_flash_mma_kernel<true> : &mha_flash_mma_kernel<false>;
+    // (f16x2 / f16 ask for fp16 tensor cores where a kernel has them; this one takes TF32 for them.)
+    const bool split = a.math == F32Math::tf32x3 || a.math == F32Math::f16x2;
+    auto* flash = !mma ? &mha_flash_kernel : split ? &mha_flash_mma_kernel<true> : &mha_flash_mma_kernel<false>;
     if (smem > kMhaMaxSmemBytes)   // (check_args holds the fp32 form's)
         throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(dn + a.dr) + " and dv " +
                                     std::to_string(dv) + " do not fit a block's shared memory");

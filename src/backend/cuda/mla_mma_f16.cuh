@@ -1,0 +1,181 @@
+// mla_mma.cuh's grouped pass 1 for an f16 latent cache, on fp16 tensor cores (mma_f16.cuh): the
+// cache rows are fp16 already, so they enter both products exactly as stored, and only the fp32
+// operands are split: q (scores = q rows . cache rows) and the probabilities (acc += p . cache
+// rows), each as two fp16 parts (kSplit; about 22 significant bits, fp32-class) or rounded once.
+// Why: two m16n8k16 products a k16 step where 3xTF32 takes six m16n8k8 ones at half the rate, so
+// about a sixth of the tensor-core time, and the tile is half the bytes in shared memory. At K3's
+// 1M positions the decode's 139 GFLOP a layer and token then take less than reading the cache.
+// Included by mla.cu, whose attend() launches it for the paged f16 cache where MlaArgs::math asks
+// f16x2 / f16 (other caches take the TF32 forms); the pieces, partial results and combine pass are
+// mla_mma.cuh's.
+//
+// The split needs fp16's range and resolution, so each head's q row is scaled by 2^(14 - e), e the
+// exponent of its largest |q| (the largest scaled value in [2^14, 2^15)), and the scores by 2^-(14 - e)
+// back: powers of two, exact. The probabilities (<= 1) are scaled by 2^15 and the accumulator by
+// 2^-15 at the end, so a probability down to ~2^-15 keeps its 22 bits and the smaller ones an
+// absolute 2^-40.
+//
+// Block and warps as mla_mma.cuh. Shared memory: floats first (the partial scores 2 x 16 x 20, the
+// rescale 16, the heads' q scales 16), then fp16 bits: q hi (and lo) and the tile's rows, 16 x ld
+// each (ld: R rounded up to 16, + 8: the fragment loads' 32-bit words fall in 32 banks), the
+// probabilities hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM),
+// 40 KiB single. The pages must be 16-byte aligned for the tile's 16-byte loads (cudaMalloc's are).
+#pragma once
+#include "backend/cuda/mla_mma.cuh"
+#include "backend/cuda/mma_f16.cuh"
+
+#include <cmath>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+constexpr int kF16LdP = 24;              // fp16 elements a probability row (16 + 8)
+constexpr float kF16PScale = 32768.0f;   // 2^15: the probabilities' scale in the split
+
+__host__ __device__ inline int64_t mla_f16_ld(int64_t R) { return (R + 15) / 16 * 16 + 8; }
+inline size_t mla_f16_smem_bytes(int64_t R, bool split) {
+    const size_t floats = 2 * kMmaHeads * kMmaLdP + 2 * kMmaHeads;
+    const size_t halves = size_t((split ? 3 : 2) * kMmaHeads * mla_f16_ld(R) + (split ? 2 : 1) * kMmaHeads * kF16LdP);
+    return floats * sizeof(float) + halves * sizeof(uint16_t);
+}
+
+template <bool kSplit>
+__global__ void __launch_bounds__(kMmaThreads)
+    mla_partial_f16_kernel(LatentArgs c, const float* __restrict__ Q, int64_t pos0, int64_t H, int64_t r, int64_t R,
+                           float scale, int64_t split, int64_t pieces, float* __restrict__ part) {
+    const int64_t ld = mla_f16_ld(R), Rp = ld - 8;
+    KINFER_DYNAMIC_SHARED(float, smem);
+    float* sS = smem;                                        // [2][16][kMmaLdP] partial scores, by k half
+    float* rescale = sS + 2 * kMmaHeads * kMmaLdP;           // [16] exp(old max - new max)
+    float* q_unscale = rescale + kMmaHeads;                  // [16] the heads' 2^-(14 - e)
+    uint16_t* sqh = reinterpret_cast<uint16_t*>(q_unscale + kMmaHeads);   // [16][ld] scaled q, its fp16 part
+    uint16_t* sql = sqh + kMmaHeads * ld;                    // [16][ld] the remainder (kSplit)
+    uint16_t* rows = sqh + (kSplit ? 2 : 1) * kMmaHeads * ld;   // [16][ld] the tile's cache rows (zero past R and the piece)
+    uint16_t* sPh = rows + kMmaRows * ld;                    // [16][kF16LdP] 2^15 exp(score - running max)
+    uint16_t* sPl = sPh + kMmaHeads * kF16LdP;               // its remainder (kSplit)
+    const int64_t h0 = int64_t(blockIdx.x) * kMmaHeads, s = blockIdx.y, t = blockIdx.z;
+    const int64_t n_kv = pos0 + t + 1;                       // causal
+    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
+    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
+    if (j0 >= j1) {                                          // this token's context ends before the piece
+        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
+        return;
+    }
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
+    // q: warp w scales and splits heads 4w .. 4w + 3 (zero past R and H).
+    for (int a = 0; a < 4; ++a) {
+        const int g = 4 * warp + a;
+        const bool live = h0 + g < H;
+        const float* q = Q + (t * H + h0 + g) * R;
+        float mx = 0.0f;
+        if (live)
+            for (int64_t i = lane; i < R; i += 32) mx = fmaxf(mx, fabsf(q[i]));
+        mx = warp_max(mx);
+        // A zero, infinite or NaN row keeps scale 1 (its scores are what fp32 would give: 0, inf, NaN).
+        int e = mx > 0.0f && mx <= 3.4e38f ? 14 - ilogbf(mx) : 0;
+        e = e < -126 ? -126 : e > 126 ? 126 : e;
+        const float up = ldexpf(1.0f, e);
+        if (lane == 0) q_unscale[g] = ldexpf(1.0f, -e);
+        for (int64_t i = lane; i < Rp; i += 32) {
+            const float x = live && i < R ? q[i] * up : 0.0f;
+            if constexpr (kSplit) f16_split(x, sqh[g * ld + i], sql[g * ld + i]);
+            else sqh[g * ld + i] = f16_round(x);
+        }
+    }
+    float m[4], l[4];                                        // heads 4 warp + a: the same in every lane
+    for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
+    float acc[16][4];                                        // dims 128 warp + 8 nt + 2 t4 (+1), heads g (+8)
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[nt][k] = 0.0f;
+    const int ksteps = int(Rp / 16), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
+    const int nrow = 8 * (warp % 2);                         // this warp's score rows
+    // The tile copy: lane groups of 8 copy a row each, warp w rows 4w .. 4w + 3, so a lane finds
+    // its row's page once a tile; 16-byte pieces where the rows allow (R a multiple of 8).
+    const bool vec = R % 8 == 0 && c.row_bytes % 16 == 0;
+    const int jw = 4 * warp + lane / 8;
+    for (int64_t jt = j0; jt < j1; jt += kMmaRows) {
+        const int tl = int(j1 - jt < kMmaRows ? j1 - jt : kMmaRows);
+        {
+            const bool in = jw < tl;
+            const uint8_t* src = in ? latent_row(c, jt + jw) : nullptr;
+            uint16_t* dst = rows + jw * ld;
+            if (vec) {
+                for (int64_t i = 8 * (lane % 8); i < Rp; i += 64) {
+                    uint4 v{};
+                    if (in && i < R) v = load_aligned<uint4>(src + 2 * i);
+                    store_aligned<uint4>(reinterpret_cast<uint8_t*>(dst + i), v);
+                }
+            } else {
+                for (int64_t i = lane % 8; i < Rp; i += 8) dst[i] = in && i < R ? load_aligned<uint16_t>(src + 2 * i) : 0;
+            }
+        }
+        __syncthreads();   // also publishes q and its scales on the first tile
+
+        // ---- scores: A = scaled q (heads), B[k][n] = rows[n][k]; half the k steps this warp ----
+        float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int ks = ks0; ks < ks1; ++ks) {
+            uint32_t a_hi[4], a_lo[4], b[2];
+            f16_frag_a(a_hi, sqh + 16 * ks, ld);
+            if constexpr (kSplit) f16_frag_a(a_lo, sql + 16 * ks, ld);
+            f16_frag_b_rows(b, rows + nrow * ld + 16 * ks, ld);
+            mma_split_a_f16<kSplit>(cc, a_hi, a_lo, b);
+        }
+        tf32_store_c(cc, sS + kh * kMmaHeads * kMmaLdP + nrow, kMmaLdP);
+        __syncthreads();
+
+        // ---- online softmax: warp w's four heads, lane j row j ----
+        for (int a = 0; a < 4; ++a) {
+            const int g = 4 * warp + a;
+            const float sc =
+                lane < tl ? (sS[g * kMmaLdP + lane] + sS[(kMmaHeads + g) * kMmaLdP + lane]) * q_unscale[g] * scale : -INFINITY;
+            float alpha;                                     // 0 on the first tile (m = -inf)
+            const float p = online_softmax_step(sc, m[a], l[a], alpha) * kF16PScale;
+            if (lane < kMmaRows) {
+                if constexpr (kSplit) f16_split(p, sPh[g * kF16LdP + lane], sPl[g * kF16LdP + lane]);
+                else sPh[g * kF16LdP + lane] = f16_round(p);
+            }
+            if (lane == 0) rescale[g] = alpha;
+        }
+        __syncthreads();
+
+        // ---- acc = diag(rescale) acc + P rows: A = P (heads x tile rows), B[k][n] = rows[k][n] ----
+        {
+            const float r0 = rescale[gq], r8 = rescale[gq + 8];
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
+            uint32_t p_hi[4], p_lo[4];
+            f16_frag_a(p_hi, sPh, kF16LdP);
+            if constexpr (kSplit) f16_frag_a(p_lo, sPl, kF16LdP);
+#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
+            for (int nt = 0; nt < 16; ++nt) {
+                const int64_t col = 128 * warp + 8 * nt;
+                if (col >= r) break;                         // warp-uniform
+                uint32_t b[2];
+                f16_frag_b_cols(b, rows + col, ld);
+                mma_split_a_f16<kSplit>(acc[nt], p_hi, p_lo, b);
+            }
+        }
+        __syncthreads();   // the next tile overwrites rows, sS and the probabilities
+    }
+    constexpr float kUnscale = 1.0f / kF16PScale;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
+            if (h0 + g < H && d < r) out_of(g)[2 + d] = acc[nt][e] * kUnscale;
+        }
+    if (lane == 0)
+        for (int a = 0; a < 4; ++a)
+            if (h0 + 4 * warp + a < H) {
+                out_of(4 * warp + a)[0] = m[a];
+                out_of(4 * warp + a)[1] = l[a];
+            }
+}
+
+}  // namespace
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -1,0 +1,125 @@
+// The warp's fp32 tensor-core product on fp16 operands: D = A B + C with A 16 x 16 and B 16 x 8
+// fp16, C / D 16 x 8 fp32. On the GPU, PTX's mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// (sm_80 on), twice TF32's rate a k element and half its operand bytes; everywhere, the same
+// product from shuffles (mma_f16_plain): what the CPU execution mode runs, and the reference a GPU
+// check holds the tensor cores to.
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), g = lane / 4,
+// t = lane % 4, each 32-bit register two fp16 of consecutive k, the lower k in the low half:
+//   A: a[0] row g, k 2t, 2t + 1;  a[1] row g + 8, the same k;  a[2] row g, k 2t + 8, 2t + 9;
+//      a[3] row g + 8, k 2t + 8, 2t + 9
+//   B: b[0] column g, k 2t, 2t + 1;  b[1] column g, k 2t + 8, 2t + 9
+//   C, D: as m16n8k8's (mma_tf32.cuh): c[0], c[1] row g, columns 2t, 2t + 1; c[2], c[3] row g + 8
+// (Byte for byte the int8 m16n8k32 fragments of mma.cuh, with two-byte elements.)
+//
+// Why fp16 where the data is fp32: a product of two fp16 values (11 significant bits each) is exact
+// in fp32, so an operand that is already fp16 (the f16 latent cache) costs nothing, and an fp32
+// operand split into two fp16 parts (f16_split: x = hi + lo, about 22 significant bits) makes two
+// products instead of 3xTF32's three at half the rate: fp32-class accuracy at a third of the
+// tensor-core time. The split needs the operand in fp16's range, so its caller scales it by a power
+// of two first (exact) and divides the result by it.
+#pragma once
+#include "backend/cuda/block_dot.cuh"
+#include "quant/fp16.h"
+
+#include <cstdint>
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+// x rounded to fp16 (nearest even, cvt.rn.f16.f32), as its bits: the hardware conversion on the GPU,
+// quant/fp16.h's (the same rounding) elsewhere.
+__device__ __forceinline__ uint16_t f16_round(float x) {
+#if defined(__CUDA_ARCH__)
+    return __half_as_ushort(__float2half_rn(x));
+#else
+    return quant::fp32_to_fp16(x);
+#endif
+}
+__device__ __forceinline__ float f16_value(uint16_t h) { return quant::fp16_to_fp32(h); }
+
+// x = hi + lo, both fp16: x - hi is exact in fp32 while |x| < 65520 (hi finite). Below fp16's
+// normal range (2^-14) both parts fall on the subnormal grid (2^-24), so the caller's scaling puts
+// the largest values near 2^14 .. 2^15.
+__device__ __forceinline__ void f16_split(float x, uint16_t& hi, uint16_t& lo) {
+    hi = f16_round(x);
+    lo = f16_round(x - f16_value(hi));
+}
+
+__device__ __forceinline__ uint32_t f16_pair(uint16_t lo_k, uint16_t hi_k) { return uint32_t(lo_k) | uint32_t(hi_k) << 16; }
+__device__ __forceinline__ uint32_t f16_word(const uint16_t* p) { return load_aligned<uint32_t>(reinterpret_cast<const uint8_t*>(p)); }
+
+// Fragment loads from fp16 arrays (bits, in shared memory), each given its tile's origin (row 0,
+// k 0) and the distance between rows in elements (even, with the origin 4-byte aligned: the pairs
+// are 32-bit loads, which the CPU mode checks):
+//   f16_frag_a       A from rows of A (k contiguous);
+//   f16_frag_b_rows  B from rows that each hold one column of B (k contiguous: B^T row-major);
+//   f16_frag_b_cols  B from rows that each hold one k of B (B row-major): two 16-bit loads a register.
+__device__ __forceinline__ void f16_frag_a(uint32_t (&a)[4], const uint16_t* A, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const uint16_t* p = A + g * ld + 2 * t;
+    a[0] = f16_word(p), a[1] = f16_word(p + 8 * ld), a[2] = f16_word(p + 8), a[3] = f16_word(p + 8 * ld + 8);
+}
+__device__ __forceinline__ void f16_frag_b_rows(uint32_t (&b)[2], const uint16_t* Bt, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const uint16_t* p = Bt + g * ld + 2 * t;
+    b[0] = f16_word(p), b[1] = f16_word(p + 8);
+}
+__device__ __forceinline__ void f16_frag_b_cols(uint32_t (&b)[2], const uint16_t* B, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const uint16_t* p = B + 2 * t * ld + g;
+    b[0] = f16_pair(p[0], p[ld]), b[1] = f16_pair(p[8 * ld], p[9 * ld]);
+}
+
+// The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
+// lanes that hold them (a source lane's four k in one 64-bit shuffle) and adds the sixteen products
+// to its outputs in k order. Products of two fp16 values are exact in fp32; the tensor cores add
+// them in an order (and with an alignment) of their own, so results agree to fp32 rounding, not
+// bit for bit. Every lane takes part in every shuffle.
+__device__ __forceinline__ void mma_f16_plain(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    const uint64_t a_g = uint64_t(a[0]) | uint64_t(a[2]) << 32, a_g8 = uint64_t(a[1]) | uint64_t(a[3]) << 32;
+    const uint64_t b_c = uint64_t(b[0]) | uint64_t(b[1]) << 32;
+    float A0[16], A8[16], B0[16], B1[16];   // rows g, g + 8 of A; columns 2t, 2t + 1 of B; by k
+#pragma unroll
+    for (int src = 0; src < 4; ++src) {      // the lane of t = src holds k 2 src, 2 src + 1, 2 src + 8, 2 src + 9
+        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
+        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
+        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {        // element e of the 64 bits: k 2 src + e % 2 + 8 (e / 2)
+            const int k = 2 * src + e % 2 + 8 * (e / 2);
+            A0[k] = f16_value(uint16_t(ra >> (16 * e))), A8[k] = f16_value(uint16_t(ra8 >> (16 * e)));
+            B0[k] = f16_value(uint16_t(cb0 >> (16 * e))), B1[k] = f16_value(uint16_t(cb1 >> (16 * e)));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        c[0] = __fadd_rn(c[0], __fmul_rn(A0[k], B0[k]));
+        c[1] = __fadd_rn(c[1], __fmul_rn(A0[k], B1[k]));
+        c[2] = __fadd_rn(c[2], __fmul_rn(A8[k], B0[k]));
+        c[3] = __fadd_rn(c[3], __fmul_rn(A8[k], B1[k]));
+    }
+}
+
+// c += A B on the tensor cores where there are some, by the plain form otherwise.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    mma_f16_plain(c, a, b);
+#endif
+}
+
+// c += A B with A given as its fp16 split (kSplit: A_lo B, then A_hi B) or as fp16 values alone
+// (hi; lo unused), B exact in fp16.
+template <bool kSplit>
+__device__ __forceinline__ void mma_split_a_f16(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                                const uint32_t (&b)[2]) {
+    if constexpr (kSplit) mma_f16(c, a_lo, b);
+    mma_f16(c, a_hi, b);
+}
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
