@@ -823,8 +823,9 @@ void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
         ms.scale = 1.0f / std::sqrt(float(dk));
         Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
         // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh): 3xTF32 at
-        // the same bound, single TF32 at 1e-2 relative (test_mla_mha's). The fp32 form is timed last,
-        // so the absorbed comparison below is against the default.
+        // the same bound, single TF32 at 1e-2 relative (test_mla_mha's); f16x2 / f16 add the keys'
+        // expansion on fp16 tensor cores (the f16 cache exact, the weights split or rounded once).
+        // The fp32 form is timed last, so the absorbed comparison below is against the default.
         auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
         using Math = backend::cuda::CudaBackend::Math;
         const Math had = cuda_be ? cuda_be->mla_math() : Math::fp32;
@@ -837,27 +838,37 @@ void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
             for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
         }
         double s_mha = 0;
-        for (const Math m : {Math::tf32x3, Math::tf32, Math::fp32}) {
+        auto form_name = [](Math m) {
+            return m == Math::fp32 ? "fp32" : m == Math::tf32x3 ? "3xTF32" : m == Math::tf32 ? "TF32" : m == Math::f16x2 ? "f16x2" : "f16";
+        };
+        for (const Math m : {Math::tf32x3, Math::tf32, Math::f16x2, Math::f16, Math::fp32}) {
             if (!cuda_be && m != Math::fp32) continue;
             if (cuda_be) cuda_be->set_mla_math(m);
-            const char* form = m == Math::fp32 ? "fp32" : m == Math::tf32x3 ? "3xTF32" : "TF32";
+            const char* form = form_name(m);
+            const bool single = m == Math::tf32 || m == Math::f16;
             gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
             if (ctx == 4096)
                 check((std::string("mla MHA prefill over f16 pages, ctx 4096, ") + form).c_str(), down(gpu, dout, want.size()),
-                      want, m == Math::tf32 ? 1e-2 : 1e-4, (m == Math::tf32 ? 1e-3 : 1e-5) * wmax);
+                      want, single ? 1e-2 : 1e-4, (single ? 1e-3 : 1e-5) * wmax);
             s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
             // H n n_kv (dk + dv) multiply-adds, about half of them masked away in the last n keys.
             const double flops = 2.0 * double(H) * double(n) * double(ctx - n / 2) * double(dk + dv);
             std::printf("     mla MHA prefill chunk of %lld at %lld cached positions, flash kernel %-6s: %.2f ms (%.1f TFLOPS "
                         "with the key expansion)\n", (long long)n, (long long)ctx, form, s_mha * 1e3, flops / s_mha / 1e12);
         }
-        if (cuda_be) cuda_be->set_mla_math(had);
-        // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted).
+        // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted),
+        // with the default arithmetic and on the fp16 tensor cores (the operation count picks between
+        // the forms; these say what the GPU makes of it).
         const std::vector<float> Q = randn(size_t(n * H * R), 64);
         Dev dQ(gpu, Q.data(), Q.size() * 4, "Q"), dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");
-        const double s_abs = time_it(gpu, 5, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
-        std::printf("     mla prefill chunk of %lld at %lld cached positions: MHA %.2f ms, absorbed %.2f ms (%.2fx)\n",
-                    (long long)n, (long long)ctx, s_mha * 1e3, s_abs * 1e3, s_abs / s_mha);
+        for (const Math m : {had, Math::f16x2}) {
+            if (!cuda_be && m != had) continue;
+            if (cuda_be) cuda_be->set_mla_math(m);
+            const double s_abs = time_it(gpu, 5, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
+            std::printf("     mla prefill chunk of %lld at %lld cached positions: MHA (fp32) %.2f ms, absorbed (%s) %.2f ms (%.2fx)\n",
+                        (long long)n, (long long)ctx, s_mha * 1e3, form_name(m), s_abs * 1e3, s_abs / s_mha);
+        }
+        if (cuda_be) cuda_be->set_mla_math(had);
     }
 }
 

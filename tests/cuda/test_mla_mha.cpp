@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 using namespace kinfer;
@@ -174,6 +175,55 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
         }
     }
     MESSAGE("worst error over the fp32 bound: 3xTF32 ", worst[1], ", single TF32 ", worst[0]);
+    CHECK(worst[0] > 10 * worst[1]);
+}
+
+// Over an f16 cache, f16x2 / f16 expand the keys on fp16 tensor cores (mla_mha.cu): the weights'
+// rows scaled into fp16's range and split in two (or rounded once) against the cache's exact
+// values, one GEMM of k = 2r; the flash kernel then as 3xTF32 / TF32. f16x2 at the fp32 bound,
+// f16 at single TF32's and farther off, and not the bits of single TF32 (which would mean the
+// fp16 expansion was not taken). The weights: F32 near 2e-3 (their remainders under fp16's normal
+// range unless scaled, so the bound fails without the scaling) and Q8_0 (d q: more bits than
+// fp16 holds).
+TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor cores over an f16 cache") {
+    MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
+    shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
+    double worst[2] = {0, 0};   // single, split: the largest error over the fp32 bound
+    for (const MhaCase& s : shapes) {
+        const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
+        const std::vector<float> rows = randn(size_t(n_kv * R), 61, 0.5f), q = randn(size_t(s.n * s.H * dk), 62);
+        const backend::MlaShape ms = mla_shape(s);
+        MhaPages p(backend::CacheType::f16, R, s.page_rows, n_kv);
+        cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
+        for (const auto& [wt, wscale] : {std::pair{quant::Type::F32, 0.3f / 128}, std::pair{quant::Type::Q8_0, 0.3f}}) {
+            if (wt == quant::Type::Q8_0 && (s.r % 32 != 0 || s.dn % 32 != 0)) continue;   // Q8_0 rows: whole blocks
+            const HeadMat k_b(wt, s.H, s.r, s.dn, 63, wscale), v_b(wt, s.H, s.dv, s.r, 64, wscale);
+            std::vector<float> want(size_t(s.n * s.H * s.dv), -2.0f);
+            cpu().mla_attend_tiled_mha(k_b.m, v_b.m, p.c, q.data(), want.data(), ms);
+            const double abs = 2e-6 * mha_max_abs(want);
+            auto run = [&](cuda::emu::F32Math math) {
+                const cuda::emu::MlaMhaArgs a = mha_args(s, math);
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float),
+                                      std::numeric_limits<float>::quiet_NaN());
+                std::vector<float> got(want.size(), -1.0f);
+                cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
+                                                ws.data(), ws.size() * sizeof(float), nullptr);
+                return got;
+            };
+            for (const bool split : {true, false}) {
+                INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block,
+                     " weights ", quant::traits(wt).name, " f16x2 ", split);
+                const std::vector<float> got = run(split ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::f16);
+                if (split) check_close(got, want, 2e-6, abs, "paged MHA output, f16x2");
+                else check_close(got, want, 1e-2, 1e-3 * mha_max_abs(want), "paged MHA output, f16");
+                if (!split) CHECK(got != run(cuda::emu::F32Math::tf32));
+                for (size_t i = 0; i < got.size(); ++i)
+                    worst[split] = std::max(worst[split], std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
+            }
+        }
+    }
+    MESSAGE("worst error over the fp32 bound: f16x2 ", worst[1], ", f16 ", worst[0]);
     CHECK(worst[0] > 10 * worst[1]);
 }
 

@@ -24,8 +24,9 @@
 #           against the CPU's decompressed form.
 #   tc-f16  "tiled" over an f16 latent cache (-ctk f16) with KINFER_CUDA_MLA=f16x2: the absorbed
 #           decode on fp16 tensor cores, the cache's values exact and q and the probabilities
-#           split in two fp16 parts (mla_mma_f16.cuh); the rest as "tc"; against the CPU's tiled
-#           form over the same f16 cache.
+#           split in two fp16 parts (mla_mma_f16.cuh), the prefill chunks' key expansion on them
+#           (the weights split; mla_mha.cu); the rest as "tc"; against the CPU's tiled form over
+#           the same f16 cache.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread

@@ -98,9 +98,10 @@ public:
     //        flash kernel (mla_mha.cu / mla_mha_mma.cuh), KINFER_CUDA_MLA.
     // fp32 unless the variable says tf32x3 or tf32 when the backend opens: none of the forms is
     // measured on a GPU yet (kinfer_gpu_check times all three of each). KINFER_CUDA_MLA also takes
-    // f16x2 / f16: the grouped absorbed kernel over an f16 latent cache on fp16 tensor cores
+    // f16x2 / f16: over an f16 latent cache, the grouped absorbed kernel on fp16 tensor cores
     // (mla_mma_f16.cuh: the cache exact, q and the probabilities split in two fp16 parts or
-    // rounded once), the TF32 forms (tf32x3 / tf32) wherever that kernel does not apply.
+    // rounded once) and the decompressed form's key expansion on them (the weights split); the
+    // TF32 forms (tf32x3 / tf32) wherever those do not apply.
     enum class Math { fp32, tf32x3, tf32, f16x2, f16 };
     void set_kda_math(Math m) { kda_math_ = m; }
     void set_mla_math(Math m) { mla_math_ = m; }

@@ -238,10 +238,10 @@ void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, flo
 // kernels): fp32 FMAs on the CUDA cores, or TF32 tensor cores (mma_tf32.cuh) on 3xTF32 splits
 // (each fp32 operand as two TF32 parts, three products: fp32-accurate) or on single products of
 // TF32-rounded operands (about 2^-11 relative a product).
-// f16x2 / f16: the absorbed MLA over an f16 latent cache on fp16 tensor cores (mma_f16.cuh), the
+// f16x2 / f16: the MLA kernels over an f16 latent cache on fp16 tensor cores (mma_f16.cuh), the
 // cache's values exact and the fp32 operand split in two fp16 parts (fp32-class) or rounded once
-// (2^-11); every other kernel and cache takes tf32x3 / tf32 for them. Not for the KDA (its fp32
-// state has no fp16 form).
+// (2^-11): the grouped absorbed kernel, and the decompressed form's key expansion; everything else
+// takes tf32x3 / tf32 for them. Not for the KDA (its fp32 state has no fp16 form).
 enum class F32Math { fp32, tf32x3, tf32, f16x2, f16 };
 
 // ---- KDA ----------------------------------------------------------------------------------------
@@ -327,7 +327,9 @@ void mla_attend_paged(const LatentArgs& c, const float* Q, float* lat, const Mla
 // are expanded in blocks of key_block (0: mla_mha_default_key_block) with two fp32 GEMMs (blas)
 // for all heads; the online softmax is kept in the workspace between blocks.
 // math: the flash kernel's products as fp32 FMAs or on TF32 tensor cores (mla_mha_mma.cuh; dv
-// up to 256, fp32 past it), as for MlaArgs.
+// up to 256, fp32 past it), as for MlaArgs; f16x2 / f16 over the pages of an f16 cache also
+// expand the keys on fp16 tensor cores (the weights split in two or rounded once), the flash
+// kernel then as tf32x3 / tf32.
 struct MlaMhaArgs {
     int64_t n = 0, pos0 = 0, H = 0, r = 0, dr = 0, dn = 0, dv = 0;
     float scale = 1;

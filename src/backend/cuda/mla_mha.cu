@@ -20,6 +20,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mla_mha_mma.cuh"
+#include "backend/cuda/mma_f16.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 
     for (int64_t p = tid; p < kTQ * dk; p += nt) {
         const int64_t i = p / dk, d = p % dk;
-        qs[p] = i < nq ? q[((t0 + i) * H + h) * dk + d] * scale : 0.0f;
+        qs[p] = i < nq ? flash_query(q, st, t0 + i, h, H, dn, dk, d, scale) : 0.0f;
     }
     for (int64_t p = tid; p < kTQ * dv; p += nt) {
         const int64_t i = p / dv, a = p % dv;
@@ -155,23 +156,68 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
 }
 
-// o[t][h][a] = acc / l.
+// o[t][h][a] = acc / l (times the values' unscale factor where the expansion scaled them).
 __global__ void __launch_bounds__(kTransposeThreads)
-    mha_finish_kernel(FlashState st, int64_t rows, int64_t dv, float* __restrict__ o) {
+    mha_finish_kernel(FlashState st, int64_t rows, int64_t H, int64_t dv, float* __restrict__ o) {
     const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (p >= rows * dv) return;
-    o[p] = st.acc[p] / st.l[p / dv];
+    const float x = st.acc[p] / st.l[p / dv];
+    o[p] = st.v_unscale ? x * st.v_unscale[(p / dv) % H * dv + p % dv] : x;
+}
+
+// The keys' expansion on fp16 tensor cores (an f16 cache, KINFER_CUDA_MLA=f16x2 / f16): the f16
+// cache's latent values are exact in fp16, so only the fp32 weights need a split. Row i of w
+// (wkT's or wv's) is scaled by 2^e_i, its largest |w| into [2^14, 2^15) (mma_f16.cuh), and written
+// as fp16 at [0, cols) and, split, its remainder at [cols, 2 cols): against latent rows [c | c]
+// one GEMM of k = 2 cols sums w_hi c + w_lo c (about 22 bits of w, fp32-class), with the output
+// row 2^e_i too large, which FlashState's factors 2^-e_i undo. A warp a row.
+__global__ void __launch_bounds__(kTransposeThreads)
+    split_rows_f16_kernel(const float* __restrict__ w, int64_t rows, int64_t cols, int split, uint16_t* __restrict__ out,
+                          float* __restrict__ unscale) {
+    const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = int(threadIdx.x % 32);
+    if (row >= rows) return;                      // whole warps: rows are warp-uniform
+    const float* x = w + row * cols;
+    float mx = 0.0f;
+    for (int64_t i = lane; i < cols; i += 32) mx = fmaxf(mx, fabsf(x[i]));
+    const int e = f16_scale_exponent(warp_max(mx));
+    const float up = ldexpf(1.0f, e);
+    uint16_t* o = out + row * cols * (split ? 2 : 1);
+    for (int64_t i = lane; i < cols; i += 32) {
+        if (split) f16_split(x[i] * up, o[i], o[cols + i]);
+        else o[i] = f16_round(x[i] * up);
+    }
+    if (lane == 0) unscale[row] = ldexpf(1.0f, -e);
+}
+
+// The latent part (the first r values) of f16 cache rows [j0, j0 + n), their bits as they are,
+// `copies` times side by side: the expansion GEMM's B rows ([c | c] against [w_hi | w_lo]).
+__global__ void __launch_bounds__(kTransposeThreads)
+    latent_rows_f16_kernel(LatentArgs c, int64_t j0, int64_t n, int64_t r, int copies, uint16_t* __restrict__ out) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p >= n * r) return;
+    const int64_t j = p / r, i = p % r;
+    const uint16_t v = load_aligned<uint16_t>(latent_row(c, j0 + j) + 2 * i);
+    for (int k = 0; k < copies; ++k) out[(j * copies + k) * r + i] = v;
 }
 
 dim3 flat_grid(int64_t threads) { return dim3(unsigned((threads + kTransposeThreads - 1) / kTransposeThreads)); }
 
 constexpr size_t ws_align(size_t floats) { return (floats + 63) / 64 * 64; }
 
+// Whether a call's keys are expanded on fp16 tensor cores where its cache is f16 (the pages of
+// one: the contiguous rows are fp32), and the GEMM's k: the weights split in two (2r) or not.
+bool f16_expansion(const MlaMhaArgs& a, bool paged) { return paged && (a.math == F32Math::f16x2 || a.math == F32Math::f16); }
+int64_t f16_expansion_k(const MlaMhaArgs& a) { return a.math == F32Math::f16x2 ? 2 * a.r : a.r; }
+
 // The workspace, in floats: the fp32 weights (wkT, wv, and attn_k_b before its transpose), one
-// key block (latent rows when paged, K_nope, V) and the softmax state.
+// key block (latent rows when paged, K_nope, V) and the softmax state; for the fp16 expansion,
+// the weights as fp16 rows (wk16, wv16) with their unscale factors (ku, vu) and the block's
+// latent rows as fp16 (lat16).
 struct MhaLayout {
     int64_t kb = 0;
-    size_t wkT = 0, wv = 0, wk_raw = 0, lat = 0, kn = 0, vv = 0, m = 0, l = 0, acc = 0, total = 0;
+    size_t wkT = 0, wv = 0, wk_raw = 0, lat = 0, kn = 0, vv = 0, m = 0, l = 0, acc = 0;
+    size_t wk16 = 0, wv16 = 0, ku = 0, vu = 0, lat16 = 0, total = 0;
 };
 
 MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
@@ -193,6 +239,14 @@ MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
     L.m = take(size_t(a.n * a.H));
     L.l = take(size_t(a.n * a.H));
     L.acc = take(size_t(a.n * a.H * a.dv));
+    if (f16_expansion(a, paged)) {   // fp16 arrays, sized in floats (two a float)
+        const size_t k16 = size_t(f16_expansion_k(a));
+        L.wk16 = take(size_t(a.H * a.dn) * k16 / 2 + 1);
+        L.wv16 = take(size_t(a.H * a.dv) * k16 / 2 + 1);
+        L.ku = take(size_t(a.H * a.dn));
+        L.vu = take(size_t(a.H * a.dv));
+        L.lat16 = take(size_t(L.kb) * k16 / 2 + 1);
+    }
     L.total = at;
     return L;
 }
@@ -229,7 +283,22 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
                   dn, wkT);
     dequant_rows(v_b.type, v_b.data, v_b.row_bytes, H * dv, r, Elem::F32, wv, r, stream);
 
-    const FlashState st{ws + L.m, ws + L.l, ws + L.acc};
+    // The fp16 expansion (an f16 cache, f16x2 / f16): the weights' fp16 rows and their factors.
+    const bool f16x = f16_expansion(a, pages != nullptr) && pages->type == kLatentF16;
+    const int64_t k16 = f16_expansion_k(a);
+    auto* wk16 = reinterpret_cast<uint16_t*>(ws + L.wk16);
+    auto* wv16 = reinterpret_cast<uint16_t*>(ws + L.wv16);
+    auto* lat16 = reinterpret_cast<uint16_t*>(ws + L.lat16);
+    FlashState st{ws + L.m, ws + L.l, ws + L.acc};
+    if (f16x) {
+        auto* split_rows = &split_rows_f16_kernel;
+        const int split = a.math == F32Math::f16x2;
+        KINFER_LAUNCH(split_rows, flat_grid(H * dn * 32), dim3(kTransposeThreads), 0, as_stream(stream), wkT, H * dn, r,
+                      split, wk16, ws + L.ku);
+        KINFER_LAUNCH(split_rows, flat_grid(H * dv * 32), dim3(kTransposeThreads), 0, as_stream(stream), wv, H * dv, r,
+                      split, wv16, ws + L.vu);
+        st.k_unscale = ws + L.ku, st.v_unscale = ws + L.vu;
+    }
     // The tensor-core form where asked (its value tiles: dv <= 256), the fp32 one otherwise; both
     // take the same arguments, and kTQ queries a block.
     static_assert(kFlashMmaQ == kTQ);
@@ -248,16 +317,24 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
         const int64_t bn = std::min(L.kb, n_keys - b0);
         // 2. The block's latent rows, then every head's k_nope and v in two GEMMs.
         const float* lat = rows ? rows + b0 * R : ws + L.lat;
-        if (pages) latent_load(*pages, b0, bn, ws + L.lat, stream);
-        gemm(blas, Elem::F32, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
-        gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
+        if (pages) latent_load(*pages, b0, bn, ws + L.lat, stream);   // (k_pe: the flash kernel reads it from here)
+        if (f16x) {
+            auto* rows16 = &latent_rows_f16_kernel;
+            KINFER_LAUNCH(rows16, flat_grid(bn * r), dim3(kTransposeThreads), 0, as_stream(stream), *pages, b0, bn, r,
+                          int(k16 / r), lat16);
+            gemm(blas, Elem::F16, H * dn, bn, k16, wk16, k16, lat16, k16, ws + L.kn, H * dn);
+            gemm(blas, Elem::F16, H * dv, bn, k16, wv16, k16, lat16, k16, ws + L.vv, H * dv);
+        } else {
+            gemm(blas, Elem::F32, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
+            gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
+        }
         // 3. Every query tile that sees part of the block walks it.
         KINFER_LAUNCH(flash, grid, dim3(mma ? kFlashMmaThreads : kFlashThreads), smem, as_stream(stream), q, ws + L.kn,
                       lat, ws + L.vv, st, a.n, a.pos0, H, r, R, dn, a.dr, dv, a.scale, b0, bn, int(b0 == 0));
     }
     // 4. Normalise.
     auto* finish = &mha_finish_kernel;
-    KINFER_LAUNCH(finish, flat_grid(a.n * H * dv), dim3(kTransposeThreads), 0, as_stream(stream), st, a.n * H, dv, o);
+    KINFER_LAUNCH(finish, flat_grid(a.n * H * dv), dim3(kTransposeThreads), 0, as_stream(stream), st, a.n * H, H, dv, o);
 }
 
 }  // namespace

@@ -25,12 +25,24 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 
 namespace {
 
-// The online softmax state of every (query, head) between key blocks, in the workspace.
+// The online softmax state of every (query, head) between key blocks, in the workspace; and, where
+// the keys were expanded on fp16 tensor cores from weight rows scaled by powers of two (mla_mha.cu),
+// the factors that undo it: on q_nope as the queries are staged (k_nope row h dn + d came out
+// 2^e times too large, so q's element d takes 2^-e), and on the outputs (each value dim's).
 struct FlashState {
     float* m;     // [n][H] running max of the scaled scores
     float* l;     // [n][H] running sum of e^(s - m)
     float* acc;   // [n][H][dv] running sum of e^(s - m) v
+    const float* k_unscale = nullptr;   // [H][dn], or none
+    const float* v_unscale = nullptr;   // [H][dv], or none
 };
+// Query element d of head h as a flash kernel stages it: times the softmax scale, and for k_nope's
+// dims times the expansion's unscale factor (exact: a power of two).
+__device__ __forceinline__ float flash_query(const float* q, const FlashState& st, int64_t t, int64_t h, int64_t H,
+                                             int64_t dn, int64_t dk, int64_t d, float scale) {
+    const float x = q[(t * H + h) * dk + d] * scale;
+    return st.k_unscale && d < dn ? x * st.k_unscale[h * dn + d] : x;
+}
 
 constexpr int kFlashMmaQ = 16, kFlashMmaK = 16, kFlashMmaThreads = 128, kFlashMmaLdP = 20;
 constexpr int64_t kFlashMmaMaxDv = 256;   // 8 accumulator tiles a warp
@@ -65,7 +77,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
     for (int64_t p = tid; p < kFlashMmaQ * dkp; p += kFlashMmaThreads) {
         const int64_t i = p / dkp, d = p % dkp;
-        qs[i * ldk + d] = i < nq && d < dk ? q[((t0 + i) * H + h) * dk + d] * scale : 0.0f;
+        qs[i * ldk + d] = i < nq && d < dk ? flash_query(q, st, t0 + i, h, H, dn, dk, d, scale) : 0.0f;
     }
     // This warp's queries' softmax state, and its accumulator tiles (8-column tile warp + 4 a).
     float m[4], l[4];

@@ -71,10 +71,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         float mx = 0.0f;
         if (live)
             for (int64_t i = lane; i < R; i += 32) mx = fmaxf(mx, fabsf(q[i]));
-        mx = warp_max(mx);
-        // A zero, infinite or NaN row keeps scale 1 (its scores are what fp32 would give: 0, inf, NaN).
-        int e = mx > 0.0f && mx <= 3.4e38f ? 14 - ilogbf(mx) : 0;
-        e = e < -126 ? -126 : e > 126 ? 126 : e;
+        const int e = f16_scale_exponent(warp_max(mx));
         const float up = ldexpf(1.0f, e);
         if (lane == 0) q_unscale[g] = ldexpf(1.0f, -e);
         for (int64_t i = lane; i < Rp; i += 32) {

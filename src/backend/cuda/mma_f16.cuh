@@ -22,6 +22,7 @@
 #include "backend/cuda/block_dot.cuh"
 #include "quant/fp16.h"
 
+#include <cmath>
 #include <cstdint>
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
@@ -43,6 +44,14 @@ __device__ __forceinline__ float f16_value(uint16_t h) { return quant::fp16_to_f
 __device__ __forceinline__ void f16_split(float x, uint16_t& hi, uint16_t& lo) {
     hi = f16_round(x);
     lo = f16_round(x - f16_value(hi));
+}
+
+// The power of two that puts a row or operand whose largest magnitude is max_abs into the split's
+// range: 2^e with max_abs 2^e in [2^14, 2^15). A zero, infinite or NaN max keeps 2^0 (the result is
+// then what fp32 would give: 0, inf, NaN); e stays within +-126 (2^e and 2^-e normal floats).
+__device__ __forceinline__ int f16_scale_exponent(float max_abs) {
+    const int e = max_abs > 0.0f && max_abs <= 3.4e38f ? 14 - ilogbf(max_abs) : 0;
+    return e < -126 ? -126 : e > 126 ? 126 : e;
 }
 
 __device__ __forceinline__ uint32_t f16_pair(uint16_t lo_k, uint16_t hi_k) { return uint32_t(lo_k) | uint32_t(hi_k) << 16; }
