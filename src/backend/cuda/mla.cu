@@ -41,14 +41,10 @@ __global__ void __launch_bounds__(kMlaThreads)
     KINFER_DYNAMIC_SHARED(float, smem);          // q: R floats, then the piece's scores
     float* qs = smem;
     float* sc = smem + R;
-    const int64_t h = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
-    const int64_t n_kv = pos0 + t + 1;           // causal
-    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
-    float* out = part + ((t * H + h) * pieces + s) * (r + 2);
-    if (j0 >= j1) {                              // this token's context ends before the piece
-        mla_empty_piece(out, r);
-        return;
-    }
+    const MlaPiece b(1, pos0, H, r, split, pieces, part);
+    if (b.empty(1)) return;
+    const int64_t h = b.h0, t = b.t, j0 = b.j0, j1 = b.j1;
+    float* out = b.out(0);
     const float* q = Q + (t * H + h) * R;
     for (int64_t i = threadIdx.x; i < R; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
@@ -105,14 +101,9 @@ __global__ void __launch_bounds__(kMlaThreads)
     auto rows = reinterpret_cast<float (*)[kGroupLanes * 32]>(smem);
     auto prob = reinterpret_cast<float (*)[kGroupRows]>(smem + kGroupRows * kGroupLanes * 32);
     float* rescale = smem + kGroupRows * kGroupLanes * 32 + kGroupHeads * kGroupRows;
-    const int64_t h0 = int64_t(blockIdx.x) * kGroupHeads, s = blockIdx.y, t = blockIdx.z;
-    const int64_t n_kv = pos0 + t + 1;                     // causal
-    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
-    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
-    if (j0 >= j1) {                                        // this token's context ends before the piece
-        for (int64_t g = 0; g < kGroupHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
-        return;
-    }
+    const MlaPiece b(kGroupHeads, pos0, H, r, split, pieces, part);
+    if (b.empty(kGroupHeads)) return;
+    const int64_t h0 = b.h0, t = b.t, j0 = b.j0, j1 = b.j1;
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
     // This warp's two heads (warp-uniform liveness): q element lane + 32 i in q[a][i].
     float q[2][kGroupLanes];
@@ -180,13 +171,13 @@ __global__ void __launch_bounds__(kMlaThreads)
     for (int g = 0; g < kGroupHeads && h0 + g < H; ++g)
         for (int k = 0; k < kGroupDims; ++k) {
             const int64_t d = threadIdx.x + kMlaThreads * k;
-            if (d < r) out_of(g)[2 + d] = acc[g][k];
+            if (d < r) b.out(g)[2 + d] = acc[g][k];
         }
     if (lane == 0)
         for (int a = 0; a < 2; ++a)
             if (live[a]) {
-                out_of(2 * warp + a)[0] = m[a];
-                out_of(2 * warp + a)[1] = l[a];
+                b.out(2 * warp + a)[0] = m[a];
+                b.out(2 * warp + a)[1] = l[a];
             }
 }
 

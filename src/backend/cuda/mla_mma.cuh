@@ -35,11 +35,50 @@ inline size_t mla_mma_smem_bytes(int64_t R) {
     return sizeof(float) * size_t(2 * kMmaHeads * mla_mma_ld(R) + 3 * kMmaHeads * kMmaLdP + kMmaHeads);
 }
 
-// A piece that starts past its token's context: the empty partial result (max -inf, sum and
-// accumulator 0) the combine pass skips over. The block's threads share the r + 2 floats; mla.cu's
-// fp32 kernels use it too.
-__device__ inline void mla_empty_piece(float* out, int64_t r) {
-    for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out[d] = d == 0 ? -INFINITY : 0.0f;
+// A pass-1 block's place in the grid, for every pass-1 kernel (mla.cu's two fp32 ones, the
+// tensor-core ones): heads h0 .. h0 + heads - 1 (blockIdx.x), piece s of positions (blockIdx.y)
+// of token t (blockIdx.z), the positions [j0, j1) it covers (causal: token t sees pos0 + t + 1),
+// and where a head's partial result goes: r + 2 floats (max, sum, r accumulators) in part.
+struct MlaPiece {
+    int64_t h0, s, t, j0, j1, H, r, pieces;
+    float* part;
+    __device__ MlaPiece(int heads, int64_t pos0, int64_t H_, int64_t r_, int64_t split, int64_t pieces_, float* part_)
+        : h0(int64_t(blockIdx.x) * heads), s(blockIdx.y), t(blockIdx.z), H(H_), r(r_), pieces(pieces_), part(part_) {
+        const int64_t n_kv = pos0 + t + 1;
+        j0 = s * split;
+        j1 = j0 + split < n_kv ? j0 + split : n_kv;
+    }
+    __device__ float* out(int64_t g) const { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); }
+    // A piece that starts past its token's context: true, after the block's threads have written
+    // each head's empty partial result (max -inf, sum and accumulator 0), which the combine pass
+    // skips over. The block then returns.
+    __device__ bool empty(int heads) const {
+        if (j0 < j1) return false;
+        for (int64_t g = 0; g < heads && h0 + g < H; ++g)
+            for (int64_t d = threadIdx.x; d < r + 2; d += blockDim.x) out(g)[d] = d == 0 ? -INFINITY : 0.0f;
+        return true;
+    }
+};
+
+// The tensor-core kernels' partial results (this file's and mla_mma_f16.cuh's): warp w's
+// accumulator tiles (latent dims 128 w + 8 nt + 2 t4 (+1) of heads g and g + 8) times unscale,
+// and by lane 0 its four heads' (4 w + a) running max and sum.
+__device__ inline void mla_mma_store(const MlaPiece& b, const float (&acc)[16][4], float unscale, const float (&m)[4],
+                                     const float (&l)[4]) {
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), gq = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
+            if (b.h0 + g < b.H && d < b.r) b.out(g)[2 + d] = acc[nt][e] * unscale;
+        }
+    if (lane == 0)
+        for (int a = 0; a < 4; ++a)
+            if (b.h0 + 4 * warp + a < b.H) {
+                b.out(4 * warp + a)[0] = m[a];
+                b.out(4 * warp + a)[1] = l[a];
+            }
 }
 
 template <class Rows, bool kSplit>
@@ -53,15 +92,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     float* sS = rows + kMmaRows * ld;              // [2][16][kMmaLdP] partial scores, by k half
     float* sP = sS + 2 * kMmaHeads * kMmaLdP;      // [16][kMmaLdP] exp(score - running max)
     float* rescale = sP + kMmaHeads * kMmaLdP;     // [16] exp(old max - new max)
-    const int64_t h0 = int64_t(blockIdx.x) * kMmaHeads, s = blockIdx.y, t = blockIdx.z;
-    const int64_t n_kv = pos0 + t + 1;             // causal
-    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
-    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
-    if (j0 >= j1) {                                // this token's context ends before the piece
-        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
-        return;
-    }
-    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
+    const MlaPiece b(kMmaHeads, pos0, H, r, split, pieces, part);
+    if (b.empty(kMmaHeads)) return;
+    const int64_t h0 = b.h0, t = b.t, j0 = b.j0, j1 = b.j1;
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4;
     for (int64_t e = tid; e < kMmaHeads * Rp; e += kMmaThreads) {
         const int64_t g = e / Rp, i = e % Rp;
         sq[g * ld + i] = h0 + g < H && i < R ? Q[(t * H + h0 + g) * R + i] : 0.0f;
@@ -104,19 +138,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         mma_pv_tf32<kSplit, kMmaRows>(acc, rescale[gq], rescale[gq + 8], sP, kMmaLdP, rows, ld, 128 * warp, 8, r);
         __syncthreads();   // the next tile overwrites rows, sS and sP
     }
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
-            if (h0 + g < H && d < r) out_of(g)[2 + d] = acc[nt][e];
-        }
-    if (lane == 0)
-        for (int a = 0; a < 4; ++a)
-            if (h0 + 4 * warp + a < H) {
-                out_of(4 * warp + a)[0] = m[a];
-                out_of(4 * warp + a)[1] = l[a];
-            }
+    mla_mma_store(b, acc, 1.0f, m, l);
 }
 
 }  // namespace

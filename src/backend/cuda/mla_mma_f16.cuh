@@ -19,7 +19,7 @@
 // rescale 16, the heads' q scales 16), then fp16 bits: q hi (and lo) and the tile's rows, 16 x ld
 // each (ld: R rounded up to 16, + 8: the fragment loads' 32-bit words fall in 32 banks), the
 // probabilities hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM),
-// 40 KiB single. The pages must be 16-byte aligned for the tile's 16-byte loads (cudaMalloc's are).
+// 40 KiB single. ptxas: 116 / 119 registers, no spills. The pages must be 16-byte aligned for the tile's 16-byte loads (cudaMalloc's are).
 #pragma once
 #include "backend/cuda/mla_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -54,15 +54,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     uint16_t* rows = sqh + (kSplit ? 2 : 1) * kMmaHeads * ld;   // [16][ld] the tile's cache rows (zero past R and the piece)
     uint16_t* sPh = rows + kMmaRows * ld;                    // [16][kF16LdP] 2^15 exp(score - running max)
     uint16_t* sPl = sPh + kMmaHeads * kF16LdP;               // its remainder (kSplit)
-    const int64_t h0 = int64_t(blockIdx.x) * kMmaHeads, s = blockIdx.y, t = blockIdx.z;
-    const int64_t n_kv = pos0 + t + 1;                       // causal
-    const int64_t j0 = s * split, j1 = j0 + split < n_kv ? j0 + split : n_kv;
-    auto out_of = [&](int64_t g) { return part + ((t * H + h0 + g) * pieces + s) * (r + 2); };
-    if (j0 >= j1) {                                          // this token's context ends before the piece
-        for (int64_t g = 0; g < kMmaHeads && h0 + g < H; ++g) mla_empty_piece(out_of(g), r);
-        return;
-    }
-    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
+    const MlaPiece b(kMmaHeads, pos0, H, r, split, pieces, part);
+    if (b.empty(kMmaHeads)) return;
+    const int64_t h0 = b.h0, t = b.t, j0 = b.j0, j1 = b.j1;
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4;
     // q: warp w scales and splits heads 4w .. 4w + 3 (zero past R and H).
     for (int a = 0; a < 4; ++a) {
         const int g = 4 * warp + a;
@@ -157,20 +152,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
         __syncthreads();   // the next tile overwrites rows, sS and the probabilities
     }
-    constexpr float kUnscale = 1.0f / kF16PScale;
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t g = gq + 8 * (e / 2), d = 128 * warp + 8 * nt + 2 * t4 + e % 2;
-            if (h0 + g < H && d < r) out_of(g)[2 + d] = acc[nt][e] * kUnscale;
-        }
-    if (lane == 0)
-        for (int a = 0; a < 4; ++a)
-            if (h0 + 4 * warp + a < H) {
-                out_of(4 * warp + a)[0] = m[a];
-                out_of(4 * warp + a)[1] = l[a];
-            }
+    mla_mma_store(b, acc, 1.0f / kF16PScale, m, l);
 }
 
 }  // namespace
