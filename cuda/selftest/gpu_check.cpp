@@ -191,9 +191,10 @@ void mma_layout(backend::Backend& gpu) {
     std::printf("%-4s mma.sync and the plain form equal the host product: %d of %d elements differ\n", bad ? "FAIL" : "ok", bad,
                 8 * 4 * 128);
 
-    // fp16 (m16n8k16, mma_f16.cuh): the tensor cores against the plain form and a host product of
-    // the fp16-rounded operands (exact products, fp32 sums: 1e-6 of sum |a b|), and the identity
-    // as A, which puts B's elements in place one by one (the fragment layout, exactly).
+    // fp16 (m16n8k16, mma_f16.cuh): the tensor cores (B's fragments loaded from its columns and,
+    // the value products' loader, from its rows) and the plain form against a host product of the
+    // fp16-rounded operands (exact products, fp32 sums: 1e-6 of sum |a b|), and the identity as A,
+    // which puts B's elements in place one by one (the fragment layout, exactly).
     std::printf("\n# fp16 mma.sync (m16n8k16) against the plain form and a host product\n");
     {
         std::normal_distribution<float> nd16(0.0f, 1.0f);
@@ -202,10 +203,10 @@ void mma_layout(backend::Backend& gpu) {
             std::vector<float> A(16 * 16), B(8 * 16);
             for (int i = 0; i < 256; ++i) A[size_t(i)] = trial == 8 ? float(i / 16 == i % 16) : nd16(rng);
             for (int i = 0; i < 128; ++i) B[size_t(i)] = trial == 8 ? float(i) : nd16(rng) * 300.0f;
-            Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 2 * 128 * 4, "C");
+            Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 3 * 128 * 4, "C");
             cuda::gpu::mma_f16_check(dA.f(), dB.f(), dC.f(), nullptr);
             settle(gpu);
-            std::vector<float> C(2 * 128);
+            std::vector<float> C(3 * 128);
             gpu.download(C.data(), dC.buf.ptr, C.size() * 4);
             for (int r = 0; r < 16; ++r)
                 for (int c = 0; c < 8; ++c) {
@@ -216,12 +217,12 @@ void mma_layout(backend::Backend& gpu) {
                         want += a * b;
                         mag += std::fabs(a * b);
                     }
-                    for (int f = 0; f < 2; ++f) bad16 += !(std::fabs(C[size_t(128 * f + 8 * r + c)] - want) <= 1e-6 * mag);
+                    for (int f = 0; f < 3; ++f) bad16 += !(std::fabs(C[size_t(128 * f + 8 * r + c)] - want) <= 1e-6 * mag);
                 }
         }
         failures += bad16 != 0;
         std::printf("%-4s fp16 mma.sync and the plain form against the host product: %d of %d elements off\n",
-                    bad16 ? "FAIL" : "ok", bad16, 9 * 2 * 128);
+                    bad16 ? "FAIL" : "ok", bad16, 9 * 3 * 128);
     }
 
     // TF32 (m16n8k8, mma_tf32.cuh): the tensor cores against the plain form, single and 3xTF32,
@@ -527,6 +528,9 @@ void l2_normalize_rows(std::vector<float>& x, int64_t D) {
     }
 }
 
+void paged_f16_forms(backend::Backend& gpu, const std::vector<uint8_t*>& pages, int64_t page_rows, size_t row_bytes,
+                     const Dev& dQ, std::vector<float> want, const backend::MlaShape& ms, int64_t ctx);   // below
+
 void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
     std::printf("\n# KDA recurrent (K3: 96 heads x 128) and MLA absorbed decode (64 heads, r 512 + 64)\n");
     for (int64_t n : {1, 64}) {
@@ -599,6 +603,17 @@ void mixers(backend::Backend& gpu, backend::CpuBackend& cpu) {
                     "TFLOPS), TF32 %.1f us (%.2fx, %.1f TFLOPS)\n",
                     (long long)ctx, s_kernel[2] * 1e6, s_kernel[1] / s_kernel[2], flops / s_kernel[2] / 1e12,
                     s_kernel[3] * 1e6, s_kernel[1] / s_kernel[3], flops / s_kernel[3] / 1e12);
+        // The same rows as an f16 cache (one page, stored on the device as the CPU stores them), every
+        // form of the grouped kernel against its fp32 form: at 1M positions a piece is ~500 tiles, where
+        // the tensor cores' own order and alignment of their fp32 sums would show.
+        {
+            const size_t row_bytes = backend::cache_row_bytes(backend::CacheType::f16, R);
+            Dev page(gpu, nullptr, size_t(ctx) * row_bytes, "f16 page");
+            std::vector<uint8_t*> pages{reinterpret_cast<uint8_t*>(page.buf.ptr)};
+            const backend::LatentPages gc{backend::CacheType::f16, R, ctx, row_bytes, pages.data(), 1};
+            gpu.mla_cache_store(gc, 0, ctx, dc.f(), 0);
+            paged_f16_forms(gpu, pages, ctx, row_bytes, dQ, {}, ms, ctx);
+        }
     }
 }
 
@@ -689,9 +704,10 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
 
 // The grouped absorbed kernel's forms over an f16 cache side by side (mla.cu): fp32 FMAs, TF32
 // (mla_mma.cuh) and fp16 tensor cores (mla_mma_f16.cuh: the cache exact, q and the probabilities
-// split or rounded once). The splits at the fp32 bound, the single forms at 1e-2 (test_latent's).
+// split or rounded once). The splits at the fp32 bound, the single forms at 1e-2 (test_latent's),
+// against want, or where that is empty (1M positions: no CPU reference) against the fp32 form.
 void paged_f16_forms(backend::Backend& gpu, const std::vector<uint8_t*>& pages, int64_t page_rows, size_t row_bytes,
-                     const Dev& dQ, const std::vector<float>& want, const backend::MlaShape& ms, int64_t ctx) {
+                     const Dev& dQ, std::vector<float> want, const backend::MlaShape& ms, int64_t ctx) {
     using cuda::gpu::F32Math;
     Dev table(gpu, pages.data(), pages.size() * sizeof(uint8_t*), "page table");
     cuda::gpu::LatentArgs la;
@@ -711,9 +727,14 @@ void paged_f16_forms(backend::Backend& gpu, const std::vector<uint8_t*>& pages, 
         a.n = 1, a.pos0 = ctx - 1, a.H = ms.H, a.r = ms.r, a.dr = ms.dr, a.scale = ms.scale;
         a.kernel = cuda::gpu::MlaKernel::grouped;
         a.math = f.math;
-        Dev scratch(gpu, nullptr, cuda::gpu::mla_scratch_floats(a) * 4, "mla scratch"), dl(gpu, nullptr, want.size() * 4, "lat");
+        Dev scratch(gpu, nullptr, cuda::gpu::mla_scratch_floats(a) * 4, "mla scratch"),
+            dl(gpu, nullptr, size_t(ms.H * ms.r) * 4, "lat");
         cuda::gpu::mla_attend_paged(la, dQ.f(), dl.f(), a, scratch.f(), nullptr);
         settle(gpu);
+        if (want.empty()) {   // the fp32 form, first: the reference
+            want = down(gpu, dl, size_t(ms.H * ms.r));
+            for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+        }
         const bool single = f.math == F32Math::tf32 || f.math == F32Math::f16;
         check(("mla over f16 pages ctx " + std::to_string(ctx) + " grouped " + f.name).c_str(), down(gpu, dl, want.size()),
               want, single ? 1e-2 : 1e-4, (single ? 1e-3 : 1e-5) * wmax);
@@ -775,7 +796,6 @@ void paged_cache(backend::Backend& gpu, backend::CpuBackend& cpu) {
             const double s = time_it(gpu, 10, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
             std::printf("     mla decode over %s pages, %lld cached positions: %.1f us\n", backend::cache_type_name(t), (long long)ctx,
                         s * 1e6);
-            if (t == backend::CacheType::f16) paged_f16_forms(gpu, gptr, page_rows, row_bytes, dQ, want, ms, ctx);
         }
     }
 }

@@ -54,6 +54,7 @@ struct EvalArgs {
     int threads = 0;
     int64_t batch = 512, ctx = 0;
     int64_t mla_tiled_from = model::SessionOptions{}.tiled_min_keys;   // --mla-tiled-from
+    std::string mla_tiled_form = "cost";                                 // --mla-tiled-form
     std::string moe = "auto";                                            // --moe
     bool graphs = false;                // --cuda-graphs
     int dump_layer = -1;
@@ -90,6 +91,7 @@ int run_eval(const EvalArgs& a) {
     so.kda_chunked = a.kda == "chunked";
     so.mla_decompressed = a.mla == "decompressed";
     so.tiled_min_keys = a.mla_tiled_from;
+    so.mla_tiled_form = a.mla_tiled_form == "absorbed" ? 0 : a.mla_tiled_form == "decompressed" ? 1 : -1;
     so.moe_slots = moe_slots_of(a.moe);
     so.graphs = a.graphs;
     so.cache_type = cache_type_of(a.cache_type);
@@ -205,6 +207,12 @@ KINFER_COMMAND("eval", "Debug: evaluate token ids and write raw logits", [](CLI:
                    "the tiled kernels on a short prompt)")
         ->capture_default_str()
         ->check(int_in(0, kMaxCtx));
+    app.add_option("--mla-tiled-form", a->mla_tiled_form,
+                   "the tiled MLA form of prefill chunks: cost (by operation count: decompressed where it costs fewer "
+                   "operations, as run and chat choose), absorbed, or decompressed (to check one form's kernels on a "
+                   "short prompt, with --mla-tiled-from 0); decode is absorbed always")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cost", "absorbed", "decompressed"}));
     cli::add_expert_flags(app, a->experts);
     add_split_flags(app);
     return [a] { return run_eval(*a); };

@@ -196,7 +196,9 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
         const backend::MlaShape ms = mla_shape(s);
         MhaPages p(backend::CacheType::f16, R, s.page_rows, n_kv);
         cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
-        for (const auto& [wt, wscale] : {std::pair{quant::Type::F32, 0.3f / 128}, std::pair{quant::Type::Q8_0, 0.3f}}) {
+        for (const auto& weights : {std::pair{quant::Type::F32, 0.3f / 128}, std::pair{quant::Type::Q8_0, 0.3f}}) {
+            const quant::Type wt = weights.first;   // (no structured binding: clang cannot capture one in INFO)
+            const float wscale = weights.second;
             if (wt == quant::Type::Q8_0 && (s.r % 32 != 0 || s.dn % 32 != 0)) continue;   // Q8_0 rows: whole blocks
             const HeadMat k_b(wt, s.H, s.r, s.dn, 63, wscale), v_b(wt, s.H, s.dv, s.r, 64, wscale);
             std::vector<float> want(size_t(s.n * s.H * s.dv), -2.0f);
@@ -218,6 +220,22 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
                 if (split) check_close(got, want, 2e-6, abs, "paged MHA output, f16x2");
                 else check_close(got, want, 1e-2, 1e-3 * mha_max_abs(want), "paged MHA output, f16");
                 if (!split) CHECK(got != run(cuda::emu::F32Math::tf32));
+                if (split && s.H == 2) {   // the other caches: exactly the TF32 forms (their expansion is fp32)
+                    for (const backend::CacheType ct : {backend::CacheType::f32, backend::CacheType::q8_0}) {
+                        if (ct == backend::CacheType::q8_0 && R % 32 != 0) continue;
+                        MhaPages o(ct, R, s.page_rows, n_kv);
+                        cpu().mla_cache_store(o.c, 0, n_kv, rows.data(), 0);
+                        std::vector<float> a16(want.size(), -1.0f), a32(want.size(), -2.0f);
+                        for (std::vector<float>* out : {&a16, &a32}) {
+                            const cuda::emu::MlaMhaArgs a =
+                                mha_args(s, out == &a16 ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::tf32x3);
+                            std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+                            cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), o.args(), q.data(), out->data(),
+                                                            a, ws.data(), ws.size() * sizeof(float), nullptr);
+                        }
+                        CHECK(a16 == a32);
+                    }
+                }
                 for (size_t i = 0; i < got.size(); ++i)
                     worst[split] = std::max(worst[split], std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
             }

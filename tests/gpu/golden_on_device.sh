@@ -23,10 +23,13 @@
 #   tc-mha  "mha" with the same: the decompressed form's flash kernel on them (mla_mha_mma.cuh),
 #           against the CPU's decompressed form.
 #   tc-f16  "tiled" over an f16 latent cache (-ctk f16) with KINFER_CUDA_MLA=f16x2: the absorbed
-#           decode on fp16 tensor cores, the cache's values exact and q and the probabilities
-#           split in two fp16 parts (mla_mma_f16.cuh), the prefill chunks' key expansion on them
-#           (the weights split; mla_mha.cu); the rest as "tc"; against the CPU's tiled form over
-#           the same f16 cache.
+#           kernel on fp16 tensor cores, the cache's values exact and q and the probabilities split
+#           in two fp16 parts (mla_mma_f16.cuh), for decode and for the prefill (which the
+#           operation count gives the absorbed form on these models' 64 tokens); the rest as "tc";
+#           against the CPU's tiled form over the same f16 cache;
+#   tc-f16-mha  the same with the prefill in the decompressed form (--mla-tiled-form
+#           decompressed): its key expansion on fp16 tensor cores (the weights split; mla_mha.cu),
+#           its flash kernel as 3xTF32; against the CPU's same form.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread
@@ -70,6 +73,7 @@ bad=0
 declare -A flags twin envs
 flags[cpu]=""; flags[cpu-tiled]="--mla-tiled-from 0"; flags[cpu-mha]="--mla decompressed"
 flags[cpu-f16]="--mla-tiled-from 0 --cache-type-k f16"
+flags[cpu-f16-mha]="${flags[cpu-f16]} --mla-tiled-form decompressed"
 flags[all]="--device $dev -ngl 99"
 flags[tier]="--device $dev -ngl 99 --expert-cache 25%"
 flags[slots]="--device $dev -ngl 99 --moe slots -ot token_embd=$dev_name"
@@ -80,8 +84,9 @@ flags[int8]="--device $dev -ngl 99"; envs[int8]="KINFER_CUDA_GEMM=int8"
 flags[tc]="--device $dev -ngl 99"; envs[tc]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3"
 flags[tc-mha]="--device $dev -ngl 99 --mla decompressed"; envs[tc-mha]="${envs[tc]}"
 flags[tc-f16]="--device $dev -ngl 99 ${flags[cpu-f16]}"; envs[tc-f16]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=f16x2"
+flags[tc-f16-mha]="--device $dev -ngl 99 ${flags[cpu-f16-mha]}"; envs[tc-f16-mha]="${envs[tc-f16]}"
 for f in all tier slots graphs int8 tc; do twin[$f]=cpu; done
-twin[tiled]=cpu-tiled; twin[mha]=cpu-mha; twin[tc-mha]=cpu-mha; twin[tc-f16]=cpu-f16
+twin[tiled]=cpu-tiled; twin[mha]=cpu-mha; twin[tc-mha]=cpu-mha; twin[tc-f16]=cpu-f16; twin[tc-f16-mha]=cpu-f16-mha
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
     want=$logits/$name/exact/p64.batch.f32
@@ -96,8 +101,8 @@ for m in "${models[@]}"; do
             { echo "FAIL $name $as: kinfer eval failed:"; cat "$out/$name.$as.err"; return 1; }
     }
     # The CPU runs record their expert choices (the same path: recording only reads them).
-    for f in cpu cpu-tiled cpu-mha cpu-f16; do run $f --routing-record "$out/$name.$f.route"; done
-    for f in all tier slots tiled mha graphs int8 tc tc-mha tc-f16; do run $f; done
+    for f in cpu cpu-tiled cpu-mha cpu-f16 cpu-f16-mha; do run $f --routing-record "$out/$name.$f.route"; done
+    for f in all tier slots tiled mha graphs int8 tc tc-mha tc-f16 tc-f16-mha; do run $f; done
     check() {   # form [NAME [TOKEN]]: NAME's logits against the form's reference, its greedy ids against
                 # its twin's; with TOKEN, also the form's own rows before TOKEN (untouched by a flip there)
         python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" "${3:--1}" <<'PY'
@@ -131,12 +136,12 @@ if flip >= 0:   # the form as it ran (its own expert choices), rows before the f
     early = max((abs(a - b) for a, b in zip(own[:n], ref_logits[:n])), default=0.0)
     ok = ok and early <= bound
     before = f"; {form} itself before token {flip}: {early:.3g}"
-print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:13s} max |d logit| vs {ref:9s} {worst:.3g} (bound {bound:.3g}), "
+print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:17s} max |d logit| vs {ref:11s} {worst:.3g} (bound {bound:.3g}), "
       f"greedy ids {'equal' if same else 'DIFFER'} ({twin}){before}")
 sys.exit(0 if ok else 1)
 PY
     }
-    for f in cpu all tier slots graphs int8 tc tiled mha tc-mha tc-f16; do
+    for f in cpu all tier slots graphs int8 tc tiled mha tc-mha tc-f16 tc-f16-mha; do
         check $f && continue
         [ $f = cpu ] && { echo "FAIL $name cpu"; bad=1; continue; }
         # A random model's router can hold a near tie that fp32 rounding decides: then one token

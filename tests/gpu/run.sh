@@ -341,13 +341,14 @@ sanitize() {
     local form gemm kda mla cache what
     for tool in memcheck racecheck synccheck; do
         # The default forms, then the tensor-core ones: the int8 GEMM with the TF32 chunked KDA and
-        # MLA; then the tiled MLA over an f16 cache, its decode on the fp16 tensor cores
-        # (KINFER_CUDA_MLA=f16x2) and its prefill chunks' flash kernel on TF32.
+        # MLA; then the tiled MLA over an f16 cache (KINFER_CUDA_MLA=f16x2): the prefill in the
+        # decompressed form (its key expansion on fp16 tensor cores, its flash kernel on TF32), the
+        # decode's absorbed kernel on fp16 ones.
         for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 tf32x3 f16x2 f16"; do
             read -r gemm kda mla cache <<<"$form"
             what="$tool, $gemm prefill GEMM, $kda KDA, $mla MLA, $cache cache"
             if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$mla "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \
-                --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 --cache-type-k "$cache" $([ "$cache" = f16 ] && echo --mla-tiled-from 0) > "$out/san.txt" 2>&1; then
+                --tokens "$ids" --greedy 2 --device "$dev" -ngl 99 --cache-type-k "$cache" $([ "$cache" = f16 ] && echo --mla-tiled-from 0 --mla-tiled-form decompressed) > "$out/san.txt" 2>&1; then
                 echo "$what: $(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$out/san.txt" || echo 'no summary')"
             else
                 tail -n 60 "$out/san.txt"

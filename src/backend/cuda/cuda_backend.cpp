@@ -1103,8 +1103,8 @@ void CudaBackend::need_heads(const Mat& W, int64_t slice_rows, int64_t cols, con
         fail("{}: {}: no kernel for weight {} of type {}", name_, op, W.name, quant::type_facts(W.type).name);
 }
 
-// The decompressed (MHA) form: mla_mha.cu expands K and V per block of keys with two fp32 GEMMs
-// and runs a flash kernel over them. Its workspace is the prefill GEMM's (gemm_workspace): the
+// The decompressed (MHA) form: mla_mha.cu expands K and V per block of keys with two GEMMs (fp32,
+// or fp16 on the weights' split over an f16 cache with f16x2 / f16) and runs a flash kernel over them. Its workspace is the prefill GEMM's (gemm_workspace): the
 // op calls blas's GEMM directly, never gemm_matmul, so nothing else uses it meanwhile.
 void CudaBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const float* cache, const float* q, float* o,
                                           const MlaShape& s) {

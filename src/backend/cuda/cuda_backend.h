@@ -97,7 +97,7 @@ public:
     //   mla: the grouped absorbed MLA kernel (mla.cu / mla_mma.cuh) and the decompressed form's
     //        flash kernel (mla_mha.cu / mla_mha_mma.cuh), KINFER_CUDA_MLA.
     // fp32 unless the variable says tf32x3 or tf32 when the backend opens: none of the forms is
-    // measured on a GPU yet (kinfer_gpu_check times all three of each). KINFER_CUDA_MLA also takes
+    // measured on a GPU yet (kinfer_gpu_check times each). KINFER_CUDA_MLA also takes
     // f16x2 / f16: over an f16 latent cache, the grouped absorbed kernel on fp16 tensor cores
     // (mla_mma_f16.cuh: the cache exact, q and the probabilities split in two fp16 parts or
     // rounded once) and the decompressed form's key expansion on them (the weights split); the

@@ -2,9 +2,11 @@
 // cache rows are fp16 already, so they enter both products exactly as stored, and only the fp32
 // operands are split: q (scores = q rows . cache rows) and the probabilities (acc += p . cache
 // rows), each as two fp16 parts (kSplit; about 22 significant bits, fp32-class) or rounded once.
-// Why: two m16n8k16 products a k16 step where 3xTF32 takes six m16n8k8 ones at half the rate, so
-// about a sixth of the tensor-core time, and the tile is half the bytes in shared memory. At K3's
-// 1M positions the decode's 139 GFLOP a layer and token then take less than reading the cache.
+// Why: two m16n8k16 products a k16 step where 3xTF32 takes six m16n8k8 ones, each as long as an
+// m16n8k16 (TF32 runs at half fp16's rate), so about a third of the tensor-core time, and the tile
+// is half the bytes in shared memory. At K3's 1M positions the split decode's 278 GFLOP of fp16
+// products a layer and token take about 0.28 ms at an H200's datasheet peak, about as long as
+// reading the cache (0.24 ms at 4.8 TB/s): near the memory bound, where 3xTF32 is 3 times past it.
 // Included by mla.cu, whose attend() launches it for the paged f16 cache where MlaArgs::math asks
 // f16x2 / f16 (other caches take the TF32 forms); the pieces, partial results and combine pass are
 // mla_mma.cuh's.
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int a = 0; a < 4; ++a) {
         const int g = 4 * warp + a;
         const bool live = h0 + g < H;
-        const float* q = Q + (t * H + h0 + g) * R;
+        const float* q = live ? Q + (t * H + h0 + g) * R : Q;   // (not read past H)
         float mx = 0.0f;
         if (live)
             for (int64_t i = lane; i < R; i += 32) mx = fmaxf(mx, fabsf(q[i]));

@@ -47,10 +47,11 @@ __device__ __forceinline__ void f16_split(float x, uint16_t& hi, uint16_t& lo) {
 }
 
 // The power of two that puts a row or operand whose largest magnitude is max_abs into the split's
-// range: 2^e with max_abs 2^e in [2^14, 2^15). A zero, infinite or NaN max keeps 2^0 (the result is
-// then what fp32 would give: 0, inf, NaN); e stays within +-126 (2^e and 2^-e normal floats).
+// range: 2^e with max_abs 2^e in [2^14, 2^15). A zero or infinite max keeps 2^0 (the result is then
+// what fp32 would give: 0, inf; a NaN element reaches the result through itself, as fmaxf drops it
+// from the max); e stays within +-126 (2^e and 2^-e normal floats).
 __device__ __forceinline__ int f16_scale_exponent(float max_abs) {
-    const int e = max_abs > 0.0f && max_abs <= 3.4e38f ? 14 - ilogbf(max_abs) : 0;
+    const int e = max_abs > 0.0f && max_abs <= 0x1.fffffep127f ? 14 - ilogbf(max_abs) : 0;   // (FLT_MAX)
     return e < -126 ? -126 : e > 126 ? 126 : e;
 }
 
