@@ -60,11 +60,28 @@ struct MlaPiece {
     }
 };
 
-// The tensor-core kernels' partial results (this file's and mla_mma_f16.cuh's): warp w's
-// accumulator tiles (latent dims 128 w + 8 nt + 2 t4 (+1) of heads g and g + 8) times unscale,
-// and by lane 0 its four heads' (4 w + a) running max and sum.
-__device__ inline void mla_mma_store(const MlaPiece& b, const float (&acc)[16][4], float unscale, const float (&m)[4],
-                                     const float (&l)[4]) {
+// A warp's running state in the tensor-core kernels (this file's and mla_mma_f16.cuh's): heads
+// 4 w + a's running max m and sum l (the same in every lane), and its accumulator tiles acc[nt]
+// (latent dims 128 w + 8 nt + 2 t4 (+1) of heads g and g + 8). Indexed by constants only (the
+// loops over them unrolled), so it lives in registers.
+struct MlaMmaRunning {
+    float m[4], l[4], acc[16][4];
+    __device__ MlaMmaRunning() {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+    }
+};
+
+// The tensor-core kernels' partial results: warp w's accumulator tiles times unscale, and by
+// lane 0 its four heads' running max and sum.
+__device__ inline void mla_mma_store(const MlaPiece& b, const MlaMmaRunning& run, float unscale) {
+    const auto& acc = run.acc;
+    const auto& m = run.m;
+    const auto& l = run.l;
     const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), gq = lane / 4, t4 = lane % 4;
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt)
@@ -100,13 +117,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int64_t g = e / Rp, i = e % Rp;
         sq[g * ld + i] = h0 + g < H && i < R ? Q[(t * H + h0 + g) * R + i] : 0.0f;
     }
-    float m[4], l[4];                              // heads 4 warp + a: the same in every lane
-    for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
-    float acc[16][4];                              // dims 128 warp + 8 nt + 2 t4 (+1), heads g (+8)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+    MlaMmaRunning run;
     const int ksteps = int(Rp / 8), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
     const int nrow = 8 * (warp % 2);               // this warp's score rows
     for (int64_t jt = j0; jt < j1; jt += kMmaRows) {
@@ -128,17 +139,17 @@ __global__ void __launch_bounds__(kMmaThreads)
             const int g = 4 * warp + a;
             const float sc = lane < tl ? (sS[g * kMmaLdP + lane] + sS[(kMmaHeads + g) * kMmaLdP + lane]) * scale : -INFINITY;
             float alpha;                           // 0 on the first tile (m = -inf)
-            const float p = online_softmax_step(sc, m[a], l[a], alpha);
+            const float p = online_softmax_step(sc, run.m[a], run.l[a], alpha);
             if (lane < kMmaRows) sP[g * kMmaLdP + lane] = p;
             if (lane == 0) rescale[g] = alpha;
         }
         __syncthreads();
 
         // ---- acc = diag(rescale) acc + P rows: A = P (heads x tile rows), B[k][n] = rows[k][n] ----
-        mma_pv_tf32<kSplit, kMmaRows>(acc, rescale[gq], rescale[gq + 8], sP, kMmaLdP, rows, ld, 128 * warp, 8, r);
+        mma_pv_tf32<kSplit, kMmaRows>(run.acc, rescale[gq], rescale[gq + 8], sP, kMmaLdP, rows, ld, 128 * warp, 8, r);
         __syncthreads();   // the next tile overwrites rows, sS and sP
     }
-    mla_mma_store(b, acc, 1.0f, m, l);
+    mla_mma_store(b, run, 1.0f);
 }
 
 }  // namespace

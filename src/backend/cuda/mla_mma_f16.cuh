@@ -77,13 +77,7 @@ __global__ void __launch_bounds__(kMmaThreads)
             else sqh[g * ld + i] = f16_round(x);
         }
     }
-    float m[4], l[4];                                        // heads 4 warp + a: the same in every lane
-    for (int a = 0; a < 4; ++a) m[a] = -INFINITY, l[a] = 0.0f;
-    float acc[16][4];                                        // dims 128 warp + 8 nt + 2 t4 (+1), heads g (+8)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[nt][k] = 0.0f;
+    MlaMmaRunning run;
     const int ksteps = int(Rp / 16), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
     const int nrow = 8 * (warp % 2);                         // this warp's score rows
     // The tile copy: lane groups of 8 copy a row each, warp w rows 4w .. 4w + 3, so a lane finds
@@ -126,7 +120,7 @@ __global__ void __launch_bounds__(kMmaThreads)
             const float sc =
                 lane < tl ? (sS[g * kMmaLdP + lane] + sS[(kMmaHeads + g) * kMmaLdP + lane]) * q_unscale[g] * scale : -INFINITY;
             float alpha;                                     // 0 on the first tile (m = -inf)
-            const float p = online_softmax_step(sc, m[a], l[a], alpha) * kF16PScale;
+            const float p = online_softmax_step(sc, run.m[a], run.l[a], alpha) * kF16PScale;
             if (lane < kMmaRows) {
                 if constexpr (kSplit) f16_split(p, sPh[g * kF16LdP + lane], sPl[g * kF16LdP + lane]);
                 else sPh[g * kF16LdP + lane] = f16_round(p);
@@ -139,7 +133,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         {
             const float r0 = rescale[gq], r8 = rescale[gq + 8];
 #pragma unroll
-            for (int nt = 0; nt < 16; ++nt) acc[nt][0] *= r0, acc[nt][1] *= r0, acc[nt][2] *= r8, acc[nt][3] *= r8;
+            for (int nt = 0; nt < 16; ++nt) run.acc[nt][0] *= r0, run.acc[nt][1] *= r0, run.acc[nt][2] *= r8, run.acc[nt][3] *= r8;
             uint32_t p_hi[4], p_lo[4];
             f16_frag_a(p_hi, sPh, kF16LdP);
             if constexpr (kSplit) f16_frag_a(p_lo, sPl, kF16LdP);
@@ -149,12 +143,12 @@ __global__ void __launch_bounds__(kMmaThreads)
                 if (col >= r) break;                         // warp-uniform
                 uint32_t b[2];
                 f16_frag_b_cols(b, rows + col, ld);
-                mma_split_a_f16<kSplit>(acc[nt], p_hi, p_lo, b);
+                mma_split_a_f16<kSplit>(run.acc[nt], p_hi, p_lo, b);
             }
         }
         __syncthreads();   // the next tile overwrites rows, sS and the probabilities
     }
-    mla_mma_store(b, acc, 1.0f / kF16PScale, m, l);
+    mla_mma_store(b, run, 1.0f / kF16PScale);
 }
 
 }  // namespace
