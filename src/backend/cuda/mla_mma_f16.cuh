@@ -21,7 +21,8 @@
 // rescale 16, the heads' q scales 16), then fp16 bits: q hi (and lo) and the tile's rows, 16 x ld
 // each (ld: R rounded up to 16, + 8: the fragment loads' 32-bit words fall in 32 banks), the
 // probabilities hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM),
-// 40 KiB single. ptxas: 116 / 119 registers, no spills. The pages must be 16-byte aligned for the tile's 16-byte loads (cudaMalloc's are).
+// 40 KiB single. ptxas: 115 / 119 registers, no spills. The pages must be 16-byte aligned for
+// the tile's 16-byte loads (cudaMalloc's are).
 #pragma once
 #include "backend/cuda/mla_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -133,7 +134,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         {
             const float r0 = rescale[gq], r8 = rescale[gq + 8];
 #pragma unroll
-            for (int nt = 0; nt < 16; ++nt) run.acc[nt][0] *= r0, run.acc[nt][1] *= r0, run.acc[nt][2] *= r8, run.acc[nt][3] *= r8;
+            for (int nt = 0; nt < 16; ++nt)
+                run.acc[nt][0] *= r0, run.acc[nt][1] *= r0, run.acc[nt][2] *= r8, run.acc[nt][3] *= r8;
             uint32_t p_hi[4], p_lo[4];
             f16_frag_a(p_hi, sPh, kF16LdP);
             if constexpr (kSplit) f16_frag_a(p_lo, sPl, kF16LdP);

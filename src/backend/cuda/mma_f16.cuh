@@ -56,7 +56,9 @@ __device__ __forceinline__ int f16_scale_exponent(float max_abs) {
 }
 
 __device__ __forceinline__ uint32_t f16_pair(uint16_t lo_k, uint16_t hi_k) { return uint32_t(lo_k) | uint32_t(hi_k) << 16; }
-__device__ __forceinline__ uint32_t f16_word(const uint16_t* p) { return load_aligned<uint32_t>(reinterpret_cast<const uint8_t*>(p)); }
+__device__ __forceinline__ uint32_t f16_word(const uint16_t* p) {
+    return load_aligned<uint32_t>(reinterpret_cast<const uint8_t*>(p));
+}
 
 // Fragment loads from fp16 arrays (bits, in shared memory), each given its tile's origin (row 0,
 // k 0) and the distance between rows in elements (even, with the origin 4-byte aligned: the pairs
