@@ -116,17 +116,6 @@ CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, 
          f16_forms ? "fp32, tf32x3, tf32, f16x2 or f16" : "fp32, tf32x3 or tf32", what);
 }
 
-namespace {
-kern::F32Math kernel_math(CudaBackend::Math m) {
-    switch (m) {
-        case CudaBackend::Math::tf32x3: return kern::F32Math::tf32x3;
-        case CudaBackend::Math::tf32: return kern::F32Math::tf32;
-        case CudaBackend::Math::f16x2: return kern::F32Math::f16x2;
-        case CudaBackend::Math::f16: return kern::F32Math::f16;
-        default: return kern::F32Math::fp32;
-    }
-}
-}  // namespace
 
 CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     if (const char* g = std::getenv("KINFER_CUDA_GEMM"); g && *g) {
@@ -825,7 +814,7 @@ void CudaBackend::kda_scan(const KdaScan& s) {
     // is unmeasured (kinfer_gpu_check times the recurrence and each chunked form, kda_math_'s).
     select();
     if (s.chunked || s.n >= kern::kda_chunked_default_chunk(s.D))
-        kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_, 0, 0, kernel_math(kda_math_));
+        kern::kda_chunked(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_, 0, 0, kda_math_);
     else
         kern::kda_recurrent(s.q, s.k, s.v, s.g, s.beta, s.state, s.o, s.n, s.H, s.D, compute_);
     check(cudaGetLastError(), "kda_scan");
@@ -839,7 +828,7 @@ void CudaBackend::mla_attend_absorbed(const float* cache, const float* Q, float*
     a.r = s.r;
     a.dr = s.dr;
     a.scale = s.scale;
-    a.math = kernel_math(mla_math_);
+    a.math = mla_math_;
     float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
     kern::mla_attend_absorbed(cache, Q, lat, a, part, compute_);
@@ -1076,7 +1065,7 @@ void CudaBackend::mla_attend_tiled(const LatentPages& c, const float* Q, float* 
     const auto* table = page_table(c, "mla_attend_tiled");
     kern::MlaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.scale = s.scale;
-    a.math = kernel_math(mla_math_);
+    a.math = mla_math_;
     float* part = static_cast<float*>(scratch(kern::mla_scratch_floats(a) * sizeof(float)));
     select();
     kern::mla_attend_paged(latent_args(c, table), Q, lat, a, part, compute_);
@@ -1088,7 +1077,7 @@ namespace {
 kern::MlaMhaArgs mha_args(const MlaShape& s, CudaBackend::Math math) {
     kern::MlaMhaArgs a;
     a.n = s.n, a.pos0 = s.pos0, a.H = s.H, a.r = s.r, a.dr = s.dr, a.dn = s.dn, a.dv = s.dv, a.scale = s.scale;
-    a.math = kernel_math(math);
+    a.math = math;
     return a;
 }
 

@@ -23,6 +23,7 @@
 // kinfer::backend::cuda_emu, which the tests run on every machine.
 #pragma once
 #include "backend/backend.h"
+#include "backend/cuda/kernel_math.h"
 #include "backend/cuda/open.h"
 #include "runtime/device.h"
 
@@ -102,7 +103,7 @@ public:
     // (mla_mma_f16.cuh: the cache exact, q and the probabilities split in two fp16 parts or
     // rounded once) and the decompressed form's key expansion on them (the weights split); the
     // TF32 forms (tf32x3 / tf32) wherever those do not apply.
-    enum class Math { fp32, tf32x3, tf32, f16x2, f16 };
+    using Math = ::kinfer::cuda::F32Math;   // the kernels' own enum (kernel_math.h)
     void set_kda_math(Math m) { kda_math_ = m; }
     void set_mla_math(Math m) { mla_math_ = m; }
     Math kda_math() const { return kda_math_; }

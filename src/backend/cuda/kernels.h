@@ -6,6 +6,7 @@
 // A shape a kernel does not handle throws std::invalid_argument naming the kernel and the shape.
 #pragma once
 #include "backend/cuda/blas.h"
+#include "backend/cuda/kernel_math.h"
 #include "backend/cuda/kernel_ns.h"
 #include "quant/type_facts.h"
 
@@ -234,15 +235,8 @@ struct AttnResStack {
 void attn_res_mix(const AttnResStack& stack, const float* p, const float* w, float* out, int64_t n, int64_t d,
                   float eps, void* stream);
 
-// The arithmetic of the kernels that have a tensor-core form (the chunked KDA, the MLA attention
-// kernels): fp32 FMAs on the CUDA cores, or TF32 tensor cores (mma_tf32.cuh) on 3xTF32 splits
-// (each fp32 operand as two TF32 parts, three products: fp32-accurate) or on single products of
-// TF32-rounded operands (about 2^-11 relative a product).
-// f16x2 / f16: the MLA kernels over an f16 latent cache on fp16 tensor cores (mma_f16.cuh), the
-// cache's values exact and the fp32 operand split in two fp16 parts (fp32-class) or rounded once
-// (2^-11): the grouped absorbed kernel, and the decompressed form's key expansion; everything else
-// takes tf32x3 / tf32 for them. Not for the KDA (its fp32 state has no fp16 form).
-enum class F32Math { fp32, tf32x3, tf32, f16x2, f16 };
+// The arithmetic of the kernels that have a tensor-core form (kernel_math.h).
+using F32Math = ::kinfer::cuda::F32Math;
 
 // ---- KDA ----------------------------------------------------------------------------------------
 // The delta-rule recurrence, token by token (decode, and short prefills): q, k, v, g [n][H*D]
