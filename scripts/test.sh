@@ -72,8 +72,9 @@ fi
 CPU_MODE_SCHEDULES='cuda_reverse|cuda_warps|cuda_warps_reverse'
 
 echo "== Release suites"
-# cli_parity is a part of cli, registered on its own for the KINFER_ISA=avx2 pass below.
-run_ctest build "Release" -E '^cli_parity$'
+# cli_parity and cuda_kernels are parts of cli and cuda, registered on their own for the
+# KINFER_ISA=avx2 pass below.
+run_ctest build "Release" -E '^(cli_parity|cuda_kernels)$'
 
 # The same build with the AVX2 kernels forced: every parity bound is held at this level too
 # (the per-type bounds in tests/model/parity_util.h), and the AVX2 kernels run end to end. On a
@@ -85,9 +86,10 @@ if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw
     # llama.cpp), the CPU mode's other schedules and the cubins' shared memory (test_cuda's first
     # run still compares the CUDA kernels with this level's CPU ops), the MPI ranks' plans and
     # parity with one process (dist, one thread a rank, split by experts and layers), the CLI's
-    # behaviour (cli: its checks that depend on the level run as cli_parity). About 150 s of the
-    # 2-core CI's time.
-    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|gpu_scripts|dist|cli)\$"
+    # behaviour (cli: its checks that depend on the level run as cli_parity), the CUDA backend on
+    # the emulated runtime against llama.cpp's logits (cuda: its kernel cases, which compare with
+    # this level's CPU ops, run as cuda_kernels). About 200 s of the 2-core CI's time.
+    KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|gpu_scripts|dist|cli|cuda)\$"
 else
     echo "== Release suites, KINFER_ISA=avx2: not run (this CPU lacks AVX-512, the pass above ran AVX2)"
 fi
@@ -101,7 +103,7 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 cmake --build build-asan -j"$JOBS"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 KINFER_SANITIZED=1
 # The CPU mode's other schedules ran in the Release suites (130 s of CI's time under ASan).
-run_ctest build-asan "ASan + UBSan" -E "^(reference|$CPU_MODE_SCHEDULES|cli_parity)\$"
+run_ctest build-asan "ASan + UBSan" -E "^(reference|$CPU_MODE_SCHEDULES|cli_parity|cuda_kernels)\$"
 unset ASAN_OPTIONS UBSAN_OPTIONS KINFER_SANITIZED
 
 # The fuzz targets run $JOBS at a time (each is single-threaded), each for FUZZ_SECONDS.
