@@ -642,21 +642,25 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
     backend::KdaScan sc{q.data(), k.data(), v.data(), g.data(), beta.data(), want_state.data(), want_o.data(),
                         n_check, H, D, false};
     cpu.kda_scan(sc);
-    // The three forms: fp32 on the CUDA cores, 3xTF32 and single TF32 on the tensor cores
-    // (kda_chunked_mma.cu; the single form is held to test_kda_chunked's 1e-3).
+    // The five forms: fp32 on the CUDA cores, 3xTF32 and single TF32 on the tensor cores
+    // (kda_chunked_mma.cu), f16x3 and single fp16 on them (kda_chunked_mma_f16.cuh; no C = 64 at
+    // D = 128: shared memory). The single forms are held to test_kda_chunked's 1e-3.
     using cuda::gpu::F32Math;
     struct Form {
         const char* name;
         F32Math math;
         double tol;
     };
-    const Form forms[] = {{"fp32", F32Math::fp32, 1e-4}, {"3xTF32", F32Math::tf32x3, 1e-4}, {"TF32", F32Math::tf32, 1e-3}};
+    const Form forms[] = {{"fp32", F32Math::fp32, 1e-4}, {"3xTF32", F32Math::tf32x3, 1e-4}, {"TF32", F32Math::tf32, 1e-3},
+                          {"f16x3", F32Math::f16x3, 1e-4}, {"f16", F32Math::f16, 1e-3}};
+    auto has_chunk = [](const Form& f, int C) { return C != 64 || (f.math != F32Math::f16x3 && f.math != F32Math::f16); };
     auto run_form = [&](const Form& f, int C, int64_t tokens, int slices = 0) {
         cuda::gpu::kda_chunked(dq.f(), dk.f(), dv.f(), dg.f(), db.f(), ds.f(), dout.f(), tokens, H, D, nullptr, C, slices,
                                f.math);
     };
     for (const Form& f : forms)
         for (int C : {16, 32, 64}) {
+            if (!has_chunk(f, C)) continue;
             gpu.upload(ds.buf.ptr, state0.data(), state_bytes);
             gpu.synchronize();
             run_form(f, C, n_check);
@@ -686,20 +690,23 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
                 s_rec * 1e3, double(n) / s_rec / 1e6);
     for (const Form& f : forms)
         for (int C : {16, 32, 64}) {
+            if (!has_chunk(f, C)) continue;
             const double s = timed([&] { run_form(f, C, n); });
             const cudaError_t err = cudaGetLastError();
             std::printf("     kda chunked %-6s C=%-2d 96 x 128, %lld tokens: %.2f ms (%.2f M tokens/s per layer, %.2fx the "
                         "recurrence; target 5)%s\n", f.name, C, (long long)n, s * 1e3, double(n) / s / 1e6, s_rec / s,
                         err == cudaSuccess ? "" : cudaGetErrorString(err));
         }
-    // The tensor-core form at 168 registers a thread runs one 256-thread block an SM, 96 heads on
-    // 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C products).
-    for (int slices : {2, 4}) {
-        const double s = timed([&] { run_form(forms[1], 16, n, slices); });
-        const cudaError_t err = cudaGetLastError();
-        std::printf("     kda chunked 3xTF32 C=16 %d slices, %lld tokens: %.2f ms (%.2f M tokens/s per layer)%s\n", slices,
-                    (long long)n, s * 1e3, double(n) / s / 1e6, err == cudaSuccess ? "" : cudaGetErrorString(err));
-    }
+    // The tensor-core forms at 166 / 167 registers a thread run one 256-thread block an SM, 96
+    // heads on 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C
+    // products).
+    for (const Form* f : {&forms[1], &forms[3]})
+        for (int slices : {2, 4}) {
+            const double s = timed([&] { run_form(*f, 16, n, slices); });
+            const cudaError_t err = cudaGetLastError();
+            std::printf("     kda chunked %-6s C=16 %d slices, %lld tokens: %.2f ms (%.2f M tokens/s per layer)%s\n", f->name,
+                        slices, (long long)n, s * 1e3, double(n) / s / 1e6, err == cudaSuccess ? "" : cudaGetErrorString(err));
+        }
 }
 
 // The grouped absorbed kernel's forms over an f16 cache side by side (mla.cu): fp32 FMAs, TF32

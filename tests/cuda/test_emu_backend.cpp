@@ -75,7 +75,7 @@ std::vector<float> on_emu_cuda(const model::Model& m, std::vector<int32_t> ids, 
     REQUIRE(dev);
     if (int8_gemm) dev->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::int8);
     dev->set_kda_math(math);
-    dev->set_mla_math(math);
+    dev->set_mla_math(math == Math::f16x3 ? Math::tf32x3 : math);   // (f16x3 is the KDA's alone)
     model::SessionOptions so{.backends = &bk, .n_gpu_layers = 99};
     so.mla_decompressed = decompressed;
     if (tiled) {
@@ -106,8 +106,11 @@ Diff against(const std::vector<float>& mine, const std::string& ref_path, const 
 // decompressed (MHA) prefill (--mla decompressed) with the flash kernel on tensor cores
 // (mla_mha_mma.cuh) against the same form on the CUDA cores (7.2e-6): that form keeps q_nope in
 // fp32 where llama.cpp's absorbed form rounds it, so it is held to its own fp32 twin.
+// And the prefill with the chunked KDA on fp16 tensor cores (KINFER_CUDA_KDA=f16x3,
+// kda_chunked_mma_f16.cuh; the MLA on 3xTF32): 8.6e-6 / 7.6e-6 (k3 / kl). Single fp16 products
+// there instead (f16) give 1.6e-3 / 6.2e-4 from position 16 on, failing the bound.
 TEST_CASE("CudaBackend on the emulated runtime: F32 golden models within 1e-4 of llama.cpp, prefill and decode, "
-          "fp32 and 3xTF32") {
+          "fp32, 3xTF32 and the KDA on f16x3") {
     if (sanitized()) {
         // Minutes under the sanitizers (a CUDA thread is a fiber, the F32 models are 17 MB); the
         // Q4_K_M and graph cases run the same host code there.
@@ -121,10 +124,12 @@ TEST_CASE("CudaBackend on the emulated runtime: F32 golden models within 1e-4 of
         if (!m || !have_golden(dir + "p64.batch.f32")) return;
         const auto ids = read_ids(golden("llama.cpp/prompts/prompt64.ids.txt"));
         const bool k3 = name[1] == '3';
-        for (const Math math : {Math::fp32, Math::tf32x3})
+        for (const Math math : {Math::fp32, Math::tf32x3, Math::f16x3})
             for (const bool batch : {true, false}) {
                 if (math == Math::tf32x3 && !batch && !k3) continue;   // CPU-mode time: k3's decode covers it
-                const std::string mode = std::string(batch ? "batch" : "decode") + (math == Math::fp32 ? "" : ", 3xTF32");
+                if (math == Math::f16x3 && !batch) continue;            // the chunked KDA is prefill's
+                const std::string mode = std::string(batch ? "batch" : "decode") +
+                                         (math == Math::fp32 ? "" : math == Math::tf32x3 ? ", 3xTF32" : ", KDA f16x3");
                 const Diff d = against(on_emu_cuda(*m, ids, batch, false, false, math),
                                        golden(dir + (batch ? "p64.batch.f32" : "p64.decode.f32")), name + "-F32 emu-cuda " + mode);
                 CHECK(d.max_abs <= 1e-4);

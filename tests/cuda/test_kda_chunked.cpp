@@ -95,12 +95,13 @@ constexpr double kTol = 1e-4;
 
 using namespace kda_chunked_test;
 
-// Both chunked kernels: kda_chunked.cu (fp32) and kda_chunked_mma.cu as 3xTF32 (worst seen over
-// these runs: 6.6e-7 of max(1, |x|) for each; each run prints its own). The 3xTF32 form is held
-// to 5e-6, below what single TF32 products give (1.3e-5 in the case after this), so a split lost
-// in any of its products fails here too.
-TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurrence, n around the chunk, fp32 and "
-          "3xTF32") {
+// The chunked kernels: kda_chunked.cu (fp32), kda_chunked_mma.cu as 3xTF32 and as f16x3
+// (kda_chunked_mma_f16.cuh) (worst seen over these runs: 6.6e-7 of max(1, |x|) for each; each
+// run prints its own). The tensor-core forms are held to 5e-6, below what single TF32 or fp16
+// products give (1.3e-5 in the case after this), so a split lost in any of their products fails
+// here too; the strong gate's chunks take f16x3's row scaling from e^-80 and below.
+TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurrence, n around the chunk, fp32, "
+          "3xTF32 and f16x3") {
     struct Shape {
         int64_t H, D;
         int chunk, slices;
@@ -124,21 +125,26 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
             const KdaInputs in = make_inputs(n, s.H, s.D, uint32_t(100 + n + s.D + C), run.gate);
             std::vector<float> want_state = in.state;
             const std::vector<float> want = cpu_recurrent(in, want_state);
-            for (const bool tc : {false, true}) {
+            using cuda::emu::F32Math;
+            for (const F32Math math : {F32Math::fp32, F32Math::tf32x3, F32Math::f16x3}) {
+                const bool tc = math != F32Math::fp32;
                 if (!tc && s.slices > 0 && (s.D / s.slices) % 32 != 0) continue;   // the fp32 kernel's groups
-                // Under the sanitizers (this file is built at -O0 there) the tensor-core form's
-                // emulated products take most of the case's time: its D >= 128 shapes run in the
-                // Release suites only; the smaller ones take every code path of the kernel.
+                // Under the sanitizers (this file is built at -O0 there) the tensor-core forms'
+                // emulated products take most of the case's time: their D >= 128 shapes run in the
+                // Release suites only; the smaller ones take every code path of the kernels.
                 if (tc && s.D >= 128 && sanitized()) continue;
+                // f16x3 has no C = 64 at D = 128 (its Zt takes the shared memory; the next case
+                // checks the refusal); D = 256 in two slices runs K3's 128 columns a block at C = 16.
+                if (math == F32Math::f16x3 && s.D == 128 && C == 64) continue;
+                const char* name = math == F32Math::fp32 ? "" : math == F32Math::tf32x3 ? "_mma 3xTF32" : "_mma f16x3";
                 INFO("H ", s.H, " D ", s.D, " chunk ", C, " slices ", s.slices, " n ", n, " gate ", int(run.gate),
-                     " 3xTF32 ", tc);
+                     " form ", name);
                 std::vector<float> state = in.state, o(size_t(n * s.H * s.D), -1.0f);
                 cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
-                                       o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices,
-                                       tc ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::fp32);
+                                       o.data(), n, s.H, s.D, nullptr, s.chunk, s.slices, math);
                 std::printf("kda_chunked%s H %lld D %lld C %lld slices %d n %lld gate %d: "
                             "max err/max(1,|x|) out %.2e state %.2e\n",
-                            tc ? "_mma 3xTF32" : "", (long long)s.H, (long long)s.D, (long long)C, s.slices,
+                            name, (long long)s.H, (long long)s.D, (long long)C, s.slices,
                             (long long)n, int(run.gate), max_rel_err(o, want), max_rel_err(state, want_state));
                 const double tol = tc ? 5e-6 : kTol;
                 check_close(o, want, tol, tol, "kda_chunked outputs");
@@ -177,7 +183,7 @@ TEST_CASE("cuda kda_chunked (cpu mode): the default chunk runs, and unsupported 
     // Refused by both forms: a head dim, a chunk, C = 64 at D = 256 (shared memory), 3 slices.
     float* none = nullptr;
     using cuda::emu::F32Math;
-    for (const F32Math math : {F32Math::fp32, F32Math::tf32x3}) {
+    for (const F32Math math : {F32Math::fp32, F32Math::tf32x3, F32Math::f16x3}) {
         INFO("math ", int(math));
         auto call = [&](int64_t D, int chunk, int slices) {
             cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, D, nullptr, chunk, slices, math);
@@ -189,6 +195,11 @@ TEST_CASE("cuda kda_chunked (cpu mode): the default chunk runs, and unsupported 
     }
     // 8 columns a block: less than the tensor-core form's warp of 16.
     CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 32, nullptr, 16, 4, F32Math::tf32x3),
+                    std::invalid_argument);
+    // f16x3 at C = 64 only up to D = 64 (shared memory); f16x2 is the MLA's form, not the KDA's.
+    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 128, nullptr, 64, 0, F32Math::f16x3),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(cuda::emu::kda_chunked(none, none, none, none, none, none, none, 1, 1, 32, nullptr, 16, 0, F32Math::f16x2),
                     std::invalid_argument);
 }
 
@@ -260,31 +271,76 @@ TEST_CASE("cuda mma_tf32 (cpu mode): the fragments, TF32 rounding, and the 3xTF3
     }
 }
 
-// The single-TF32 form: each state product keeps 11 bits of each operand, so outputs and state
-// move by a few 2^-11 of the terms' magnitudes over the sums (worst seen 1.3e-5: printed), held
-// to 1e-3 of max(1, |x|);
-// and the 3xTF32 form must be at least 10x closer on the same inputs (the split is not a no-op).
-TEST_CASE("cuda kda_chunked_mma (cpu mode): single TF32 within its bound, 3xTF32 closer; prefill then decode") {
+// The single forms: each state product keeps 11 bits of each operand (TF32, or fp16 after its
+// scaling), so outputs and state move by a few 2^-11 of the terms' magnitudes over the sums
+// (worst seen 1.3e-5: printed), held to 1e-3 of max(1, |x|); and the split forms (3xTF32, f16x3)
+// must be at least 10x closer on the same inputs (the split is not a no-op).
+TEST_CASE("cuda kda_chunked_mma (cpu mode): single TF32 / fp16 within their bound, 3xTF32 / f16x3 closer; prefill "
+          "then decode") {
     const int64_t H = 2, D = 64, n_pre = 37, n_dec = 3, n = n_pre + n_dec, di = H * D;
     const KdaInputs in = make_inputs(n, H, D, 17, Gate::k3);
     std::vector<float> want_state = in.state;
     const std::vector<float> want = cpu_recurrent(in, want_state);
-    double err[2] = {};
-    for (const bool split : {false, true}) {
-        INFO("split ", split);
-        std::vector<float> state = in.state, o(size_t(n * di), -1.0f);
-        cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
-                               n_pre, H, D, nullptr, 16, 1, split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32);
-        for (int64_t t = n_pre; t < n; ++t) {   // decode steps on the state the chunked form left
-            const size_t off = size_t(t * di);
-            cuda::emu::kda_recurrent(in.q.data() + off, in.k.data() + off, in.v.data() + off, in.g.data() + off,
-                                     in.beta.data() + t * H, state.data(), o.data() + off, 1, H, D, nullptr);
+    for (const bool f16 : {false, true}) {
+        double err[2] = {};
+        for (const bool split : {false, true}) {
+            INFO("fp16 ", f16, " split ", split);
+            using cuda::emu::F32Math;
+            const F32Math math = f16 ? (split ? F32Math::f16x3 : F32Math::f16) : (split ? F32Math::tf32x3 : F32Math::tf32);
+            std::vector<float> state = in.state, o(size_t(n * di), -1.0f);
+            cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(), o.data(),
+                                   n_pre, H, D, nullptr, 16, 1, math);
+            for (int64_t t = n_pre; t < n; ++t) {   // decode steps on the state the chunked form left
+                const size_t off = size_t(t * di);
+                cuda::emu::kda_recurrent(in.q.data() + off, in.k.data() + off, in.v.data() + off, in.g.data() + off,
+                                         in.beta.data() + t * H, state.data(), o.data() + off, 1, H, D, nullptr);
+            }
+            err[split] = std::max(max_rel_err(o, want), max_rel_err(state, want_state));
+            const double tol = split ? kTol : 1e-3;
+            check_close(o, want, tol, tol, "prefill + decode outputs");
+            check_close(state, want_state, tol, tol, "prefill + decode state");
         }
-        err[split] = std::max(max_rel_err(o, want), max_rel_err(state, want_state));
-        const double tol = split ? kTol : 1e-3;
-        check_close(o, want, tol, tol, "prefill + decode outputs");
-        check_close(state, want_state, tol, tol, "prefill + decode state");
+        std::printf("kda_chunked_mma prefill 37 + decode 3, worst err/max(1,|x|): %s %.2e, %s %.2e\n",
+                    f16 ? "f16" : "tf32", err[0], f16 ? "f16x3" : "3xTF32", err[1]);
+        CHECK(err[0] > 10 * err[1]);
     }
-    std::printf("kda_chunked_mma prefill 37 + decode 3, worst err/max(1,|x|): tf32 %.2e, 3xTF32 %.2e\n", err[0], err[1]);
-    CHECK(err[0] > 10 * err[1]);
+}
+
+// f16x3's scaling (kda_chunked_mma_f16.cuh), with inputs whose exact results are known multiples
+// of the unscaled recurrence's: the recurrence is linear in (v, S) and in q, and unchanged by
+// k -> 2^b k, v -> 2^b v, beta -> 2^-2b beta (beta k k^T and beta k v^T keep their values), and
+// powers of two commute with fp32 arithmetic away from its limits. So:
+//   v and the initial state times 2^e: outputs and state times 2^e;
+//   k and v times 2^b, beta times 2^-2b, q times 2^a: the state unchanged, outputs times 2^a.
+// Each power takes some operand far outside fp16's 2^-14 .. 65504; the results times the
+// inverse powers must meet the unscaled recurrence at the fp32 bound, as they do unscaled.
+// Without M's or U's row scaling the state or u overflows fp16 at 2^20 (inf) and falls to its
+// subnormals at 2^-20 (a few bits); without the token rows' or Z's column scaling so do the
+// exp(G) k, exp(G) q and Z rows.
+TEST_CASE("cuda kda_chunked_mma f16x3 (cpu mode): values far outside fp16's range, scaled into it") {
+    const int64_t H = 1, D = 64, n = 37, di = H * D;
+    const KdaInputs in = make_inputs(n, H, D, 23, Gate::kimi_linear);
+    std::vector<float> want_state = in.state;
+    const std::vector<float> want = cpu_recurrent(in, want_state);
+    struct Powers {
+        int vs, b, a;   // v and state; k, v and beta; q
+    };
+    for (const Powers p : {Powers{20, 0, 0}, Powers{-20, 0, 0}, Powers{0, -20, 20}, Powers{0, 20, -20}}) {
+        INFO("v and state 2^", p.vs, ", k 2^", p.b, ", q 2^", p.a);
+        KdaInputs sc = in;
+        for (float& x : sc.v) x = std::ldexp(x, p.vs + p.b);
+        for (float& x : sc.state) x = std::ldexp(x, p.vs);
+        for (float& x : sc.k) x = std::ldexp(x, p.b);
+        for (float& x : sc.beta) x = std::ldexp(x, -2 * p.b);
+        for (float& x : sc.q) x = std::ldexp(x, p.a);
+        std::vector<float> o(size_t(n * di), -1.0f);
+        cuda::emu::kda_chunked(sc.q.data(), sc.k.data(), sc.v.data(), sc.g.data(), sc.beta.data(), sc.state.data(),
+                               o.data(), n, H, D, nullptr, 16, 1, cuda::emu::F32Math::f16x3);
+        for (float& x : o) x = std::ldexp(x, -(p.vs + p.a));
+        for (float& x : sc.state) x = std::ldexp(x, -p.vs);
+        std::printf("kda_chunked_mma f16x3, v and state 2^%d, k 2^%d, q 2^%d: max err/max(1,|x|) out %.2e state %.2e\n",
+                    p.vs, p.b, p.a, max_rel_err(o, want), max_rel_err(sc.state, want_state));
+        check_close(o, want, 5e-6, 5e-6, "f16x3 outputs, scaled back");
+        check_close(sc.state, want_state, 5e-6, 5e-6, "f16x3 state, scaled back");
+    }
 }

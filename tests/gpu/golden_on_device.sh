@@ -25,8 +25,9 @@
 #   tc-f16  "tiled" over an f16 latent cache (-ctk f16) with KINFER_CUDA_MLA=f16x2: the absorbed
 #           kernel on fp16 tensor cores, the cache's values exact and q and the probabilities split
 #           in two fp16 parts (mla_mma_f16.cuh), for decode and for the prefill (which the
-#           operation count gives the absorbed form on these models' 64 tokens); the rest as "tc";
-#           against the CPU's tiled form over the same f16 cache;
+#           operation count gives the absorbed form on these models' 64 tokens); and
+#           KINFER_CUDA_KDA=f16x3: the prefill's chunked KDA on them too (both operands split,
+#           kda_chunked_mma_f16.cuh); against the CPU's tiled form over the same f16 cache;
 #   tc-f16-mha  the same with the prefill in the decompressed form (--mla-tiled-form
 #           decompressed): its key expansion on fp16 tensor cores (the weights split; mla_mha.cu),
 #           its flash kernel as 3xTF32; against the CPU's same form.
@@ -83,7 +84,7 @@ flags[graphs]="--device $dev -ngl 99 --cuda-graphs"
 flags[int8]="--device $dev -ngl 99"; envs[int8]="KINFER_CUDA_GEMM=int8"
 flags[tc]="--device $dev -ngl 99"; envs[tc]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3"
 flags[tc-mha]="--device $dev -ngl 99 --mla decompressed"; envs[tc-mha]="${envs[tc]}"
-flags[tc-f16]="--device $dev -ngl 99 ${flags[cpu-f16]}"; envs[tc-f16]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=f16x2"
+flags[tc-f16]="--device $dev -ngl 99 ${flags[cpu-f16]}"; envs[tc-f16]="KINFER_CUDA_KDA=f16x3 KINFER_CUDA_MLA=f16x2"
 flags[tc-f16-mha]="--device $dev -ngl 99 ${flags[cpu-f16-mha]}"; envs[tc-f16-mha]="${envs[tc-f16]}"
 for f in all tier slots graphs int8 tc; do twin[$f]=cpu; done
 twin[tiled]=cpu-tiled; twin[mha]=cpu-mha; twin[tc-mha]=cpu-mha; twin[tc-f16]=cpu-f16; twin[tc-f16-mha]=cpu-f16-mha

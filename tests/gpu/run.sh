@@ -54,8 +54,8 @@
 #     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
 #     GEMM (KINFER_CUDA_GEMM=int8), with the chunked KDA and the grouped MLA kernel on TF32
 #     tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3), the absorbed decode over an f16
-#     cache on fp16 ones (KINFER_CUDA_MLA=f16x2), and in the tiled and the decompressed (MHA)
-#     MLA forms
+#     cache and the chunked KDA on fp16 ones (KINFER_CUDA_MLA=f16x2, KINFER_CUDA_KDA=f16x3), and
+#     in the tiled and the decompressed (MHA) MLA forms
 #     (tests/gpu/golden_on_device.sh: the bounds are written there);
 # 10. end-to-end tokens/s, CPU against GPU, on k3-bench and a Kimi-Linear-48B-shaped model made
 #     here, decode with the routed experts grouped on the host against by slot, and decode with
@@ -341,10 +341,11 @@ sanitize() {
     local form gemm kda mla cache what
     for tool in memcheck racecheck synccheck; do
         # The default forms, then the tensor-core ones: the int8 GEMM with the TF32 chunked KDA and
-        # MLA; then the tiled MLA over an f16 cache (KINFER_CUDA_MLA=f16x2): the prefill in the
-        # decompressed form (its key expansion on fp16 tensor cores, its flash kernel on TF32), the
-        # decode's absorbed kernel on fp16 ones.
-        for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 tf32x3 f16x2 f16"; do
+        # MLA; then the fp16 ones: the chunked KDA (KINFER_CUDA_KDA=f16x3) and the tiled MLA over
+        # an f16 cache (KINFER_CUDA_MLA=f16x2): the prefill in the decompressed form (its key
+        # expansion on fp16 tensor cores, its flash kernel on TF32), the decode's absorbed kernel on
+        # fp16 ones.
+        for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 f16x3 f16x2 f16"; do
             read -r gemm kda mla cache <<<"$form"
             what="$tool, $gemm prefill GEMM, $kda KDA, $mla MLA, $cache cache"
             if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$mla "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \

@@ -58,6 +58,9 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): prefill and decode on $dev with the chunked KDA's and the grouped MLA kernel's"
     echo "   products on the TF32 tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3) instead of fp32 FMAs"
     KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3 "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 2
+    echo "-- $(basename "$m"): prefill on $dev with them on the fp16 tensor cores instead (KINFER_CUDA_KDA=f16x3:"
+    echo "   both operands split; KINFER_CUDA_MLA=f16x2: over the f16 cache, from 1024 keys on)"
+    KINFER_CUDA_KDA=f16x3 KINFER_CUDA_MLA=f16x2 "$bin" bench -m "$m" -p "$P" -n 0 -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 1
     echo "-- $(basename "$m"): decode on $dev with the routed experts grouped on the host (the router's choices"
     echo "   read back every MoE layer) instead of by slot (--moe auto above: the choices stay on the device)"
     "$bin" bench -m "$m" -p 0 -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 --moe grouped | tail -n 2

@@ -20,7 +20,7 @@
 //                                               filled with 0xff bytes (0x7f under the warp-by-
 //                                               warp schedules; cpu_mode.cpp says why).
 //   atomicAdd / atomicMax / atomicMin / atomicExch / atomicCAS   std::atomic_ref.
-//   __dp4a, uint4, __float_as_int                                plain C++.
+//   __dp4a, uint4, uint2, __float_as_int                         plain C++.
 //   <<<grid, block, shmem, stream>>>            launch() (KINFER_LAUNCH in compat.h): queued on
 //                                               the stream of the emulated runtime
 //                                               (emu/runtime.h), or run before it returns on the
@@ -264,6 +264,9 @@ inline int __dp4a(int a, int b, int c) {
 }
 struct alignas(16) uint4 {
     unsigned x = 0, y = 0, z = 0, w = 0;
+};
+struct alignas(8) uint2 {
+    unsigned x = 0, y = 0;
 };
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }

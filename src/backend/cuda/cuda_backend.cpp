@@ -105,15 +105,15 @@ runtime::Device* expert_device(Backend& be) {
     return c ? &c->expert_device() : nullptr;
 }
 
-CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, bool f16_forms) const {
+CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, bool kda) const {
     const char* v = std::getenv(var);
     if (!v || !*v || std::strcmp(v, "fp32") == 0) return Math::fp32;
     if (std::strcmp(v, "tf32x3") == 0) return Math::tf32x3;
     if (std::strcmp(v, "tf32") == 0) return Math::tf32;
-    if (f16_forms && std::strcmp(v, "f16x2") == 0) return Math::f16x2;
-    if (f16_forms && std::strcmp(v, "f16") == 0) return Math::f16;
-    fail("{}: {}='{}': expected {} (the arithmetic of {})", name_, var, v,
-         f16_forms ? "fp32, tf32x3, tf32, f16x2 or f16" : "fp32, tf32x3 or tf32", what);
+    if (std::strcmp(v, "f16") == 0) return Math::f16;
+    if (std::strcmp(v, kda ? "f16x3" : "f16x2") == 0) return kda ? Math::f16x3 : Math::f16x2;
+    fail("{}: {}='{}': expected fp32, tf32x3, tf32, {} or f16 (the arithmetic of {})", name_, var, v,
+         kda ? "f16x3" : "f16x2", what);
 }
 
 
@@ -123,8 +123,8 @@ CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(
         else if (std::strcmp(g, "fp16") != 0)
             fail("{}: KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", name_, g);
     }
-    kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill", false);
-    mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels", true);
+    kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill", true);
+    mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels", false);
     select();
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the compute stream");

@@ -102,7 +102,9 @@ public:
     // f16x2 / f16: over an f16 latent cache, the grouped absorbed kernel on fp16 tensor cores
     // (mla_mma_f16.cuh: the cache exact, q and the probabilities split in two fp16 parts or
     // rounded once) and the decompressed form's key expansion on them (the weights split); the
-    // TF32 forms (tf32x3 / tf32) wherever those do not apply.
+    // TF32 forms (tf32x3 / tf32) wherever those do not apply. KINFER_CUDA_KDA also takes
+    // f16x3 / f16: the state products on fp16 tensor cores (kda_chunked_mma_f16.cuh: both operands
+    // scaled and split in two fp16 parts, three products, or rounded once).
     using Math = ::kinfer::cuda::F32Math;   // the kernels' own enum (kernel_math.h)
     void set_kda_math(Math m) { kda_math_ = m; }
     void set_mla_math(Math m) { mla_math_ = m; }
@@ -245,7 +247,7 @@ private:
     bool int8_matmul(const Mat& W, int64_t n) const;
     // A Math from environment variable var (unset or empty: fp32; f16x2 / f16 where f16_forms);
     // anything else is an error.
-    Math math_from_env(const char* var, const char* what, bool f16_forms) const;
+    Math math_from_env(const char* var, const char* what, bool kda) const;   // kda: f16x3 where the MLA takes f16x2
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

@@ -1,8 +1,10 @@
-// What the two chunked KDA kernels share (kda_chunked.cu: fp32 on the CUDA cores;
-// kda_chunked_mma.cu: the state products on TF32 tensor cores): a chunk's rows staged in shared
-// memory, its cumulative log-decay, and its C x C products. The math is kda_chunked.cu's header's.
+// What the chunked KDA kernels share (kda_chunked.cu: fp32 on the CUDA cores;
+// kda_chunked_mma.cu / kda_chunked_mma_f16.cuh: the state products on TF32 / fp16 tensor cores): a
+// chunk's rows staged in shared memory, its cumulative log-decay, and its C x C products. The math
+// is kda_chunked.cu's header's.
 #pragma once
 #include "backend/cuda/compat.h"
+#include "backend/cuda/kernel_math.h"
 
 #include <cstdint>
 
@@ -13,6 +15,11 @@ __device__ __forceinline__ float group4_sum(float v) {
     v += __shfl_xor_sync(kFullMask, v, 1);
     v += __shfl_xor_sync(kFullMask, v, 2);
     return v;
+}
+// Their largest value, likewise.
+__device__ __forceinline__ float group4_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
+    return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
 }
 
 // The largest decay over a chunk, -G_L, for which the C x C products are factored: exp(G_t - G_s)
@@ -152,9 +159,10 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
     }
 }
 
-// kda_chunked_mma.cu's entry, which kda_chunked (kernels.h) calls for math tf32x3 (split) or
-// tf32, with the chunk resolved; slices 0 takes its default.
+// kda_chunked_mma.cu's entry, which kda_chunked (kernels.h) calls for math tf32x3 / tf32 (TF32
+// products, split or single) and f16x3 / f16 (fp16 ones, kda_chunked_mma_f16.cuh), with the chunk
+// resolved; slices 0 takes its default.
 void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
-                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split, int chunk, int slices);
+                     float* o, int64_t n, int64_t H, int64_t D, void* stream, F32Math math, int chunk, int slices);
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

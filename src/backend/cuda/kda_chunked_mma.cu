@@ -6,6 +6,8 @@
 // CUDA-core peak (67), far past what kda_chunked.cu's FMAs, shuffles and shared loads can issue,
 // and a third of what TF32 tensor cores give even at three products each. Not run on a GPU yet:
 // kinfer_gpu_check times it beside the fp32 kernel; CudaBackend takes it with KINFER_CUDA_KDA.
+// The same kernel on fp16 tensor cores is kda_chunked_mma_f16.cuh, included below; the launchers
+// at the end serve both.
 //
 // Mapping. A block owns a head and J value columns (J = D / slices, a multiple of 16, at most
 // 128); warp w owns columns 16w .. 16w + 15 of them and keeps their state rows M[j][i] = S[i][j]
@@ -39,7 +41,7 @@ namespace {
 constexpr int kMmaMaxColumns = 128;   // 8 warps; a lane holds D / 2 state floats (64 at D = 128)
 
 // kda_chunk.cuh's arrays at row strides D + 8 and J + 8, then the q products [C][J + 8].
-constexpr size_t kda_mma_smem_floats(int D, int C, int J) {
+__host__ __device__ constexpr size_t kda_mma_smem_floats(int D, int C, int J) {
     return chunk_smem_floats(D, C, D + 8, J + 8) + size_t(C * (J + 8));
 }
 
@@ -176,45 +178,62 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     }
 }
 
-template <int D, int C, bool kSplit>
+}  // namespace
+
+}  // namespace kinfer::cuda::KINFER_CUDA_NS
+
+#include "backend/cuda/kda_chunked_mma_f16.cuh"
+
+namespace kinfer::cuda::KINFER_CUDA_NS {
+
+namespace {
+
+// The shared memory of either product's kernel (kF16: kda_chunked_mma_f16.cuh's).
+template <bool kF16>
+constexpr size_t kda_tc_smem_floats(int D, int C, int J) {
+    return kF16 ? kda_f16_smem_floats(D, C, J) : kda_mma_smem_floats(D, C, J);
+}
+
+template <int D, int C, bool kF16, bool kSplit>
 void launch_kda_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                     float* o, int64_t n, int64_t H, int slices, void* stream) {
     const int J = D / slices;
-    const size_t bytes = kda_mma_smem_floats(D, C, J) * sizeof(float);
+    const size_t bytes = kda_tc_smem_floats<kF16>(D, C, J) * sizeof(float);
     if (bytes > kDynamicOptInMax)
         throw std::invalid_argument("cuda kda_chunked_mma: chunk " + std::to_string(C) + " at head dim " +
                                     std::to_string(D) + " needs " + std::to_string(bytes) + " bytes of shared memory");
-    auto* kern = &kda_chunked_mma_kernel<D, C, kSplit>;
+    auto* kern = kF16 ? &kda_chunked_mma_f16_kernel<D, C, kSplit> : &kda_chunked_mma_kernel<D, C, kSplit>;
     // Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
     if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(2 * J)};
     KINFER_LAUNCH(kern, grid, block, bytes, as_stream(stream), q, k, v, g, beta, state, o, n, H);
 }
 
-template <int D, bool kSplit>
+template <int D, bool kF16, bool kSplit>
 void launch_mma_chunk(int C, const float* q, const float* k, const float* v, const float* g, const float* beta,
                       float* state, float* o, int64_t n, int64_t H, int slices, void* stream) {
     switch (C) {
-        case 16: return launch_kda_mma<D, 16, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
-        case 32: return launch_kda_mma<D, 32, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 16: return launch_kda_mma<D, 16, kF16, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 32: return launch_kda_mma<D, 32, kF16, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
         case 64:
-            if constexpr (kda_mma_smem_floats(D, 64, D < kMmaMaxColumns ? D : kMmaMaxColumns) * 4 <= kDynamicOptInMax)
-                return launch_kda_mma<D, 64, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
+            if constexpr (kda_tc_smem_floats<kF16>(D, 64, D < kMmaMaxColumns ? D : kMmaMaxColumns) * 4 <= kDynamicOptInMax)
+                return launch_kda_mma<D, 64, kF16, kSplit>(q, k, v, g, beta, state, o, n, H, slices, stream);
             break;
         default: break;
     }
     throw std::invalid_argument("cuda kda_chunked_mma: chunk " + std::to_string(C) + " at head dim " +
-                                std::to_string(D) + " is not 16, 32 or 64 (64 only up to head dim 128)");
+                                std::to_string(D) + " is not 16, 32 or 64 (64 only up to head dim " +
+                                (kF16 ? "64 on fp16" : "128") + ")");
 }
 
-template <bool kSplit>
+template <bool kF16, bool kSplit>
 void dispatch_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                   float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk, int slices) {
     switch (D) {
-        case 32: return launch_mma_chunk<32, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
-        case 64: return launch_mma_chunk<64, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
-        case 128: return launch_mma_chunk<128, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
-        case 256: return launch_mma_chunk<256, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 32: return launch_mma_chunk<32, kF16, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 64: return launch_mma_chunk<64, kF16, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 128: return launch_mma_chunk<128, kF16, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
+        case 256: return launch_mma_chunk<256, kF16, kSplit>(chunk, q, k, v, g, beta, state, o, n, H, slices, stream);
         default: break;
     }
     throw std::invalid_argument("cuda kda_chunked_mma: head dim " + std::to_string(D) + " is not 32, 64, 128 or 256");
@@ -249,15 +268,21 @@ void mma_tf32_check(const float* A, const float* B, float* out, void* stream) {
 }
 
 void kda_chunked_mma(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
-                     float* o, int64_t n, int64_t H, int64_t D, void* stream, bool split, int chunk, int slices) {
+                     float* o, int64_t n, int64_t H, int64_t D, void* stream, F32Math math, int chunk, int slices) {
     if (n <= 0 || H <= 0) return;
     if (slices == 0) slices = D > kMmaMaxColumns ? int(D / kMmaMaxColumns) : 1;
     if (slices < 1 || D % slices != 0 || (D / slices) % 16 != 0 || D / slices > kMmaMaxColumns)
         throw std::invalid_argument("cuda kda_chunked_mma: " + std::to_string(slices) +
                                     " value slices do not split head dim " + std::to_string(D) +
                                     " into multiples of 16 of at most 128");
-    if (split) dispatch_mma<true>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
-    else dispatch_mma<false>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+    switch (math) {
+        case F32Math::tf32x3: return dispatch_mma<false, true>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+        case F32Math::tf32: return dispatch_mma<false, false>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+        case F32Math::f16x3: return dispatch_mma<true, true>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+        case F32Math::f16: return dispatch_mma<true, false>(q, k, v, g, beta, state, o, n, H, D, stream, chunk, slices);
+        default: break;
+    }
+    throw std::invalid_argument("cuda kda_chunked_mma: not a tensor-core form of the KDA (tf32x3, tf32, f16x3 or f16)");
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS

@@ -250,7 +250,9 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
 // slices: blocks a head's D value columns are split over, each with its own copy of the
 // chunk's C x C products (0: 1 up to D = 128, else D / 128). D 32, 64, 128 or 256.
 // math: fp32 (kda_chunked.cu; value slices of a multiple of 32 columns) or the state products on
-// tensor cores (kda_chunked_mma.cu; slices of a multiple of 16), CudaBackend's KINFER_CUDA_KDA.
+// tensor cores (slices of a multiple of 16): TF32 (kda_chunked_mma.cu: tf32x3, tf32) or fp16
+// (kda_chunked_mma_f16.cuh: f16x3, f16; C = 64 only up to D = 64); CudaBackend's KINFER_CUDA_KDA.
+// f16x2 (the MLA's) is refused.
 void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
                  float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk = 0, int slices = 0,
                  F32Math math = F32Math::fp32);

@@ -251,6 +251,8 @@ constexpr bool kPaged<PagedRows> = true;
 
 template <class Rows>
 void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream, const char* what) {
+    if (a.math == F32Math::f16x3)
+        throw std::invalid_argument(std::string("cuda ") + what + ": f16x3 is the KDA's form (fp32, tf32x3, tf32, f16x2 or f16)");
     if (a.n <= 0) return;
     const int64_t R = a.r + a.dr, split = mla_split(a);
     const bool grouped = mla_grouped(a);

@@ -253,6 +253,8 @@ MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
 }
 
 void check_args(const MlaMhaArgs& a, const char* what) {
+    if (a.math == F32Math::f16x3)
+        throw std::invalid_argument(std::string("cuda ") + what + ": f16x3 is the KDA's form (fp32, tf32x3, tf32, f16x2 or f16)");
     if (a.H <= 0 || a.r <= 0 || a.dn <= 0 || a.dv <= 0 || a.dr < 0 || a.pos0 < 0)
         throw std::invalid_argument(std::string("cuda ") + what + ": bad shape (H, r, dn, dv must be positive)");
     if (a.H > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": at most 65535 heads");

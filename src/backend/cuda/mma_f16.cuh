@@ -134,4 +134,25 @@ __device__ __forceinline__ void mma_split_a_f16(float (&c)[4], const uint32_t (&
     mma_f16(c, a_hi, b);
 }
 
+// c += A B with both operands given as fp16 splits (kSplit: A_lo B_hi, A_hi B_lo, then A_hi B_hi,
+// the smaller terms first; A_lo B_lo, about 2^-22 of |a b|, is left out) or as fp16 values alone.
+// The chunked KDA's form (kda_chunked_mma_f16.cuh), where neither operand is fp16 to begin with.
+template <bool kSplit>
+__device__ __forceinline__ void mma_split_f16(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                              const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+    if constexpr (kSplit) {
+        mma_f16(c, a_lo, b_hi);
+        mma_f16(c, a_hi, b_lo);
+    }
+    mma_f16(c, a_hi, b_hi);
+}
+
+// x times 2^e (scale, a power of two), split into fp16 parts (hi, and lo under kSplit; lo stays 0
+// otherwise): the operand side of mma_split_f16.
+template <bool kSplit>
+__device__ __forceinline__ void f16_operand(float x, float scale, uint16_t& hi, uint16_t& lo) {
+    if constexpr (kSplit) f16_split(x * scale, hi, lo);
+    else hi = f16_round(x * scale), lo = 0;
+}
+
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
