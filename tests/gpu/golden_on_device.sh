@@ -70,6 +70,7 @@ else
     floor=
 fi
 bad=0
+checked=0   # models checked: none is a failure, not a pass (a wrong directory once "passed" that way)
 # Each form's flags, and the CPU run it is compared with (its greedy ids; its logits for tiled / mha).
 declare -A flags twin envs
 flags[cpu]=""; flags[cpu-tiled]="--mla-tiled-from 0"; flags[cpu-mha]="--mla decompressed"
@@ -93,6 +94,7 @@ for m in "${models[@]}"; do
     want=$logits/$name/exact/p64.batch.f32
     [ -f "$want" ] || want=$logits/$name/p64.batch.f32
     [ -f "$want" ] || { echo "no logits for $name: skipped"; continue; }
+    checked=$((checked + 1))
     run() {   # form [as NAME] [extra flags...]: the form's flags plus the extra ones, output under NAME
         local form=$1 as=$1
         shift
@@ -175,4 +177,5 @@ PY
     done
 done
 [ "$bad" = 0 ] || { echo "golden logits on $dev: some model outside its bound"; exit 1; }
-echo "golden logits on $dev: every model within its bound"
+[ "$checked" -gt 0 ] || { echo "golden logits on $dev: no model had its logits (${models[*]}): nothing checked"; exit 1; }
+echo "golden logits on $dev: every model within its bound ($checked models)"

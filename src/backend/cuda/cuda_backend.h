@@ -245,9 +245,9 @@ private:
     // Whether a matmul of n tokens with W takes the int8 kernels: matvec_q8 below kGemmMinTokens,
     // mmq from there on when prefill_gemm_ says int8.
     bool int8_matmul(const Mat& W, int64_t n) const;
-    // A Math from environment variable var (unset or empty: fp32; f16x2 / f16 where f16_forms);
-    // anything else is an error.
-    Math math_from_env(const char* var, const char* what, bool kda) const;   // kda: f16x3 where the MLA takes f16x2
+    // A Math from environment variable var (unset or empty: fp32; fp32, tf32x3, tf32, f16, and
+    // f16x3 for the KDA (kda) or f16x2 for the MLA); anything else is an error.
+    Math math_from_env(const char* var, const char* what, bool kda) const;
 };
 
 }  // namespace kinfer::backend::KINFER_CUDA_BACKEND_NS

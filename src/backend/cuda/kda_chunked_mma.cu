@@ -202,7 +202,10 @@ void launch_kda_mma(const float* q, const float* k, const float* v, const float*
     if (bytes > kDynamicOptInMax)
         throw std::invalid_argument("cuda kda_chunked_mma: chunk " + std::to_string(C) + " at head dim " +
                                     std::to_string(D) + " needs " + std::to_string(bytes) + " bytes of shared memory");
-    auto* kern = kF16 ? &kda_chunked_mma_f16_kernel<D, C, kSplit> : &kda_chunked_mma_kernel<D, C, kSplit>;
+    auto* kern = [] {   // (a ternary would compile both kernels at every shape, the unlaunchable ones too)
+        if constexpr (kF16) return &kda_chunked_mma_f16_kernel<D, C, kSplit>;
+        else return &kda_chunked_mma_kernel<D, C, kSplit>;
+    }();
     // Past 48 KiB a kernel must opt in, on each device, so at every launch (kda_chunked.cu's reason).
     if (bytes > kDynamicNoOptIn) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     const dim3 grid{unsigned(H), unsigned(slices)}, block{unsigned(2 * J)};

@@ -18,9 +18,13 @@
 //        then multiplied by both inverses.
 //   M = diag(exp(G_L)) M + U^T Z:  U^T's rows (j) by their powers, Z's columns (key index i) by
 //        theirs; each 16 x 8 tile of U^T Z is summed from zero (the tokens are k) and added to the
-//        decayed M times both inverses, so M itself is never scaled.
-// Elements far below their row's largest keep fewer bits (fp16 subnormals below 2^-14), which
-// costs at most 2^-24 / 2^14 of that row's largest term: nothing at fp32's scale.
+//        decayed M, so M itself is never scaled.
+// A result is scaled back by the sum of its two exponents at once (ldexpf: one rounding, as fp32
+// would give it), not by two inverses in turn, whose intermediate could leave fp32's range.
+// The error is normwise: elements far below their row's largest keep fewer bits (fp16's
+// subnormals below 2^-14), about 2^-24 / 2^14 of that row's largest |x| each, so a product
+// carried by elements 2^24 below their rows' largest is only 2e-6 of its sum |a b| (3xTF32: 4e-9).
+// In the KDA the small elements are the fast-decaying channels, small in both operands.
 //
 // Layout beyond kda_chunked_mma.cu's:
 //   K and Q rows, in place after stage_chunk: the fp32 pair (2p, 2p + 1) of a row becomes one 8-byte
@@ -30,9 +34,12 @@
 //     distinct banks.
 //   Zt [D][C + 8] words: Z transposed (key-major) and split the same way, token pairs as units, so
 //     the update's B fragments (k = tokens) are 8-byte loads too; C + 8 keeps a half-warp's loads
-//     in distinct banks. Written a thread a key column (its writes 8-way conflicted: once a chunk).
-//   scales: 2 C token inverses (k rows, q rows), then D key-index inverses.
-// D = 128, J = 128: C = 16 58.4 KiB, C = 32 108 KiB (both opted in); C = 64 only up to D = 64.
+//     in distinct banks. Written a thread a key column, each thread starting at its own token pair
+//     (i mod C / 2): a half-warp's 8-byte stores then hit distinct banks (2-way at C = 16), where
+//     all starting at pair 0 would be 4-way, and its reads of Z stay conflict-free.
+//   exps: 2 C token exponents (k rows, q rows), then D key-index ones (ints).
+// Included by kda_chunked_mma.cu after its kMmaMaxColumns and kda_mma_smem_floats.
+// D = 128, J = 128: C = 16 58.3 KiB, C = 32 115.1 KiB (both opted in); C = 64 only up to D = 64.
 #pragma once
 #include "backend/cuda/mma_f16.cuh"
 #include "backend/cuda/reduce.cuh"
@@ -58,10 +65,10 @@ __device__ __forceinline__ void f16_split_pair(float x0, float x1, float scale, 
     hi = f16_pair(h0, h1), lo = f16_pair(l0, l1);
 }
 
-// After stage_chunk: K and Q rows split in place, Z into Zt, their inverse scales into inv
+// After stage_chunk: K and Q rows split in place, Z into Zt, their scales' exponents into ex
 // (tokens of K, tokens of Q, key indices of Z). Ends after a barrier.
 template <int D, int C, int LD, bool kSplit>
-__device__ void split_chunk_f16(const ChunkSmem& s, uint32_t* Zt, float* inv) {
+__device__ void split_chunk_f16(const ChunkSmem& s, uint32_t* Zt, int* ex) {
     constexpr int LDZ = C + 8, kPairs = (D / 2 + 31) / 32;   // a lane's pairs of a row: lane + 32 m
     const int tid = int(threadIdx.x), lane = tid % 32, nwarps = int(blockDim.x) / 32;
     for (int r = tid / 32; r < 2 * C; r += nwarps) {
@@ -72,7 +79,10 @@ __device__ void split_chunk_f16(const ChunkSmem& s, uint32_t* Zt, float* inv) {
         for (int m = 0; m < kPairs; ++m) {
             const int p = lane + 32 * m;
             x[m][0] = x[m][1] = 0.0f;
-            if (p < D / 2) x[m][0] = reinterpret_cast<const float*>(row)[2 * p], x[m][1] = reinterpret_cast<const float*>(row)[2 * p + 1];
+            if (p < D / 2) {   // the pair in one 8-byte load
+                const uint2 w = f16_unit(row + 2 * p);
+                x[m][0] = __uint_as_float(w.x), x[m][1] = __uint_as_float(w.y);
+            }
             mx = fmaxf(mx, fmaxf(fabsf(x[m][0]), fabsf(x[m][1])));
         }
         const int e = f16_scale_exponent(warp_max(mx));
@@ -83,19 +93,20 @@ __device__ void split_chunk_f16(const ChunkSmem& s, uint32_t* Zt, float* inv) {
             f16_split_pair<kSplit>(x[m][0], x[m][1], up, hi, lo);
             if (lane + 32 * m < D / 2) f16_store_unit(row + 2 * (lane + 32 * m), hi, lo);
         }
-        if (lane == 0) inv[r] = ldexpf(1.0f, -e);
+        if (lane == 0) ex[r] = e;
     }
     for (int i = tid; i < D; i += int(blockDim.x)) {
         float mx = 0;
         for (int t = 0; t < C; ++t) mx = fmaxf(mx, fabsf(s.G[t * LD + i]));
         const int e = f16_scale_exponent(mx);
         const float up = ldexpf(1.0f, e);
-        for (int u = 0; u < C / 2; ++u) {
+        for (int uu = 0; uu < C / 2; ++uu) {   // token pairs from a place of the thread's own (banks below)
+            const int u = (uu + i) % (C / 2);
             uint32_t hi, lo;
             f16_split_pair<kSplit>(s.G[2 * u * LD + i], s.G[(2 * u + 1) * LD + i], up, hi, lo);
             f16_store_unit(Zt + i * LDZ + 2 * u, hi, lo);
         }
-        inv[2 * C + i] = ldexpf(1.0f, -e);
+        ex[2 * C + i] = e;
     }
     __syncthreads();
 }
@@ -121,7 +132,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     float* const sU = chunk.U;
     float* const sI = smem + chunk_smem_floats(D, C, LD, LU);
     uint32_t* const Zt = reinterpret_cast<uint32_t*>(smem + kda_f16_zt_offset(D, C, J));
-    float* const inv = smem + kda_f16_zt_offset(D, C, J) + D * LDZ;
+    int* const ex = reinterpret_cast<int*>(smem + kda_f16_zt_offset(D, C, J) + D * LDZ);
 
     float* rows0 = state + (h * D + j0 + jw + gq) * D;   // the state tiles as kda_chunked_mma_kernel's
     float m[kTiles][4];
@@ -136,7 +147,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
         stage_chunk<D, C, LD>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J);
-        split_chunk_f16<D, C, LD, kSplit>(chunk, Zt, inv);
+        split_chunk_f16<D, C, LD, kSplit>(chunk, Zt, ex);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T, M's rows g and g + 8 scaled by their powers ----
         float mx0 = 0, mx8 = 0;
@@ -173,16 +184,15 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             }
         }
         // Tile element e: column jw + g + 8 (e / 2), token 8 nt + 2t + e % 2; both scales undone.
-        const float down0 = ldexpf(1.0f, -e0), down8 = ldexpf(1.0f, -e8);
 #pragma unroll
         for (int nt = 0; nt < kTokTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int t = 8 * nt + 2 * t4 + (e & 1), at = t * LU + jw + gq + 8 * (e >> 1);
-                const float down = e < 2 ? down0 : down8;
+                const int ej = e < 2 ? e0 : e8;
                 if (t < nc) {
-                    sU[at] = sBeta[t] * (sU[at] - pk[nt][e] * down * inv[t]);
-                    sI[at] = pq[nt][e] * down * inv[C + t];
+                    sU[at] = sBeta[t] * (sU[at] - ldexpf(pk[nt][e], -(ej + ex[t])));
+                    sI[at] = ldexpf(pq[nt][e], -(ej + ex[C + t]));
                 }
             }
         __syncwarp();
@@ -210,7 +220,6 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
         const int eu = f16_scale_exponent(umax);
         const int eu0 = __shfl_sync(kFullMask, eu, gq), eu8 = __shfl_sync(kFullMask, eu, gq + 8);
         const float uup0 = ldexpf(1.0f, eu0), uup8 = ldexpf(1.0f, eu8);
-        const float udown0 = ldexpf(1.0f, -eu0), udown8 = ldexpf(1.0f, -eu8);
         // A = U^T: rows j (jw + g, + 8), k = tokens 16 st + 2t, + 1 and + 8, + 9 (rows past nc are 0).
         uint32_t au_hi[kSteps][4], au_lo[kSteps][4];
 #pragma unroll
@@ -234,11 +243,11 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             }
             const int i = 8 * kt + 2 * t4;
             const float d0 = expf(sGL[i]), d1 = expf(sGL[i + 1]);
-            const float z0 = inv[2 * C + i], z1 = inv[2 * C + i + 1];
-            m[kt][0] = fmaf(m[kt][0], d0, c[0] * udown0 * z0);
-            m[kt][1] = fmaf(m[kt][1], d1, c[1] * udown0 * z1);
-            m[kt][2] = fmaf(m[kt][2], d0, c[2] * udown8 * z0);
-            m[kt][3] = fmaf(m[kt][3], d1, c[3] * udown8 * z1);
+            const int z0 = ex[2 * C + i], z1 = ex[2 * C + i + 1];
+            m[kt][0] = fmaf(m[kt][0], d0, ldexpf(c[0], -(eu0 + z0)));
+            m[kt][1] = fmaf(m[kt][1], d1, ldexpf(c[1], -(eu0 + z1)));
+            m[kt][2] = fmaf(m[kt][2], d0, ldexpf(c[2], -(eu8 + z0)));
+            m[kt][3] = fmaf(m[kt][3], d1, ldexpf(c[3], -(eu8 + z1)));
         }
         __syncthreads();   // the next chunk's loads overwrite what the other warps still read
     }
