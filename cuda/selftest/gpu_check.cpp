@@ -697,7 +697,7 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
                         "recurrence; target 5)%s\n", f.name, C, (long long)n, s * 1e3, double(n) / s / 1e6, s_rec / s,
                         err == cudaSuccess ? "" : cudaGetErrorString(err));
         }
-    // The tensor-core forms at 166 / 167 registers a thread run one 256-thread block an SM, 96
+    // The tensor-core forms at 156 / 166 registers a thread run one 256-thread block an SM, 96
     // heads on 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C
     // products).
     for (const Form* f : {&forms[1], &forms[3]})

@@ -59,6 +59,55 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t (&hi)[2], ui
     tf32_operand<kSplit>(x1, hi[1], lo[1]);
 }
 
+// The warp's state tiles (the layout in the header) from and to the state: rows0 is its row
+// jw + g, rows0 + 8 D row jw + g + 8.
+template <int D>
+__device__ __forceinline__ void load_state_tiles(float (&m)[D / 8][4], const float* rows0) {
+    const int t4 = int(threadIdx.x % 4);
+#pragma unroll
+    for (int kt = 0; kt < D / 8; ++kt) {
+        const int i = 8 * kt + 2 * t4;
+        m[kt][0] = rows0[i], m[kt][1] = rows0[i + 1];
+        m[kt][2] = rows0[8 * D + i], m[kt][3] = rows0[8 * D + i + 1];
+    }
+}
+template <int D>
+__device__ __forceinline__ void store_state_tiles(const float (&m)[D / 8][4], float* rows0) {
+    const int t4 = int(threadIdx.x % 4);
+#pragma unroll
+    for (int kt = 0; kt < D / 8; ++kt) {
+        const int i = 8 * kt + 2 * t4;
+        rows0[i] = m[kt][0], rows0[i + 1] = m[kt][1];
+        rows0[8 * D + i] = m[kt][2], rows0[8 * D + i + 1] = m[kt][3];
+    }
+}
+
+// Per column of the warp (jw + lane % 16; its two halves split each sum), with U's rows holding the
+// right-hand sides and sI the q products: the forward substitution u_t = rhs_t - sum_{s<t}
+// A[t][s] u_s, then the outputs o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) * scale, token t's
+// column 0 at o + t di. Returns the largest |u_t| over the lane's half of the tokens (the fp16
+// kernel scales U^T's rows by it).
+template <int C>
+__device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
+                                               int nc, float* o, int64_t di, float scale) {
+    const int lane = int(threadIdx.x % 32), col = 16 * int(threadIdx.x / 32) + lane % 16, half = lane / 16;
+    for (int t = 1; t < nc; ++t) {
+        float acc = 0;
+        for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
+        acc += __shfl_xor_sync(kFullMask, acc, 16);
+        if (half == 0) sU[t * LU + col] -= acc;
+        __syncwarp();
+    }
+    float umax = 0;
+    for (int t = half; t < nc; t += 2) {
+        float acc = sI[t * LU + col];
+        for (int s = 0; s <= t; ++s) acc = fmaf(sAqk[t * (C + 1) + s], sU[s * LU + col], acc);
+        o[t * di + col] = acc * scale;
+        umax = fmaxf(umax, fabsf(sU[t * LU + col]));
+    }
+    return umax;
+}
+
 template <int D, int C, bool kSplit>
 __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     kda_chunked_mma_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -84,12 +133,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     // The warp's state rows as accumulator tiles (the layout in the header).
     float* rows0 = state + (h * D + j0 + jw + gq) * D;   // row j = jw + g; rows0 + 8 D is row j + 8
     float m[kTiles][4];
-#pragma unroll
-    for (int kt = 0; kt < kTiles; ++kt) {
-        const int i = 8 * kt + 2 * t4;
-        m[kt][0] = rows0[i], m[kt][1] = rows0[i + 1];
-        m[kt][2] = rows0[8 * D + i], m[kt][3] = rows0[8 * D + i + 1];
-    }
+    load_state_tiles<D>(m, rows0);
 
     const float scale = 1.0f / sqrtf(float(D));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
@@ -130,20 +174,8 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             }
         __syncwarp();
 
-        // ---- per column (lane % 16), the two halves of the warp splitting the sums ----
-        const int col = jw + lane % 16, half = lane / 16;
-        for (int t = 1; t < nc; ++t) {   // u_t = rhs_t - sum_{s<t} A[t][s] u_s
-            float acc = 0;
-            for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
-            acc += __shfl_xor_sync(kFullMask, acc, 16);
-            if (half == 0) sU[t * LU + col] -= acc;
-            __syncwarp();
-        }
-        for (int t = half; t < nc; t += 2) {   // o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) / sqrt(D)
-            float acc = sI[t * LU + col];
-            for (int s = 0; s <= t; ++s) acc = fmaf(sAqk[t * (C + 1) + s], sU[s * LU + col], acc);
-            o[(c0 + t) * di + h * D + j0 + col] = acc * scale;
-        }
+        // ---- per column: the forward substitution, then the outputs ----
+        (void)solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----
 #pragma unroll
@@ -170,12 +202,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
         }
         __syncthreads();   // the next chunk's loads overwrite what the other warps still read
     }
-#pragma unroll
-    for (int kt = 0; kt < kTiles; ++kt) {
-        const int i = 8 * kt + 2 * t4;
-        rows0[i] = m[kt][0], rows0[i + 1] = m[kt][1];
-        rows0[8 * D + i] = m[kt][2], rows0[8 * D + i + 1] = m[kt][3];
-    }
+    store_state_tiles<D>(m, rows0);
 }
 
 }  // namespace

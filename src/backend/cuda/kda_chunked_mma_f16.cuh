@@ -136,12 +136,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
 
     float* rows0 = state + (h * D + j0 + jw + gq) * D;   // the state tiles as kda_chunked_mma_kernel's
     float m[kTiles][4];
-#pragma unroll
-    for (int kt = 0; kt < kTiles; ++kt) {
-        const int i = 8 * kt + 2 * t4;
-        m[kt][0] = rows0[i], m[kt][1] = rows0[i + 1];
-        m[kt][2] = rows0[8 * D + i], m[kt][3] = rows0[8 * D + i + 1];
-    }
+    load_state_tiles<D>(m, rows0);
 
     const float scale = 1.0f / sqrtf(float(D));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
@@ -198,21 +193,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
         __syncwarp();
 
         // ---- per column: the forward substitution and the outputs, as kda_chunked_mma_kernel ----
-        const int col = jw + lane % 16, half = lane / 16;
-        for (int t = 1; t < nc; ++t) {
-            float acc = 0;
-            for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
-            acc += __shfl_xor_sync(kFullMask, acc, 16);
-            if (half == 0) sU[t * LU + col] -= acc;
-            __syncwarp();
-        }
-        float umax = 0;
-        for (int t = half; t < nc; t += 2) {
-            float acc = sI[t * LU + col];
-            for (int s = 0; s <= t; ++s) acc = fmaf(sAqk[t * (C + 1) + s], sU[s * LU + col], acc);
-            o[(c0 + t) * di + h * D + j0 + col] = acc * scale;
-            umax = fmaxf(umax, fabsf(sU[t * LU + col]));
-        }
+        float umax = solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z, U^T's rows and Z's columns scaled ----
         // Lane c (and c + 16) has column jw + c's largest |u|; rows g and g + 8 take theirs.
@@ -251,12 +232,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
         }
         __syncthreads();   // the next chunk's loads overwrite what the other warps still read
     }
-#pragma unroll
-    for (int kt = 0; kt < kTiles; ++kt) {
-        const int i = 8 * kt + 2 * t4;
-        rows0[i] = m[kt][0], rows0[i + 1] = m[kt][1];
-        rows0[8 * D + i] = m[kt][2], rows0[8 * D + i + 1] = m[kt][3];
-    }
+    store_state_tiles<D>(m, rows0);
 }
 
 }  // namespace kinfer::cuda::KINFER_CUDA_NS
