@@ -71,24 +71,37 @@ inline void install_handlers() {
     }
 }
 
-inline int claim(const std::string& path) {
-    install_handlers();
-    if (path.size() >= kPathMax) return -1;
-    for (size_t i = 0; i < kSlots; ++i) {
-        bool expected = false;
-        if (g_slots[i].used.compare_exchange_strong(expected, true)) {
-            std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
-            g_slots[i].ready.store(true);
-            return int(i);
-        }
-    }
-    return -1;   // more than kSlots files at once: still removed by the destructor, just not on a signal
-}
-
 inline void release(int slot) {
     if (slot < 0) return;
     g_slots[size_t(slot)].ready.store(false);
     g_slots[size_t(slot)].used.store(false);
+}
+
+// Creates the temp file from `name` (a mkostemp template, rewritten to the file's name) with its
+// slot claimed and published first, mkostemp writing the name into the slot's own buffer: glibc
+// fills the name in before it creates the file, so a signal at any moment after the file exists
+// finds its name there. (A slot published only after mkostemp returned left a window in which a
+// signal killed the process before the handler knew the file: the first-hour test's SIGINT hit
+// it on a loaded machine.) Before the file exists the slot names none of ours: unlinking the
+// template, or a name mkostemp is trying, removes nothing kinfer wrote. Returns the descriptor,
+// or -1 with errno; slot is -1 when all are taken (the file is then removed by its owner only).
+inline int create_registered(std::string& name, int& slot) {
+    install_handlers();
+    slot = -1;
+    for (size_t i = 0; i < kSlots && slot < 0 && name.size() < kPathMax; ++i) {
+        bool expected = false;
+        if (g_slots[i].used.compare_exchange_strong(expected, true)) slot = int(i);
+    }
+    if (slot < 0) return ::mkostemp(name.data(), O_CLOEXEC);
+    Slot& s = g_slots[size_t(slot)];
+    std::memcpy(s.path, name.c_str(), name.size() + 1);
+    s.ready.store(true);
+    const int fd = ::mkostemp(s.path, O_CLOEXEC);
+    const int e = errno;
+    if (fd >= 0) name.assign(s.path);
+    else release(slot), slot = -1;
+    errno = e;
+    return fd;
 }
 
 inline std::string dir_of(const std::string& path) {
@@ -148,10 +161,9 @@ public:
         // Hidden, unpredictable name in the destination's directory (rename needs the same
         // filesystem); mkostemp opens it with O_CREAT|O_EXCL, so a planted name is never used.
         std::string name = dir_of(path_) + "/." + base_of(path_) + ".tmp.XXXXXX";
-        const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+        const int fd = create_registered(name, slot_);
         if (fd < 0) fail("{}: cannot create a temporary file in '{}': {}", path_, dir_of(path_), std::strerror(errno));
         tmp_ = std::move(name);
-        slot_ = claim(tmp_);
         // mkostemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask).
         const mode_t mask = ::umask(0);
         ::umask(mask);
