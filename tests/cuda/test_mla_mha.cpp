@@ -104,7 +104,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
                 // NaN in the workspace: the softmax state must be set up by the first key block, not
                 // found as zeros.
                 const float nan = std::numeric_limits<float>::quiet_NaN();
-                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float), nan);
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float), nan);
                 std::vector<float> got(size_t(s.n * s.H * s.dv), -1.0f), want(got.size(), -2.0f);
                 cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
                                                 ws.data(), ws.size() * sizeof(float), nullptr);
@@ -115,7 +115,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
                     worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
                 if (ct != backend::CacheType::f32) continue;
                 // The contiguous form over the same f32 rows, against the CPU's untiled op.
-                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float), nan);
+                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a) / sizeof(float), nan);
                 std::vector<float> got2(got.size(), -3.0f), want2(got.size(), -4.0f);
                 cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), got2.data(), a,
                                           ws2.data(), ws2.size() * sizeof(float), nullptr);
@@ -154,7 +154,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block, " cache ",
                      backend::cache_type_name(ct), " 3xTF32 ", split);
                 const cuda::emu::MlaMhaArgs a = mha_args(s, split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32);
-                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float),
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float),
                                       std::numeric_limits<float>::quiet_NaN());
                 std::vector<float> got(want.size(), -1.0f);
                 cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
@@ -164,7 +164,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
                 for (size_t i = 0; i < got.size(); ++i)
                     worst[split] = std::max(worst[split], std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
                 if (ct != backend::CacheType::f32 || !split) continue;
-                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, false) / sizeof(float),
+                std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a) / sizeof(float),
                                        std::numeric_limits<float>::quiet_NaN());
                 std::vector<float> got2(want.size(), -3.0f), want2(want.size(), -4.0f);
                 cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), got2.data(), a,
@@ -206,7 +206,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
             const double abs = 2e-6 * mha_max_abs(want);
             auto run = [&](cuda::emu::F32Math math) {
                 const cuda::emu::MlaMhaArgs a = mha_args(s, math);
-                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float),
+                std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float),
                                       std::numeric_limits<float>::quiet_NaN());
                 std::vector<float> got(want.size(), -1.0f);
                 cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
@@ -229,11 +229,14 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
                         for (std::vector<float>* out : {&a16, &a32}) {
                             const cuda::emu::MlaMhaArgs a =
                                 mha_args(s, out == &a16 ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::tf32x3);
-                            std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+                            std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, o.args()) / sizeof(float));
                             cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), o.args(), q.data(), out->data(),
                                                             a, ws.data(), ws.size() * sizeof(float), nullptr);
                         }
                         CHECK(a16 == a32);
+                        // and no fp16 arrays asked for there: the TF32 form's workspace
+                        CHECK(cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::f16x2), o.args()) ==
+                              cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::tf32x3), o.args()));
                     }
                 }
                 for (size_t i = 0; i < got.size(); ++i)
@@ -251,13 +254,13 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, or pages of an
     a.n = 4, a.H = 1, a.r = 32, a.dr = 32, a.dn = 32, a.dv = 32, a.scale = 0.1f;
     const HeadMat k_b(quant::Type::F32, 1, 32, 32, 1, 1.0f), v_b(quant::Type::F32, 1, 32, 32, 2, 1.0f);
     std::vector<float> q(4 * 64), o(4 * 32), rows(4 * 64);
-    const size_t need = cuda::emu::mla_mha_workspace_bytes(a, false);
+    const size_t need = cuda::emu::mla_mha_workspace_bytes(a);
     std::vector<float> ws(need / sizeof(float));
     CHECK_THROWS_AS(cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), o.data(), a,
                                               ws.data(), need - 4, nullptr),
                     std::invalid_argument);
     MhaPages p(backend::CacheType::f32, 96, 8, 8);   // R = 96, the shape wants 64
-    std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, true) / sizeof(float));
+    std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float));
     CHECK_THROWS_AS(cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), o.data(), a,
                                                     ws2.data(), ws2.size() * sizeof(float), nullptr),
                     std::invalid_argument);

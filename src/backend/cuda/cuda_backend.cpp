@@ -1102,7 +1102,7 @@ void CudaBackend::mla_attend_decompressed(const Mat& k_b, const Mat& v_b, const 
     need_heads(v_b, s.dv, s.r, s, "mla_attend_decompressed");
     need(cache, size_t((s.pos0 + s.n) * (s.r + s.dr)) * sizeof(float), "mla_attend_decompressed", "cache");
     const kern::MlaMhaArgs a = mha_args(s, mla_math_);
-    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, false));
+    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a));
     select();
     try {
         kern::mla_attend_mha(static_cast<kern::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
@@ -1122,12 +1122,12 @@ void CudaBackend::mla_attend_tiled_mha(const Mat& k_b, const Mat& v_b, const Lat
     need_heads(v_b, s.dv, s.r, s, "mla_attend_tiled_mha");
     const auto* table = page_table(c, "mla_attend_tiled_mha");
     const kern::MlaMhaArgs a = mha_args(s, mla_math_);
-    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, true));
+    const kern::LatentArgs pages = latent_args(c, table);
+    void* ws = gemm_workspace(kern::mla_mha_workspace_bytes(a, pages));
     select();
     try {
         kern::mla_attend_mha_paged(static_cast<kern::Blas*>(blas()), {k_b.type, k_b.data, k_b.row_bytes},
-                                  {v_b.type, v_b.data, v_b.row_bytes}, latent_args(c, table), q, o, a, ws,
-                                  gemm_ws_.bytes, compute_);
+                                  {v_b.type, v_b.data, v_b.row_bytes}, pages, q, o, a, ws, gemm_ws_.bytes, compute_);
     } catch (const std::exception& e) {
         fail("{}: mla_attend_tiled_mha ({} queries at {}): {}", name_, s.n, s.pos0, e.what());
     }

@@ -341,8 +341,10 @@ struct HeadWeights {
     size_t row_bytes = 0;
 };
 int64_t mla_mha_default_key_block(const MlaMhaArgs& a);
-// The workspace mla_attend_mha (paged false) or mla_attend_mha_paged (true) needs.
-size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, bool paged);
+// The workspace mla_attend_mha needs, or mla_attend_mha_paged over the cache c (its type decides
+// whether the fp16 expansion's arrays are asked for).
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a);
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, const LatentArgs& c);
 // Over contiguous f32 cache rows [pos0 + n][r + dr] (the untiled decompressed op).
 void mla_attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const float* cache, const float* q,
                     float* o, const MlaMhaArgs& a, void* workspace, size_t ws_bytes, void* stream);

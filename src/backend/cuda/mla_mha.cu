@@ -206,22 +206,24 @@ dim3 flat_grid(int64_t threads) { return dim3(unsigned((threads + kTransposeThre
 
 constexpr size_t ws_align(size_t floats) { return (floats + 63) / 64 * 64; }
 
-// Whether a call's keys are expanded on fp16 tensor cores where its cache is f16 (the pages of
-// one: the contiguous rows are fp32), and the GEMM's k: the weights split in two (2r) or not.
-bool f16_expansion(const MlaMhaArgs& a, bool paged) { return paged && (a.math == F32Math::f16x2 || a.math == F32Math::f16); }
+// Whether a call's keys are expanded on fp16 tensor cores: f16x2 / f16 over the pages of an f16
+// cache (the contiguous rows are fp32), and the GEMM's k: the weights split in two (2r) or not.
+bool f16_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
+    return pages && pages->type == kLatentF16 && (a.math == F32Math::f16x2 || a.math == F32Math::f16);
+}
 int64_t f16_expansion_k(const MlaMhaArgs& a) { return a.math == F32Math::f16x2 ? 2 * a.r : a.r; }
 
 // The workspace, in floats: the fp32 weights (wkT, wv, and attn_k_b before its transpose), one
 // key block (latent rows when paged, K_nope, V) and the softmax state; for the fp16 expansion,
 // the weights as fp16 rows (wk16, wv16) with their unscale factors (ku, vu) and the block's
-// latent rows as fp16 (lat16).
+// latent rows as fp16 (lat16), only then (an f32 or q8_0 cache under f16x2 asks none of it).
 struct MhaLayout {
     int64_t kb = 0;
     size_t wkT = 0, wv = 0, wk_raw = 0, lat = 0, kn = 0, vv = 0, m = 0, l = 0, acc = 0;
     size_t wk16 = 0, wv16 = 0, ku = 0, vu = 0, lat16 = 0, total = 0;
 };
 
-MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
+MhaLayout mha_layout(const MlaMhaArgs& a, const LatentArgs* pages) {
     MhaLayout L;
     const int64_t R = a.r + a.dr;
     L.kb = a.key_block > 0 ? a.key_block : mla_mha_default_key_block(a);
@@ -234,13 +236,13 @@ MhaLayout mha_layout(const MlaMhaArgs& a, bool paged) {
     L.wkT = take(size_t(a.H * a.dn * a.r));
     L.wv = take(size_t(a.H * a.dv * a.r));
     L.wk_raw = take(size_t(a.H * a.r * a.dn));
-    L.lat = take(paged ? size_t(L.kb * R) : 0);
+    L.lat = take(pages ? size_t(L.kb * R) : 0);
     L.kn = take(size_t(L.kb * a.H * a.dn));
     L.vv = take(size_t(L.kb * a.H * a.dv));
     L.m = take(size_t(a.n * a.H));
     L.l = take(size_t(a.n * a.H));
     L.acc = take(size_t(a.n * a.H * a.dv));
-    if (f16_expansion(a, paged)) {   // fp16 arrays, sized in floats (two a float)
+    if (f16_expansion(a, pages)) {   // fp16 arrays, sized in floats (two a float)
         const size_t k16 = size_t(f16_expansion_k(a));
         L.wk16 = take(size_t(a.H * a.dn) * k16 / 2 + 1);
         L.wv16 = take(size_t(a.H * a.dv) * k16 / 2 + 1);
@@ -270,7 +272,7 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
                 void* stream, const char* what) {
     if (a.n <= 0) return;
     check_args(a, what);
-    const MhaLayout L = mha_layout(a, pages != nullptr);
+    const MhaLayout L = mha_layout(a, pages);
     if (ws_bytes < L.total * sizeof(float))
         throw std::invalid_argument(std::string("cuda ") + what + ": workspace of " + std::to_string(ws_bytes) +
                                     " bytes, " + std::to_string(L.total * sizeof(float)) + " needed");
@@ -287,7 +289,7 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
     dequant_rows(v_b.type, v_b.data, v_b.row_bytes, H * dv, r, Elem::F32, wv, r, stream);
 
     // The fp16 expansion (an f16 cache, f16x2 / f16): the weights' fp16 rows and their factors.
-    const bool f16x = f16_expansion(a, pages != nullptr) && pages->type == kLatentF16;
+    const bool f16x = f16_expansion(a, pages);
     const int64_t k16 = f16_expansion_k(a);
     auto* wk16 = reinterpret_cast<uint16_t*>(ws + L.wk16);
     auto* wv16 = reinterpret_cast<uint16_t*>(ws + L.wv16);
@@ -351,9 +353,9 @@ int64_t mla_mha_default_key_block(const MlaMhaArgs& a) {
     return std::min(kb, (a.pos0 + a.n + kTK - 1) / kTK * kTK);
 }
 
-size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, bool paged) {
-    if (a.n <= 0) return 0;
-    return mha_layout(a, paged).total * sizeof(float);
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a) { return a.n <= 0 ? 0 : mha_layout(a, nullptr).total * sizeof(float); }
+size_t mla_mha_workspace_bytes(const MlaMhaArgs& a, const LatentArgs& c) {
+    return a.n <= 0 ? 0 : mha_layout(a, &c).total * sizeof(float);
 }
 
 void mla_attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, const float* cache, const float* q,
