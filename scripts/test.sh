@@ -88,7 +88,8 @@ if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw
     # parity with one process (dist, one thread a rank, split by experts and layers), the CLI's
     # behaviour (cli: its checks that depend on the level run as cli_parity), the CUDA backend on
     # the emulated runtime against llama.cpp's logits (cuda: its kernel cases, which compare with
-    # this level's CPU ops, run as cuda_kernels). About 200 s of the 2-core CI's time.
+    # this level's CPU ops, run as cuda_kernels). About 150 s of the 2-core CI's time, and the
+    # emulated-runtime cases 30 s of this pass's wall time here (101 s with them, 64-72 without).
     KINFER_ISA=avx2 run_ctest build "Release, KINFER_ISA=avx2" -E "^(reference|$CPU_MODE_SCHEDULES|cuda_static_smem|gpu_scripts|dist|cli|cuda)\$"
 else
     echo "== Release suites, KINFER_ISA=avx2: not run (this CPU lacks AVX-512, the pass above ran AVX2)"

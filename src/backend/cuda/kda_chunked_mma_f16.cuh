@@ -15,7 +15,7 @@
 //   P^T = M [exp(G) k ; exp(G) q]^T:  M's rows (value columns j) from the registers, each by the
 //        power that puts its largest |M[j][i]| in [2^14, 2^15) (f16_scale_exponent); the chunk
 //        rows (tokens t) likewise, each its own power, in split_chunk_f16 below. P^T[j][t] is
-//        then multiplied by both inverses.
+//        then scaled back by both powers.
 //   M = diag(exp(G_L)) M + U^T Z:  U^T's rows (j) by their powers, Z's columns (key index i) by
 //        theirs; each 16 x 8 tile of U^T Z is summed from zero (the tokens are k) and added to the
 //        decayed M, so M itself is never scaled.
