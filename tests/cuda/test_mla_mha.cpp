@@ -248,7 +248,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
     CHECK(worst[0] > 10 * worst[1]);
 }
 
-TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, or pages of another width, is refused") {
+TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, pages of another width, or the KDA's f16x3 is refused") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
     cuda::emu::MlaMhaArgs a;
     a.n = 4, a.H = 1, a.r = 32, a.dr = 32, a.dn = 32, a.dv = 32, a.scale = 0.1f;
@@ -263,5 +263,17 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, or pages of an
     std::vector<float> ws2(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float));
     CHECK_THROWS_AS(cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), o.data(), a,
                                                     ws2.data(), ws2.size() * sizeof(float), nullptr),
+                    std::invalid_argument);
+    // f16x3 (kernel_math.h: the KDA's form) by both MLA forms, before any work.
+    cuda::emu::MlaMhaArgs a3 = a;
+    a3.math = cuda::emu::F32Math::f16x3;
+    std::vector<float> ws3(cuda::emu::mla_mha_workspace_bytes(a3) / sizeof(float));
+    CHECK_THROWS_AS(cuda::emu::mla_attend_mha(blas.get(), k_b.heads(), v_b.heads(), rows.data(), q.data(), o.data(), a3,
+                                              ws3.data(), ws3.size() * sizeof(float), nullptr),
+                    std::invalid_argument);
+    cuda::emu::MlaArgs ab;
+    ab.n = 4, ab.H = 1, ab.r = 32, ab.dr = 32, ab.scale = 0.1f, ab.math = cuda::emu::F32Math::f16x3;
+    std::vector<float> scratch(cuda::emu::mla_scratch_floats(ab)), lat(4 * 32);
+    CHECK_THROWS_AS(cuda::emu::mla_attend_absorbed(rows.data(), q.data(), lat.data(), ab, scratch.data(), nullptr),
                     std::invalid_argument);
 }

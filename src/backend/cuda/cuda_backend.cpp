@@ -107,13 +107,9 @@ runtime::Device* expert_device(Backend& be) {
 
 CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, bool kda) const {
     const char* v = std::getenv(var);
-    if (!v || !*v || std::strcmp(v, "fp32") == 0) return Math::fp32;
-    if (std::strcmp(v, "tf32x3") == 0) return Math::tf32x3;
-    if (std::strcmp(v, "tf32") == 0) return Math::tf32;
-    if (std::strcmp(v, "f16") == 0) return Math::f16;
-    if (std::strcmp(v, kda ? "f16x3" : "f16x2") == 0) return kda ? Math::f16x3 : Math::f16x2;
-    fail("{}: {}='{}': expected fp32, tf32x3, tf32, {} or f16 (the arithmetic of {})", name_, var, v,
-         kda ? "f16x3" : "f16x2", what);
+    Math m = Math::fp32;
+    if (!v || !*v || (kinfer::cuda::math_from_name(v, m) && kinfer::cuda::math_taken(m, kda))) return m;
+    fail("{}: {}='{}': expected {} (the arithmetic of {})", name_, var, v, kinfer::cuda::math_choices(kda), what);
 }
 
 

@@ -234,9 +234,8 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
                  float* o, int64_t n, int64_t H, int64_t D, void* stream, int chunk, int slices, F32Math math) {
     if (n <= 0 || H <= 0) return;
     if (chunk == 0) chunk = kda_chunked_default_chunk(D);
-    if (math == F32Math::f16x2)
-        throw std::invalid_argument("cuda kda_chunked: no f16x2 form (no operand is fp16 to begin with): fp32, tf32x3, "
-                                    "tf32, f16x3 or f16");
+    if (!math_taken(math, true))   // f16x2: none of the KDA's operands is fp16 to begin with
+        throw std::invalid_argument(std::string("cuda kda_chunked: not a form of the KDA: ") + math_choices(true));
     if (math != F32Math::fp32) return kda_chunked_mma(q, k, v, g, beta, state, o, n, H, D, stream, math, chunk, slices);
     if (slices == 0) slices = D > kMaxColumns ? int(D / kMaxColumns) : 1;
     if (slices < 1 || D % slices != 0 || (D / slices) % 32 != 0 || D / slices > kMaxColumns)

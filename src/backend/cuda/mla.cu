@@ -251,8 +251,8 @@ constexpr bool kPaged<PagedRows> = true;
 
 template <class Rows>
 void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scratch, void* stream, const char* what) {
-    if (a.math == F32Math::f16x3)
-        throw std::invalid_argument(std::string("cuda ") + what + ": f16x3 is the KDA's form (fp32, tf32x3, tf32, f16x2 or f16)");
+    if (!math_taken(a.math, false))   // f16x3: the KDA's
+        throw std::invalid_argument(std::string("cuda ") + what + ": not a form of the MLA: " + math_choices(false));
     if (a.n <= 0) return;
     const int64_t R = a.r + a.dr, split = mla_split(a);
     const bool grouped = mla_grouped(a);

@@ -255,8 +255,8 @@ MhaLayout mha_layout(const MlaMhaArgs& a, const LatentArgs* pages) {
 }
 
 void check_args(const MlaMhaArgs& a, const char* what) {
-    if (a.math == F32Math::f16x3)
-        throw std::invalid_argument(std::string("cuda ") + what + ": f16x3 is the KDA's form (fp32, tf32x3, tf32, f16x2 or f16)");
+    if (!math_taken(a.math, false))   // f16x3: the KDA's
+        throw std::invalid_argument(std::string("cuda ") + what + ": not a form of the MLA: " + math_choices(false));
     if (a.H <= 0 || a.r <= 0 || a.dn <= 0 || a.dv <= 0 || a.dr < 0 || a.pos0 < 0)
         throw std::invalid_argument(std::string("cuda ") + what + ": bad shape (H, r, dn, dv must be positive)");
     if (a.H > 65535) throw std::invalid_argument(std::string("cuda ") + what + ": at most 65535 heads");
