@@ -110,9 +110,12 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
     // GPU), and at C = 16 the K3 head at the default chunk (the fp16 kernel's D = 128 code); D = 64
     // with 2 slices splits the value columns over two blocks, and D = 256 takes the default slices
     // (2) and one column a group (the fp32 kernel). D = 64 in 4 slices of 16 columns is the
-    // tensor-core kernel's alone: a block of one warp, fewer threads than C = 64.
-    for (const Shape s : {Shape{2, 32, 16, 1}, Shape{3, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{2, 128, 64, 1},
-                          Shape{1, 128, 16, 1}, Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0}, Shape{1, 64, 64, 4}}) {
+    // tensor-core kernel's alone: a block of one warp, fewer threads than C = 64. The tensor-core
+    // kernels' C x C products (chunk_products_tf32) cut their keys in 2 parts at D = 64, C = 16 in
+    // one slice (4 warps), in 4 at D = 128 and 256 (8 warps), and in none elsewhere.
+    for (const Shape s : {Shape{2, 32, 16, 1}, Shape{3, 64, 32, 1}, Shape{2, 64, 16, 2}, Shape{1, 64, 16, 1},
+                          Shape{2, 128, 64, 1}, Shape{1, 128, 16, 1}, Shape{2, 32, 64, 1}, Shape{1, 256, 16, 0},
+                          Shape{1, 64, 64, 4}}) {
         const int64_t C = s.chunk;
         // Each n with its own gate, so that every shape runs each gate and both product forms.
         struct Run {

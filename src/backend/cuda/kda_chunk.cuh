@@ -1,10 +1,12 @@
 // What the chunked KDA kernels share (kda_chunked.cu: fp32 on the CUDA cores;
 // kda_chunked_mma.cu / kda_chunked_mma_f16.cuh: the state products on TF32 / fp16 tensor cores): a
-// chunk's rows staged in shared memory, its cumulative log-decay, and its C x C products. The math
-// is kda_chunked.cu's header's.
+// chunk's rows staged in shared memory, its cumulative log-decay, and its C x C products (on FMAs
+// for the first, on 3xTF32 tensor-core products for the others). The math is kda_chunked.cu's
+// header's.
 #pragma once
 #include "backend/cuda/compat.h"
 #include "backend/cuda/kernel_math.h"
+#include "backend/cuda/mma_tf32.cuh"
 
 #include <cstdint>
 
@@ -98,13 +100,91 @@ __device__ inline ChunkSmem chunk_smem(float* smem, int D, int C, int ld, int ld
     return s;
 }
 
+// The factored chunk's products on the tensor cores, 3xTF32 (mma_tf32.cuh: fp32-class), for the
+// tensor-core kernels (kda_chunked_mma.cu). As FMAs (chunk_products) they are 35 K multiply-adds
+// a chunk at D = 128, C = 16, each with one and a half shared loads, some 2 K shared-memory
+// requests a chunk by count (none of this is measured yet); as mma.sync they are 192 products
+// and a tenth of those loads, and their cost grows less steeply with C. Computed over every
+// C x C tile that has a pair s <= t:
+//   A = X W^T, Aqk = Y W^T, with X = exp(G_t) k_t rows (s.K), Y = exp(G_t) q_t (s.Q),
+//   W = exp(G_L - G_s) k_s (s.G), every key index i weighted by rho_i = exp(-G_L / 2) on both
+//   sides (s.RGL holds rho under kTensorProducts): rho_i^2 = exp(-G_L) is chunk_products' r.
+// Why the weight is split in half: X rho = exp(G_t - G_L / 2) k_t and W rho = exp(G_L / 2 - G_s) k_s
+// stay within e^+-40 of k in a chunk decaying up to kMaxFactoredDecay, where X alone goes down to
+// e^-80 of k: a TF32 split's low part of that (2^-11 further down) is subnormal, which a tensor
+// core may flush. Here every part is a normal number and each term keeps 3xTF32's 2^-21.
+// Work: (m tile of 16 t, n tile of 8 s) units, both products a unit (they share the W fragment),
+// each unit's keys cut into kparts (1, 2 or 4) so that the units fill the block's warps. With
+// kparts > 1 the parts are stored to scratch ([kparts][2][C][C] floats; the kernels give their q
+// products' array, C (J + 8) floats, which holds it: kparts units <= J / 16 warps) and summed in
+// a fixed order after a barrier. Every thread of the block calls it; it does not end with a barrier.
+template <int D, int C, int LD>
+__device__ void chunk_products_tf32(const ChunkSmem& s, float* scratch) {
+    constexpr int kMTiles = C / 16, kUnits = kMTiles * (kMTiles + 1);   // m tile mt has n tiles 0 .. 2 mt + 1
+    const int tid = int(threadIdx.x), nthreads = int(blockDim.x), warps = nthreads / 32, warp = tid / 32;
+    const int lane = tid % 32, gq = lane / 4, t4 = lane % 4;
+    int kparts = 1;   // block-uniform
+    while (kparts < 4 && 2 * kparts * kUnits <= warps) kparts *= 2;
+    const int steps = D / 8 / kparts;   // k steps (8 keys) a part
+    for (int u = warp; u < kUnits * kparts; u += warps) {
+        const int kp = u % kparts;
+        int mt = 0, nt = u / kparts;
+        while (nt >= 2 * mt + 2) nt -= 2 * mt + 2, ++mt;
+        const float* x = s.K + (16 * mt + gq) * LD + t4;   // A rows t (g, g + 8), keys t4 (+ 4)
+        const float* y = s.Q + (16 * mt + gq) * LD + t4;
+        const float* w = s.G + (8 * nt + gq) * LD + t4;    // B column s = g, keys t4 (+ 4)
+        float ca[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int ks = kp * steps; ks < (kp + 1) * steps; ++ks) {
+            const int i = 8 * ks;
+            const float r0 = s.RGL[i + t4], r4 = s.RGL[i + t4 + 4];
+            uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+            tf32_split(w[i] * r0, b_hi[0], b_lo[0]);
+            tf32_split(w[i + 4] * r4, b_hi[1], b_lo[1]);
+            tf32_split(x[i] * r0, a_hi[0], a_lo[0]);
+            tf32_split(x[i + 8 * LD] * r0, a_hi[1], a_lo[1]);
+            tf32_split(x[i + 4] * r4, a_hi[2], a_lo[2]);
+            tf32_split(x[i + 8 * LD + 4] * r4, a_hi[3], a_lo[3]);
+            mma_f32_via_tf32<true>(ca, a_hi, a_lo, b_hi, b_lo);
+            tf32_split(y[i] * r0, a_hi[0], a_lo[0]);
+            tf32_split(y[i + 8 * LD] * r0, a_hi[1], a_lo[1]);
+            tf32_split(y[i + 4] * r4, a_hi[2], a_lo[2]);
+            tf32_split(y[i + 8 * LD + 4] * r4, a_hi[3], a_lo[3]);
+            mma_f32_via_tf32<true>(cq, a_hi, a_lo, b_hi, b_lo);
+        }
+        // Element e: t = 16 mt + g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2.
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int t = 16 * mt + gq + 8 * (e >> 1), sj = 8 * nt + 2 * t4 + (e & 1);
+            if (kparts > 1) {
+                scratch[((2 * kp) * C + t) * C + sj] = ca[e];
+                scratch[((2 * kp + 1) * C + t) * C + sj] = cq[e];
+            } else if (sj <= t) {
+                s.A[t * (C + 1) + sj] = sj < t ? s.Beta[t] * ca[e] : 0.0f;
+                s.Aqk[t * (C + 1) + sj] = cq[e];
+            }
+        }
+    }
+    if (kparts == 1) return;
+    __syncthreads();
+    for (int e = tid; e < C * C; e += nthreads) {
+        const int t = e / C, sj = e % C;
+        if (sj > t) continue;
+        float a = 0, aq = 0;
+        for (int kp = 0; kp < kparts; ++kp) a += scratch[(2 * kp * C + t) * C + sj], aq += scratch[((2 * kp + 1) * C + t) * C + sj];
+        s.A[t * (C + 1) + sj] = sj < t ? s.Beta[t] * a : 0.0f;
+        s.Aqk[t * (C + 1) + sj] = aq;
+    }
+}
+
 // Stages chunk [c0, c0 + nc) of head h (value columns j0 .. j0 + J) and forms its C x C products;
 // every thread of the block calls it, and it ends after a barrier. Rows nc .. C - 1 of K, Q, G
 // and U, and Beta there, are zero, so a kernel may run whole C-row tiles over a partial chunk.
-template <int D, int C, int LD>
+// kTensorProducts: a factored chunk's products on the tensor cores (chunk_products_tf32, which
+// says what scratch must hold); otherwise on FMAs (chunk_products), and scratch is unused.
+template <int D, int C, int LD, bool kTensorProducts = false>
 __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, const float* __restrict__ k,
                             const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                            int64_t c0, int nc, int64_t h, int64_t H, int64_t j0, int J) {
+                            int64_t c0, int nc, int64_t h, int64_t H, int64_t j0, int J, float* scratch = nullptr) {
     const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
     const int64_t di = H * D;
     // ---- the chunk's rows into shared memory, G as the running sum of g over t ----
@@ -124,16 +204,30 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
     for (int t = tid; t < C; t += nthreads) s.Beta[t] = t < nc ? beta[(c0 + t) * H + h] : 0.0f;
     if (tid == 0) *s.Slow = 0.0f;
     __syncthreads();
+    // The running sum over t, 16 tokens at a time through registers: a block's 16 loads go out
+    // together, where a load-add-store a token waits out shared memory's latency at every token.
+    // Rows nc .. C - 1 hold zeros and add nothing (and stay zero: only rows < nc are written).
     for (int i = tid; i < D; i += nthreads) {
         float acc = 0, lo = 0, hi = 0;   // lo, hi: G's range (g <= 0 in KDA, but do not rely on it)
-        for (int t = 0; t < nc; ++t) {
-            acc += s.G[t * LD + i];
-            s.G[t * LD + i] = acc;
-            lo = fminf(lo, acc);
-            hi = fmaxf(hi, acc);
+        for (int t0 = 0; t0 < nc; t0 += 16) {
+            float run[16];
+#pragma unroll
+            for (int t = 0; t < 16; ++t) run[t] = t0 + t < C ? s.G[(t0 + t) * LD + i] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < 16; ++t) {
+                acc += run[t];
+                run[t] = acc;
+                lo = fminf(lo, acc);
+                hi = fmaxf(hi, acc);
+            }
+#pragma unroll
+            for (int t = 0; t < 16; ++t)
+                if (t0 + t < nc) s.G[(t0 + t) * LD + i] = run[t];
         }
         s.GL[i] = acc;
-        s.RGL[i] = expf(-acc);   // used only when the chunk factors
+        // Used only when the chunk factors: exp(-G_L) by chunk_products, exp(-G_L / 2) by
+        // chunk_products_tf32 (its header says why).
+        s.RGL[i] = expf(kTensorProducts ? -0.5f * acc : -acc);
         if (lo < -kMaxFactoredDecay || hi > kMaxFactoredDecay) *s.Slow = 1.0f;   // all writers write 1
     }
     __syncthreads();
@@ -154,7 +248,8 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
     }
     __syncthreads();
     if (!pairwise) {
-        chunk_products<D, C, LD, true>(s.K, s.Q, s.G, s.RGL, s.Beta, s.A, s.Aqk, nc, nthreads / 4);
+        if constexpr (kTensorProducts) chunk_products_tf32<D, C, LD>(s, scratch);
+        else chunk_products<D, C, LD, true>(s.K, s.Q, s.G, s.RGL, s.Beta, s.A, s.Aqk, nc, nthreads / 4);
         __syncthreads();
     }
 }

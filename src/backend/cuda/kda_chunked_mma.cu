@@ -13,12 +13,14 @@
 // 128); warp w owns columns 16w .. 16w + 15 of them and keeps their state rows M[j][i] = S[i][j]
 // for every key index i in registers for the whole call, as mma accumulator tiles: tile kappa
 // holds M[16w + g (+8)][8 kappa + 2t (+1)] (g = lane / 4, t = lane % 4), D / 2 floats a lane.
-// Per chunk:
+// Per chunk, after stage_chunk (kda_chunk.cuh), which also forms the C x C products on 3xTF32
+// (chunk_products_tf32, its scratch the q products' array, free until P^T is written back):
 //   P^T = M [exp(G) k ; exp(G) q]^T   M as the A operand straight from the accumulators: the k
 //        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
 //        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
 //   the right-hand sides beta_t (v_t - P^T_k[j][t]) and the q products go to shared memory; the
-//        forward substitution and the outputs run per column inside the warp (its own columns);
+//        forward substitution (in registers) and the outputs run per column inside the warp (its
+//        own columns);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
 // Only stage_chunk's barriers and one at the end of a chunk are block-wide. Row strides D + 8
 // and J + 8 floats put a fragment load's 32 lanes in 32 banks (a couple of 2-way conflicts
@@ -82,22 +84,39 @@ __device__ __forceinline__ void store_state_tiles(const float (&m)[D / 8][4], fl
     }
 }
 
-// Per column of the warp (jw + lane % 16; its two halves split each sum), with U's rows holding the
+// Per column of the warp (jw + lane % 16, two lanes a column), with U's rows holding the
 // right-hand sides and sI the q products: the forward substitution u_t = rhs_t - sum_{s<t}
 // A[t][s] u_s, then the outputs o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) * scale, token t's
 // column 0 at o + t di. Returns the largest |u_t| over the lane's half of the tokens (the fp16
 // kernel scales U^T's rows by it).
+// The substitution is the chunk's one serial chain (C - 1 steps, each needing the last), so both
+// lanes of a column run all of it in registers: the A loads do not depend on the chain and go out
+// early, and a step is its multiply-adds (even and odd s in two sums, halving their chain), with
+// no shuffle, shared-memory round trip or warp barrier inside it. Each half then writes its rows.
 template <int C>
 __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                                int nc, float* o, int64_t di, float scale) {
     const int lane = int(threadIdx.x % 32), col = 16 * int(threadIdx.x / 32) + lane % 16, half = lane / 16;
-    for (int t = 1; t < nc; ++t) {
-        float acc = 0;
-        for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
-        acc += __shfl_xor_sync(kFullMask, acc, 16);
-        if (half == 0) sU[t * LU + col] -= acc;
-        __syncwarp();
+    float u[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) u[t] = sU[t * LU + col];
+#pragma unroll
+    for (int t = 1; t < C; ++t) {
+        if (t >= nc) break;   // (no work past the chunk: only rows < nc are written back)
+        float even = 0, odd = 0;
+#pragma unroll
+        for (int s = 0; s < t; ++s) {
+            const float a = sA[t * (C + 1) + s];
+            if (s & 1) odd = fmaf(a, u[s], odd);
+            else even = fmaf(a, u[s], even);
+        }
+        u[t] -= even + odd;
     }
+    __syncwarp();   // every lane has read the right-hand sides before any is overwritten
+#pragma unroll
+    for (int t = 1; t < C; ++t)
+        if (t < nc && (t & 1) == half) sU[t * LU + col] = u[t];
+    __syncwarp();
     float umax = 0;
     for (int t = half; t < nc; t += 2) {
         float acc = sI[t * LU + col];
@@ -138,7 +157,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     const float scale = 1.0f / sqrtf(float(D));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
-        stage_chunk<D, C, LD>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J);
+        stage_chunk<D, C, LD, true>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J, sI);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
         float pk[kTokTiles][4], pq[kTokTiles][4];
