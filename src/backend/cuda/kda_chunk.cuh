@@ -176,18 +176,15 @@ __device__ void chunk_products_tf32(const ChunkSmem& s, float* scratch) {
     }
 }
 
-// Stages chunk [c0, c0 + nc) of head h (value columns j0 .. j0 + J) and forms its C x C products;
-// every thread of the block calls it, and it ends after a barrier. Rows nc .. C - 1 of K, Q, G
-// and U, and Beta there, are zero, so a kernel may run whole C-row tiles over a partial chunk.
-// kTensorProducts: a factored chunk's products on the tensor cores (chunk_products_tf32, which
-// says what scratch must hold); otherwise on FMAs (chunk_products), and scratch is unused.
-template <int D, int C, int LD, bool kTensorProducts = false>
-__device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, const float* __restrict__ k,
-                            const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                            int64_t c0, int nc, int64_t h, int64_t H, int64_t j0, int J, float* scratch = nullptr) {
+// Chunk [c0, c0 + nc) of head h's rows (value columns j0 .. j0 + J) into shared memory: k, q, g,
+// v and beta, zeros past nc; the pairwise flag cleared. No barrier: finish_chunk starts with one.
+template <int D, int C, int LD>
+__device__ void load_chunk_rows(const ChunkSmem& s, const float* __restrict__ q, const float* __restrict__ k,
+                                const float* __restrict__ v, const float* __restrict__ g,
+                                const float* __restrict__ beta, int64_t c0, int nc, int64_t h, int64_t H, int64_t j0,
+                                int J) {
     const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
     const int64_t di = H * D;
-    // ---- the chunk's rows into shared memory, G as the running sum of g over t ----
     for (int e = tid; e < C * D; e += nthreads) {
         const int t = e / D, i = e % D;
         const int64_t src = (c0 + t) * di + h * D + i;
@@ -203,6 +200,64 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
     // (A loop: kda_chunked_mma's block of one warp has fewer threads than C = 64.)
     for (int t = tid; t < C; t += nthreads) s.Beta[t] = t < nc ? beta[(c0 + t) * H + h] : 0.0f;
     if (tid == 0) *s.Slow = 0.0f;
+}
+
+// The same rows read one chunk ahead into registers, for the tensor-core kernels: a block reads
+// its chunk's rows from global memory and can do nothing else until they arrive (some hundreds of
+// cycles, once a chunk), so those kernels issue the next chunk's loads as soon as this chunk's
+// rows are stored, and they arrive while it computes. On where the registers allow it: a block of
+// one slice (J = D value columns, 2 D threads) at D <= 128 and C = 16, 32 floats a thread (ptxas,
+// sm_90, D = 128: 154 -> 190 registers for 3xTF32, 166 -> 221 for f16x3; at C = 32 the 64 floats
+// take f16x3 to 255 and spills). Thread tid holds key index (and value column) tid % D of tokens
+// tid / D + 2 m.
+template <int D, int C>
+struct ChunkAhead {
+    static constexpr bool kOn = D <= 128 && C == 16;
+    static constexpr int kRows = C / 2;
+    float k[kRows], q[kRows], g[kRows], v[kRows], beta;
+
+    // Whether the calling block takes this path (uniform over the block).
+    __device__ static bool on() { return kOn && int(blockDim.x) == 2 * D; }
+
+    __device__ void load(const float* __restrict__ qg, const float* __restrict__ kg, const float* __restrict__ vg,
+                         const float* __restrict__ gg, const float* __restrict__ bg, int64_t c0, int nc, int64_t h,
+                         int64_t H) {
+        const int tid = int(threadIdx.x), i = tid % D, t0 = tid / D;
+        const int64_t di = H * D;
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+            const int t = t0 + 2 * m;
+            const int64_t src = (c0 + t) * di + h * D + i;
+            const bool live = t < nc;
+            k[m] = live ? kg[src] : 0.0f;
+            q[m] = live ? qg[src] : 0.0f;
+            g[m] = live ? gg[src] : 0.0f;
+            v[m] = live ? vg[src] : 0.0f;
+        }
+        beta = tid < nc ? bg[(c0 + tid) * H + h] : 0.0f;   // (tid < 2 D; only tid < C is stored)
+    }
+    __device__ void store(const ChunkSmem& s, int LD) const {
+        const int tid = int(threadIdx.x), i = tid % D, t0 = tid / D;
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+            const int t = t0 + 2 * m;
+            s.K[t * LD + i] = k[m], s.Q[t * LD + i] = q[m], s.G[t * LD + i] = g[m];
+            s.U[t * s.ldu + i] = v[m];
+        }
+        if (tid < C) s.Beta[tid] = beta;
+        if (tid == 0) *s.Slow = 0.0f;
+    }
+};
+
+// After the rows are stored (by any thread): the running log-decay, G_L, the factoring decision,
+// and the C x C products. Every thread of the block calls it, and it ends after a barrier.
+// Rows nc .. C - 1 of K, Q, G and U, and Beta there, are zero, so a kernel may run whole C-row
+// tiles over a partial chunk. kTensorProducts: a factored chunk's products on the tensor cores
+// (chunk_products_tf32, which says what scratch must hold); otherwise on FMAs (chunk_products),
+// and scratch is unused.
+template <int D, int C, int LD, bool kTensorProducts>
+__device__ void finish_chunk(const ChunkSmem& s, int nc, float* scratch) {
+    const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
     __syncthreads();
     // The running sum over t, 16 tokens at a time through registers: a block's 16 loads go out
     // together, where a load-add-store a token waits out shared memory's latency at every token.
@@ -252,6 +307,38 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
         else chunk_products<D, C, LD, true>(s.K, s.Q, s.G, s.RGL, s.Beta, s.A, s.Aqk, nc, nthreads / 4);
         __syncthreads();
     }
+}
+
+// Stages chunk [c0, c0 + nc) of head h (value columns j0 .. j0 + J): its rows, then finish_chunk.
+template <int D, int C, int LD>
+__device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, const float* __restrict__ k,
+                            const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+                            int64_t c0, int nc, int64_t h, int64_t H, int64_t j0, int J) {
+    load_chunk_rows<D, C, LD>(s, q, k, v, g, beta, c0, nc, h, H, j0, J);
+    finish_chunk<D, C, LD, false>(s, nc, nullptr);
+}
+
+// The tensor-core kernels' staging of chunk c0 of n tokens, with the C x C products on the tensor
+// cores (scratch: chunk_products_tf32's). Where ahead is on, chunk c0's rows come from it (read
+// there now when c0 is the first), and the next chunk's loads are issued before anything else.
+template <int D, int C, int LD>
+__device__ void stage_chunk_tc(const ChunkSmem& s, ChunkAhead<D, C>& ahead, const float* __restrict__ q,
+                               const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ g,
+                               const float* __restrict__ beta, int64_t c0, int64_t n, int64_t h, int64_t H,
+                               int64_t j0, int J, float* scratch) {
+    const int nc = int(n - c0 < C ? n - c0 : C);
+    if constexpr (ChunkAhead<D, C>::kOn) {
+        if (ChunkAhead<D, C>::on()) {
+            if (c0 == 0) ahead.load(q, k, v, g, beta, 0, nc, h, H);
+            ahead.store(s, LD);
+            const int64_t c1 = c0 + C;
+            if (c1 < n) ahead.load(q, k, v, g, beta, c1, int(n - c1 < C ? n - c1 : C), h, H);
+            finish_chunk<D, C, LD, true>(s, nc, scratch);
+            return;
+        }
+    }
+    load_chunk_rows<D, C, LD>(s, q, k, v, g, beta, c0, nc, h, H, j0, J);
+    finish_chunk<D, C, LD, true>(s, nc, scratch);
 }
 
 // kda_chunked_mma.cu's entry, which kda_chunked (kernels.h) calls for math tf32x3 / tf32 (TF32

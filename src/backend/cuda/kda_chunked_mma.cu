@@ -13,8 +13,9 @@
 // 128); warp w owns columns 16w .. 16w + 15 of them and keeps their state rows M[j][i] = S[i][j]
 // for every key index i in registers for the whole call, as mma accumulator tiles: tile kappa
 // holds M[16w + g (+8)][8 kappa + 2t (+1)] (g = lane / 4, t = lane % 4), D / 2 floats a lane.
-// Per chunk, after stage_chunk (kda_chunk.cuh), which also forms the C x C products on 3xTF32
-// (chunk_products_tf32, its scratch the q products' array, free until P^T is written back):
+// Per chunk, after stage_chunk_tc (kda_chunk.cuh), which also forms the C x C products on 3xTF32
+// (chunk_products_tf32, its scratch the q products' array, free until P^T is written back) and,
+// at C = 16 in one slice, has the next chunk's rows read into registers while this one computes:
 //   P^T = M [exp(G) k ; exp(G) q]^T   M as the A operand straight from the accumulators: the k
 //        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
 //        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
@@ -22,7 +23,7 @@
 //        forward substitution (in registers) and the outputs run per column inside the warp (its
 //        own columns);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
-// Only stage_chunk's barriers and one at the end of a chunk are block-wide. Row strides D + 8
+// Only stage_chunk_tc's barriers and one at the end of a chunk are block-wide. Row strides D + 8
 // and J + 8 floats put a fragment load's 32 lanes in 32 banks (a couple of 2-way conflicts
 // remain on the right-hand sides' writes).
 //
@@ -155,9 +156,10 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     load_state_tiles<D>(m, rows0);
 
     const float scale = 1.0f / sqrtf(float(D));
+    ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
-        stage_chunk<D, C, LD, true>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J, sI);
+        stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
         float pk[kTokTiles][4], pq[kTokTiles][4];

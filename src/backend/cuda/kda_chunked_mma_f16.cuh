@@ -27,7 +27,7 @@
 // In the KDA the small elements are the fast-decaying channels, small in both operands.
 //
 // Layout beyond kda_chunked_mma.cu's:
-//   K and Q rows, in place after stage_chunk: the fp32 pair (2p, 2p + 1) of a row becomes one 8-byte
+//   K and Q rows, in place after stage_chunk_tc: the fp32 pair (2p, 2p + 1) of a row becomes one 8-byte
 //     unit, the hi parts' pair then the lo parts' pair, in the same 8 bytes (a warp a row, each
 //     lane rewriting only what it read). A B fragment's register is then half of one 8-byte load,
 //     and a half-warp's loads (rows g, pairs t, 8 bytes each, rows D + 8 floats apart) hit 32
@@ -65,7 +65,7 @@ __device__ __forceinline__ void f16_split_pair(float x0, float x1, float scale, 
     hi = f16_pair(h0, h1), lo = f16_pair(l0, l1);
 }
 
-// After stage_chunk: K and Q rows split in place, Z into Zt, their scales' exponents into ex
+// After stage_chunk_tc: K and Q rows split in place, Z into Zt, their scales' exponents into ex
 // (tokens of K, tokens of Q, key indices of Z). Ends after a barrier.
 template <int D, int C, int LD, bool kSplit>
 __device__ void split_chunk_f16(const ChunkSmem& s, uint32_t* Zt, int* ex) {
@@ -139,9 +139,10 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     load_state_tiles<D>(m, rows0);
 
     const float scale = 1.0f / sqrtf(float(D));
+    ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = int(n - c0 < C ? n - c0 : C);
-        stage_chunk<D, C, LD, true>(chunk, q, k, v, g, beta, c0, nc, h, H, j0, J, sI);
+        stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
         split_chunk_f16<D, C, LD, kSplit>(chunk, Zt, ex);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T, M's rows g and g + 8 scaled by their powers ----
