@@ -170,7 +170,10 @@ __device__ void chunk_products_tf32(const ChunkSmem& s, float* scratch) {
         const int t = e / C, sj = e % C;
         if (sj > t) continue;
         float a = 0, aq = 0;
-        for (int kp = 0; kp < kparts; ++kp) a += scratch[(2 * kp * C + t) * C + sj], aq += scratch[((2 * kp + 1) * C + t) * C + sj];
+        for (int kp = 0; kp < kparts; ++kp) {
+            a += scratch[(2 * kp * C + t) * C + sj];
+            aq += scratch[((2 * kp + 1) * C + t) * C + sj];
+        }
         s.A[t * (C + 1) + sj] = sj < t ? s.Beta[t] * a : 0.0f;
         s.Aqk[t * (C + 1) + sj] = aq;
     }
