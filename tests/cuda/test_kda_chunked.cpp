@@ -158,6 +158,34 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
     }
 }
 
+// A log-decay that rises and then falls inside each chunk. No model's gate is positive, but the
+// C x C products do not assume g <= 0: here G climbs to +64 and falls back to -64 in every
+// 16-token chunk, both ends inside +-80 and a span of 128. finish_chunk's span test sends these
+// chunks pairwise; testing the ends alone factored them, where the tensor-core products' weighted
+// operands (exp(G_t - G_L / 2) k) overflow to inf (exp(96)). The values grow by e^64 inside a
+// chunk and the chunked form's reassociation loses more there (worst seen: fp32 1.9e-4, 3xTF32
+// 7.7e-5), so the bound is 1e-3. f16x3 is not run: its update scales U^T's rows and Z's columns
+// into fp16 (kda_chunked_mma_f16.cuh), which holds only while G falls.
+TEST_CASE("cuda kda_chunked (cpu mode): a log-decay that rises and falls inside a chunk, fp32 and 3xTF32") {
+    const int64_t n = 35, H = 1, D = 32;
+    KdaInputs in = make_inputs(n, H, D, 77, Gate::kimi_linear);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < D; ++i) in.g[size_t(t * D + i)] = t % 16 < 8 ? 8.0f : -16.0f;
+    std::vector<float> want_state = in.state;
+    const std::vector<float> want = cpu_recurrent(in, want_state);
+    using cuda::emu::F32Math;
+    for (const F32Math math : {F32Math::fp32, F32Math::tf32x3}) {
+        INFO("form ", int(math));
+        std::vector<float> state = in.state, o(size_t(n * H * D), -1.0f);
+        cuda::emu::kda_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), state.data(),
+                               o.data(), n, H, D, nullptr, 16, 1, math);
+        std::printf("kda_chunked rising and falling G, form %d: max err/max(1,|x|) out %.2e state %.2e\n", int(math),
+                    max_rel_err(o, want), max_rel_err(state, want_state));
+        check_close(o, want, 1e-3, 1e-3, "kda_chunked outputs");
+        check_close(state, want_state, 1e-3, 1e-3, "kda_chunked state");
+    }
+}
+
 TEST_CASE("cuda kda_chunked (cpu mode): a prefill in chunks, then kda_recurrent decode steps, equals the recurrence "
           "over all tokens") {
     const int64_t H = 2, D = 64, n_pre = 37, n_dec = 3, n = n_pre + n_dec, di = H * D;

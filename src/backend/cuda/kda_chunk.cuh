@@ -1,10 +1,11 @@
 // What the chunked KDA kernels share (kda_chunked.cu: fp32 on the CUDA cores;
 // kda_chunked_mma.cu / kda_chunked_mma_f16.cuh: the state products on TF32 / fp16 tensor cores): a
 // chunk's rows staged in shared memory, its cumulative log-decay, and its C x C products (on FMAs
-// for the first, on 3xTF32 tensor-core products for the others). The math is kda_chunked.cu's
-// header's.
+// for the first; for the others a factored chunk's on 3xTF32 tensor-core products, a pairwise
+// one's on FMAs). The math is kda_chunked.cu's header's.
 #pragma once
 #include "backend/cuda/compat.h"
+#include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/kernel_math.h"
 #include "backend/cuda/mma_tf32.cuh"
 
@@ -100,19 +101,36 @@ __device__ inline ChunkSmem chunk_smem(float* smem, int D, int C, int ld, int ld
     return s;
 }
 
-// The factored chunk's products on the tensor cores, 3xTF32 (mma_tf32.cuh: fp32-class), for the
-// tensor-core kernels (kda_chunked_mma.cu). As FMAs (chunk_products) they are 35 K multiply-adds
-// a chunk at D = 128, C = 16, each with one and a half shared loads, some 2 K shared-memory
-// requests a chunk by count (none of this is measured yet); as mma.sync they are 192 products
-// and a tenth of those loads, and their cost grows less steeply with C. Computed over every
-// C x C tile that has a pair s <= t:
+// Two adjacent floats of shared memory in one 8-byte load (p 8-byte aligned: an even index into
+// rows of an even number of floats, as every array of ChunkSmem).
+__device__ __forceinline__ void load_pair(const float* p, float& a, float& b) {
+    const uint2 w = load_aligned<uint2>(reinterpret_cast<const uint8_t*>(p));
+    a = __uint_as_float(w.x), b = __uint_as_float(w.y);
+}
+// x * rho rounded once (__fmul_rn: no multiply-add fused into the split that follows, as in the
+// CPU mode), split for 3xTF32.
+__device__ __forceinline__ void split_weighted(float x, float rho, uint32_t& hi, uint32_t& lo) {
+    tf32_split(__fmul_rn(x, rho), hi, lo);
+}
+
+// A factored chunk's products on the tensor cores, 3xTF32 (mma_tf32.cuh: fp32-class, whatever
+// the calling kernel's own form), for the tensor-core kernels (kda_chunked_mma.cu); a pairwise
+// chunk's stay on FMAs (chunk_products). As FMAs they are 35 K multiply-adds a chunk at D = 128,
+// C = 16, each with two shared loads: some 2 K shared-memory wavefronts by count. As mma.sync
+// they are 192 products and about 400 wavefronts of 8-byte fragment loads. Neither is measured.
+// Computed over every C x C tile that has a pair s <= t:
 //   A = X W^T, Aqk = Y W^T, with X = exp(G_t) k_t rows (s.K), Y = exp(G_t) q_t (s.Q),
 //   W = exp(G_L - G_s) k_s (s.G), every key index i weighted by rho_i = exp(-G_L / 2) on both
 //   sides (s.RGL holds rho under kTensorProducts): rho_i^2 = exp(-G_L) is chunk_products' r.
-// Why the weight is split in half: X rho = exp(G_t - G_L / 2) k_t and W rho = exp(G_L / 2 - G_s) k_s
-// stay within e^+-40 of k in a chunk decaying up to kMaxFactoredDecay, where X alone goes down to
-// e^-80 of k: a TF32 split's low part of that (2^-11 further down) is subnormal, which a tensor
-// core may flush. Here every part is a normal number and each term keeps 3xTF32's 2^-21.
+// Why the weight is split in half: with g <= 0 (the models' gates), X rho = exp(G_t - G_L / 2) k_t
+// and W rho = exp(G_L / 2 - G_s) k_s stay within e^+-40 of k in a chunk whose G spans up to
+// kMaxFactoredDecay, where X alone goes down to e^-80 of k: a TF32 split's low part of that
+// (2^-11 further down) is subnormal, which a tensor core may flush. Here every operand part is a
+// normal number (some hi x lo products of far-apart pairs are not: terms near 1e-38). A G that
+// rises as well (finish_chunk's span test) keeps them within e^+-80: finite, if less exact.
+// Fragments: the k index is summed over, so logical k position t4 is key 8 ks + 2 t4 and t4 + 4
+// is the key after it (mma_tf32.cuh's note): each row's pair is one 8-byte load, and a
+// half-warp's loads (rows g, pairs t4, rows LD = D + 8 floats apart) hit 32 distinct banks.
 // Work: (m tile of 16 t, n tile of 8 s) units, both products a unit (they share the W fragment),
 // each unit's keys cut into kparts (1, 2 or 4) so that the units fill the block's warps. With
 // kparts > 1 the parts are stored to scratch ([kparts][2][C][C] floats; the kernels give their q
@@ -130,25 +148,33 @@ __device__ void chunk_products_tf32(const ChunkSmem& s, float* scratch) {
         const int kp = u % kparts;
         int mt = 0, nt = u / kparts;
         while (nt >= 2 * mt + 2) nt -= 2 * mt + 2, ++mt;
-        const float* x = s.K + (16 * mt + gq) * LD + t4;   // A rows t (g, g + 8), keys t4 (+ 4)
-        const float* y = s.Q + (16 * mt + gq) * LD + t4;
-        const float* w = s.G + (8 * nt + gq) * LD + t4;    // B column s = g, keys t4 (+ 4)
+        const float* x = s.K + (16 * mt + gq) * LD + 2 * t4;   // A rows t (g, g + 8), keys 2 t4, + 1
+        const float* y = s.Q + (16 * mt + gq) * LD + 2 * t4;
+        const float* w = s.G + (8 * nt + gq) * LD + 2 * t4;    // B column s = g, the same keys
+        const float* rho = s.RGL + 2 * t4;
         float ca[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1   // (unrolled, its hoisted loads took 3xTF32 at D = 128, C = 32 from 170 registers to 252)
         for (int ks = kp * steps; ks < (kp + 1) * steps; ++ks) {
             const int i = 8 * ks;
-            const float r0 = s.RGL[i + t4], r4 = s.RGL[i + t4 + 4];
+            float r0, r1, v0, v1, v8, v9;   // r: rho of the two keys; v: a row's two values (g, g + 8)
+            load_pair(rho + i, r0, r1);
             uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
-            tf32_split(w[i] * r0, b_hi[0], b_lo[0]);
-            tf32_split(w[i + 4] * r4, b_hi[1], b_lo[1]);
-            tf32_split(x[i] * r0, a_hi[0], a_lo[0]);
-            tf32_split(x[i + 8 * LD] * r0, a_hi[1], a_lo[1]);
-            tf32_split(x[i + 4] * r4, a_hi[2], a_lo[2]);
-            tf32_split(x[i + 8 * LD + 4] * r4, a_hi[3], a_lo[3]);
+            load_pair(w + i, v0, v1);
+            split_weighted(v0, r0, b_hi[0], b_lo[0]);
+            split_weighted(v1, r1, b_hi[1], b_lo[1]);
+            load_pair(x + i, v0, v1);
+            load_pair(x + i + 8 * LD, v8, v9);
+            split_weighted(v0, r0, a_hi[0], a_lo[0]);
+            split_weighted(v8, r0, a_hi[1], a_lo[1]);
+            split_weighted(v1, r1, a_hi[2], a_lo[2]);
+            split_weighted(v9, r1, a_hi[3], a_lo[3]);
             mma_f32_via_tf32<true>(ca, a_hi, a_lo, b_hi, b_lo);
-            tf32_split(y[i] * r0, a_hi[0], a_lo[0]);
-            tf32_split(y[i + 8 * LD] * r0, a_hi[1], a_lo[1]);
-            tf32_split(y[i + 4] * r4, a_hi[2], a_lo[2]);
-            tf32_split(y[i + 8 * LD + 4] * r4, a_hi[3], a_lo[3]);
+            load_pair(y + i, v0, v1);
+            load_pair(y + i + 8 * LD, v8, v9);
+            split_weighted(v0, r0, a_hi[0], a_lo[0]);
+            split_weighted(v8, r0, a_hi[1], a_lo[1]);
+            split_weighted(v1, r1, a_hi[2], a_lo[2]);
+            split_weighted(v9, r1, a_hi[3], a_lo[3]);
             mma_f32_via_tf32<true>(cq, a_hi, a_lo, b_hi, b_lo);
         }
         // Element e: t = 16 mt + g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2.
@@ -208,7 +234,7 @@ __device__ void load_chunk_rows(const ChunkSmem& s, const float* __restrict__ q,
 // The same rows read one chunk ahead into registers, for the tensor-core kernels: a block reads
 // its chunk's rows from global memory and can do nothing else until they arrive (some hundreds of
 // cycles, once a chunk), so those kernels issue the next chunk's loads as soon as this chunk's
-// rows are stored, and they arrive while it computes. On where the registers allow it: a block of
+// rows are stored, so that they can arrive while it computes (not measured). On where the registers allow it: a block of
 // one slice (J = D value columns, 2 D threads) at D <= 128 and C = 16, 32 floats a thread (ptxas,
 // sm_90, D = 128: 154 -> 190 registers for 3xTF32, 166 -> 221 for f16x3; at C = 32 the 64 floats
 // take f16x3 to 255 and spills). Thread tid holds key index (and value column) tid % D of tokens
@@ -262,8 +288,9 @@ template <int D, int C, int LD, bool kTensorProducts>
 __device__ void finish_chunk(const ChunkSmem& s, int nc, float* scratch) {
     const int nthreads = int(blockDim.x), tid = int(threadIdx.x);
     __syncthreads();
-    // The running sum over t, 16 tokens at a time through registers: a block's 16 loads go out
-    // together, where a load-add-store a token waits out shared memory's latency at every token.
+    // The running sum over t, 16 tokens at a time through registers, so that a block's 16 loads
+    // can go out together, where a load-add-store a token waits out shared memory's latency at
+    // every token.
     // Rows nc .. C - 1 hold zeros and add nothing (and stay zero: only rows < nc are written).
     for (int i = tid; i < D; i += nthreads) {
         float acc = 0, lo = 0, hi = 0;   // lo, hi: G's range (g <= 0 in KDA, but do not rely on it)
@@ -286,7 +313,9 @@ __device__ void finish_chunk(const ChunkSmem& s, int nc, float* scratch) {
         // Used only when the chunk factors: exp(-G_L) by chunk_products, exp(-G_L / 2) by
         // chunk_products_tf32 (its header says why).
         s.RGL[i] = expf(kTensorProducts ? -0.5f * acc : -acc);
-        if (lo < -kMaxFactoredDecay || hi > kMaxFactoredDecay) *s.Slow = 1.0f;   // all writers write 1
+        // Factored when G spans at most kMaxFactoredDecay (G starts at 0, so lo <= 0 <= hi): both
+        // factors exp(G_t) and exp(-G_s) are then within e^80, whichever way G moves.
+        if (hi - lo > kMaxFactoredDecay) *s.Slow = 1.0f;   // all writers write 1
     }
     __syncthreads();
 

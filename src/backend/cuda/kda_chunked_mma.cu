@@ -90,34 +90,47 @@ __device__ __forceinline__ void store_state_tiles(const float (&m)[D / 8][4], fl
 // A[t][s] u_s, then the outputs o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) * scale, token t's
 // column 0 at o + t di. Returns the largest |u_t| over the lane's half of the tokens (the fp16
 // kernel scales U^T's rows by it).
-// The substitution is the chunk's one serial chain (C - 1 steps, each needing the last), so both
-// lanes of a column run all of it in registers: the A loads do not depend on the chain and go out
-// early, and a step is its multiply-adds (even and odd s in two sums, halving their chain), with
-// no shuffle, shared-memory round trip or warp barrier inside it. Each half then writes its rows.
+// The substitution is the chunk's one serial chain (C - 1 steps, each needing the last). Up to
+// C = 32 both lanes of a column run all of it in registers, so that the A loads, which do not
+// depend on the chain, can go out early, and a step is its multiply-adds (even and odd s in two
+// sums, halving their chain), with no shuffle, shared-memory round trip or warp barrier inside
+// it; each half then writes its rows. At C = 64 the 64 floats of u would spill at D = 128 (ptxas,
+// sm_90), and the chain goes through shared memory, each half summing its s and one shuffle
+// joining them. Both forms make the same sums in the same order.
 template <int C>
 __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                                int nc, float* o, int64_t di, float scale) {
     const int lane = int(threadIdx.x % 32), col = 16 * int(threadIdx.x / 32) + lane % 16, half = lane / 16;
-    float u[C];
+    if constexpr (C <= 32) {
+        float u[C];
 #pragma unroll
-    for (int t = 0; t < C; ++t) u[t] = sU[t * LU + col];
+        for (int t = 0; t < C; ++t) u[t] = sU[t * LU + col];
 #pragma unroll
-    for (int t = 1; t < C; ++t) {
-        if (t >= nc) break;   // (no work past the chunk: only rows < nc are written back)
-        float even = 0, odd = 0;
+        for (int t = 1; t < C; ++t) {
+            if (t >= nc) break;   // (no work past the chunk: only rows < nc are written back)
+            float even = 0, odd = 0;
 #pragma unroll
-        for (int s = 0; s < t; ++s) {
-            const float a = sA[t * (C + 1) + s];
-            if (s & 1) odd = fmaf(a, u[s], odd);
-            else even = fmaf(a, u[s], even);
+            for (int s = 0; s < t; ++s) {
+                const float a = sA[t * (C + 1) + s];
+                if (s & 1) odd = fmaf(a, u[s], odd);
+                else even = fmaf(a, u[s], even);
+            }
+            u[t] -= even + odd;
         }
-        u[t] -= even + odd;
-    }
-    __syncwarp();   // every lane has read the right-hand sides before any is overwritten
+        __syncwarp();   // every lane has read the right-hand sides before any is overwritten
 #pragma unroll
-    for (int t = 1; t < C; ++t)
-        if (t < nc && (t & 1) == half) sU[t * LU + col] = u[t];
-    __syncwarp();
+        for (int t = 1; t < C; ++t)
+            if (t < nc && (t & 1) == half) sU[t * LU + col] = u[t];
+        __syncwarp();
+    } else {
+        for (int t = 1; t < nc; ++t) {
+            float acc = 0;
+            for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
+            acc += __shfl_xor_sync(kFullMask, acc, 16);
+            if (half == 0) sU[t * LU + col] -= acc;
+            __syncwarp();
+        }
+    }
     float umax = 0;
     for (int t = half; t < nc; t += 2) {
         float acc = sI[t * LU + col];

@@ -24,7 +24,10 @@
 // The error is normwise: elements far below their row's largest keep fewer bits (fp16's
 // subnormals below 2^-14), about 2^-24 / 2^14 of that row's largest |x| each, so a product
 // carried by elements 2^24 below their rows' largest is only 2e-6 of its sum |a b| (3xTF32: 4e-9).
-// In the KDA the small elements are the fast-decaying channels, small in both operands.
+// In the KDA the small elements are the fast-decaying channels, small in both operands. That
+// holds while G falls inside a chunk (g <= 0, as every model's gate): a G that rises makes u_t
+// large where Z's row is small and the reverse, and the update loses those terms
+// (test_kda_chunked's rising case runs the fp32 forms only).
 //
 // Layout beyond kda_chunked_mma.cu's:
 //   K and Q rows, in place after stage_chunk_tc: the fp32 pair (2p, 2p + 1) of a row becomes one 8-byte
