@@ -99,7 +99,7 @@ Diff against(const std::vector<float>& mine, const std::string& ref_path, const 
 // Also with the tensor-core forms (KINFER_CUDA_KDA=tf32x3, KINFER_CUDA_MLA=tf32x3): the prefill's
 // chunked KDA (kda_chunked_mma.cu; 64 tokens: four 16-token chunks a KDA layer) and the grouped
 // absorbed MLA kernel (mla_mma.cuh), both on 3xTF32 splits, so within the fp32 forms' 1e-4 of
-// llama.cpp (measured, k3 / kl: prefill 8.3e-6 / 7.2e-6; decode, k3's alone for CPU-mode time,
+// llama.cpp (measured, k3 / kl: prefill 7.6e-6 / 7.2e-6; decode, k3's alone for CPU-mode time,
 // 2.9e-6). With single TF32 products instead: prefill 1.8e-3 / 6.1e-4, decode 3.0e-4, from
 // position 0 on (the MLA kernel; the KDA one alone moves them from position 16, its first chunk
 // starting from a zero state): what makes this case fail when the split is lost. And k3's

@@ -25,8 +25,9 @@ __device__ __forceinline__ float group4_max(float v) {
     return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
 }
 
-// The largest decay over a chunk, -G_L, for which the C x C products are factored: exp(G_t - G_s)
-// as exp(G_t) * exp(-G_s), both inside fp32's normal range (exp(80) = 5.5e34). Each factor has
+// The largest span of G over a chunk (its decay, -G_L, when g <= 0) for which the C x C products
+// are factored: exp(G_t - G_s) as exp(G_t) * exp(-G_s), both inside fp32's normal range
+// (exp(80) = 5.5e34). Each factor has
 // its own rounding, so the product is as exact as the pairwise exp; what it saves is the
 // C (C + 1) / 2 * D exps of the pairwise form. K3's gate is above -5 a token, so C = 16 always
 // factors; a chunk that decays more (long chunks, Kimi Linear's unbounded gate) goes pairwise.
@@ -234,11 +235,11 @@ __device__ void load_chunk_rows(const ChunkSmem& s, const float* __restrict__ q,
 // The same rows read one chunk ahead into registers, for the tensor-core kernels: a block reads
 // its chunk's rows from global memory and can do nothing else until they arrive (some hundreds of
 // cycles, once a chunk), so those kernels issue the next chunk's loads as soon as this chunk's
-// rows are stored, so that they can arrive while it computes (not measured). On where the registers allow it: a block of
-// one slice (J = D value columns, 2 D threads) at D <= 128 and C = 16, 32 floats a thread (ptxas,
-// sm_90, D = 128: 154 -> 190 registers for 3xTF32, 166 -> 221 for f16x3; at C = 32 the 64 floats
-// take f16x3 to 255 and spills). Thread tid holds key index (and value column) tid % D of tokens
-// tid / D + 2 m.
+// rows are stored, so that they can arrive while it computes (not measured). On where the
+// registers allow it: a block of one slice (J = D value columns, 2 D threads) at D <= 128 and
+// C = 16, 32 floats a thread (ptxas, sm_90, D = 128, C = 16: 213 registers for 3xTF32 and 222 for
+// f16x3 with it, no spills; at C = 32 its 64 floats took f16x3 to 255 and spilled). Thread tid
+// holds key index (and value column) tid % D of tokens tid / D + 2 m.
 template <int D, int C>
 struct ChunkAhead {
     static constexpr bool kOn = D <= 128 && C == 16;

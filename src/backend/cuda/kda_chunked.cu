@@ -7,7 +7,7 @@
 //   S         = diag(exp(G_L)) S0 + sum_s (exp(G_L - G_s) k_s) u_s^T           (L the chunk's last token)
 // The C x C products need exp(G_t - G_s). As exp(G_t) * exp(-G_s) they are plain dots of rows
 // computed once, but exp(-G_s) overflows fp32 past a decay of 88 (64 tokens at the K3 bound -5
-// reach -320); so a chunk whose G stays within +-80 is factored, and one that decays more forms
+// reach -320); so a chunk whose G spans at most 80 is factored, and one that decays more forms
 // each exp(G_t - G_s) <= 1 pairwise (chunk_products).
 //
 // Mapping. A block owns one head and J = D / slices value columns j (rows M[j] of the stored
