@@ -114,6 +114,19 @@ __device__ __forceinline__ void split_weighted(float x, float rho, uint32_t& hi,
     tf32_split(__fmul_rn(x, rho), hi, lo);
 }
 
+// The A fragment of chunk_products_tf32 (below) from a row pointer at row g's key pair (row g + 8
+// is 8 LD further), each value weighted by its key's rho (r0, r1) and split.
+template <int LD>
+__device__ __forceinline__ void weighted_a(const float* p, float r0, float r1, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    float v0, v1, v8, v9;
+    load_pair(p, v0, v1);
+    load_pair(p + 8 * LD, v8, v9);
+    split_weighted(v0, r0, hi[0], lo[0]);
+    split_weighted(v8, r0, hi[1], lo[1]);
+    split_weighted(v1, r1, hi[2], lo[2]);
+    split_weighted(v9, r1, hi[3], lo[3]);
+}
+
 // A factored chunk's products on the tensor cores, 3xTF32 (mma_tf32.cuh: fp32-class, whatever
 // the calling kernel's own form), for the tensor-core kernels (kda_chunked_mma.cu); a pairwise
 // chunk's stay on FMAs (chunk_products). As FMAs they are 35 K multiply-adds a chunk at D = 128,
@@ -157,25 +170,15 @@ __device__ void chunk_products_tf32(const ChunkSmem& s, float* scratch) {
 #pragma unroll 1   // (unrolled, its hoisted loads took 3xTF32 at D = 128, C = 32 from 170 registers to 252)
         for (int ks = kp * steps; ks < (kp + 1) * steps; ++ks) {
             const int i = 8 * ks;
-            float r0, r1, v0, v1, v8, v9;   // r: rho of the two keys; v: a row's two values (g, g + 8)
+            float r0, r1, v0, v1;   // rho of the two keys; W's two values
             load_pair(rho + i, r0, r1);
             uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
             load_pair(w + i, v0, v1);
             split_weighted(v0, r0, b_hi[0], b_lo[0]);
             split_weighted(v1, r1, b_hi[1], b_lo[1]);
-            load_pair(x + i, v0, v1);
-            load_pair(x + i + 8 * LD, v8, v9);
-            split_weighted(v0, r0, a_hi[0], a_lo[0]);
-            split_weighted(v8, r0, a_hi[1], a_lo[1]);
-            split_weighted(v1, r1, a_hi[2], a_lo[2]);
-            split_weighted(v9, r1, a_hi[3], a_lo[3]);
+            weighted_a<LD>(x + i, r0, r1, a_hi, a_lo);
             mma_f32_via_tf32<true>(ca, a_hi, a_lo, b_hi, b_lo);
-            load_pair(y + i, v0, v1);
-            load_pair(y + i + 8 * LD, v8, v9);
-            split_weighted(v0, r0, a_hi[0], a_lo[0]);
-            split_weighted(v8, r0, a_hi[1], a_lo[1]);
-            split_weighted(v1, r1, a_hi[2], a_lo[2]);
-            split_weighted(v9, r1, a_hi[3], a_lo[3]);
+            weighted_a<LD>(y + i, r0, r1, a_hi, a_lo);
             mma_f32_via_tf32<true>(cq, a_hi, a_lo, b_hi, b_lo);
         }
         // Element e: t = 16 mt + g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2.
