@@ -355,10 +355,11 @@ __device__ void stage_chunk(const ChunkSmem& s, const float* __restrict__ q, con
 }
 
 // The tensor-core kernels' staging of chunk c0 of n tokens, with the C x C products on the tensor
-// cores (scratch: chunk_products_tf32's). Where ahead is on, chunk c0's rows come from it (read
-// there now when c0 is the first), and the next chunk's loads are issued before anything else.
+// cores (scratch: chunk_products_tf32's); returns the chunk's token count. Where ahead is on,
+// chunk c0's rows come from it (read there now when c0 is the first), and the next chunk's loads
+// are issued before anything else.
 template <int D, int C, int LD>
-__device__ void stage_chunk_tc(const ChunkSmem& s, ChunkAhead<D, C>& ahead, const float* __restrict__ q,
+__device__ int stage_chunk_tc(const ChunkSmem& s, ChunkAhead<D, C>& ahead, const float* __restrict__ q,
                                const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ g,
                                const float* __restrict__ beta, int64_t c0, int64_t n, int64_t h, int64_t H,
                                int64_t j0, int J, float* scratch) {
@@ -370,11 +371,12 @@ __device__ void stage_chunk_tc(const ChunkSmem& s, ChunkAhead<D, C>& ahead, cons
             const int64_t c1 = c0 + C;
             if (c1 < n) ahead.load(q, k, v, g, beta, c1, int(n - c1 < C ? n - c1 : C), h, H);
             finish_chunk<D, C, LD, true>(s, nc, scratch);
-            return;
+            return nc;
         }
     }
     load_chunk_rows<D, C, LD>(s, q, k, v, g, beta, c0, nc, h, H, j0, J);
     finish_chunk<D, C, LD, true>(s, nc, scratch);
+    return nc;
 }
 
 // kda_chunked_mma.cu's entry, which kda_chunked (kernels.h) calls for math tf32x3 / tf32 (TF32

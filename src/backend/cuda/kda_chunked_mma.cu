@@ -171,8 +171,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     const float scale = 1.0f / sqrtf(float(D));
     ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
-        const int nc = int(n - c0 < C ? n - c0 : C);
-        stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
+        const int nc = stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
         float pk[kTokTiles][4], pq[kTokTiles][4];

@@ -144,8 +144,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     const float scale = 1.0f / sqrtf(float(D));
     ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
-        const int nc = int(n - c0 < C ? n - c0 : C);
-        stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
+        const int nc = stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
         split_chunk_f16<D, C, LD, kSplit>(chunk, Zt, ex);
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T, M's rows g and g + 8 scaled by their powers ----
