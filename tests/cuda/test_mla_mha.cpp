@@ -68,6 +68,19 @@ constexpr MhaCase kMhaShapes[] = {
     {16, 16, 1, 64, 64, 32, 32, 32, 32},   // exactly one query tile and whole key blocks
 };
 
+// The tensor-core forms' shapes: kMhaShapes, dk and dv that are not multiples of 16 or 8 (a
+// partial k step, a partial value tile); a chunk of two blocks, the first of four warps, the
+// second of 6 queries, with dv past 128 (the 32-tile accumulators) and key blocks of 48 (a 32-key
+// tile and a partial one); K3's head dims (dk 192, dv 128), 40 queries (three warps, the last
+// partial) after 100 keys.
+std::vector<MhaCase> mma_shapes() {
+    std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
+    shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
+    shapes.push_back({70, 13, 2, 32, 32, 32, 136, 9, 48});
+    shapes.push_back({40, 100, 1, 64, 64, 128, 128, 16, 0});
+    return shapes;
+}
+
 // The CPU op's shape and the GPU op's arguments for a case, its scale 1 / sqrt(dk).
 backend::MlaShape mla_shape(const MhaCase& s) {
     backend::MlaShape ms;
@@ -127,16 +140,14 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
     MESSAGE("worst error over its bound: ", worst);
 }
 
-// The flash kernel's tensor-core form (mla_mha_mma.cuh, MlaMhaArgs::math): the same shapes, plus
-// dk and dv that are not multiples of 16 or 8 (a partial k step, a partial value tile). 3xTF32
+// The flash kernel's tensor-core form (mla_mha_mma.cuh, MlaMhaArgs::math) on mma_shapes(). 3xTF32
 // keeps about 2^-21 of each product, so it is held to the fp32 form's bound; single TF32 (11 bits
 // of each operand) to 1e-2 relative plus 1e-3 of the largest |o|, and must be farther off than
 // 3xTF32 (the split is not a no-op). The weights' type only feeds the key expansion: F16 here
 // (any width).
 TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores, 3xTF32 at the fp32 bound") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
-    std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
-    shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
+    const std::vector<MhaCase> shapes = mma_shapes();
     const backend::CacheType cache_types[] = {backend::CacheType::f32, backend::CacheType::f16, backend::CacheType::q8_0};
     double worst[2] = {0, 0};   // per form, the largest error over the fp32 bound
     for (const MhaCase& s : shapes) {
@@ -187,8 +198,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
 // fp16 holds).
 TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor cores over an f16 cache") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
-    std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
-    shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
+    const std::vector<MhaCase> shapes = mma_shapes();
     double worst[2] = {0, 0};   // single, split: the largest error over the fp32 bound
     for (const MhaCase& s : shapes) {
         const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;

@@ -102,12 +102,8 @@ __device__ inline ChunkSmem chunk_smem(float* smem, int D, int C, int ld, int ld
     return s;
 }
 
-// Two adjacent floats of shared memory in one 8-byte load (p 8-byte aligned: an even index into
-// rows of an even number of floats, as every array of ChunkSmem).
-__device__ __forceinline__ void load_pair(const float* p, float& a, float& b) {
-    const uint2 w = load_aligned<uint2>(reinterpret_cast<const uint8_t*>(p));
-    a = __uint_as_float(w.x), b = __uint_as_float(w.y);
-}
+// (load_pair, two adjacent floats in one 8-byte load: mma_tf32.cuh's; every array of ChunkSmem
+// has rows of an even number of floats, so an even index is 8-byte aligned.)
 // x * rho rounded once (__fmul_rn: no multiply-add fused into the split that follows, as in the
 // CPU mode), split for 3xTF32.
 __device__ __forceinline__ void split_weighted(float x, float rho, uint32_t& hi, uint32_t& lo) {

@@ -22,6 +22,7 @@
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mla_mha_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
+#include "backend/cuda/reduce.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -304,20 +305,25 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
                       split, wv16, ws + L.vu);
         st.k_unscale = ws + L.ku, st.v_unscale = ws + L.vu;
     }
-    // The tensor-core form where asked (its value tiles: dv <= 256), the fp32 one otherwise; both
-    // take the same arguments, and kTQ queries a block.
-    static_assert(kFlashMmaQ == kTQ);
+    // The tensor-core form where asked (its accumulators: dv <= 256), 16 queries a warp and as many
+    // warps as the chunk fills up to 4; the fp32 one otherwise, kTQ queries a block. Both take the
+    // same arguments.
     const bool mma = a.math != F32Math::fp32 && dv <= kFlashMmaMaxDv;
-    const size_t smem = mma ? flash_mma_smem_bytes(dn + a.dr, dv) : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
+    const int warps = flash_mma_warps(a.n);
+    const int64_t block_q = mma ? warps * kFlashMmaRows : kTQ;
+    const size_t smem = mma ? flash_mma_smem_bytes(dn + a.dr, dv, warps) : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
     // (f16x2 / f16 ask for fp16 tensor cores where a kernel has them; this one takes TF32 for them.)
     const bool split = a.math == F32Math::tf32x3 || a.math == F32Math::f16x2;
-    auto* flash = !mma ? &mha_flash_kernel : split ? &mha_flash_mma_kernel<true> : &mha_flash_mma_kernel<false>;
+    auto* flash = !mma      ? &mha_flash_kernel
+                  : dv > 128 ? (split ? &mha_flash_mma_kernel<true, 32> : &mha_flash_mma_kernel<false, 32>)
+                  : split    ? &mha_flash_mma_kernel<true, 16>
+                             : &mha_flash_mma_kernel<false, 16>;
     if (smem > kMhaMaxSmemBytes)   // (check_args holds the fp32 form's)
         throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(dn + a.dr) + " and dv " +
                                     std::to_string(dv) + " do not fit a block's shared memory");
     // Past 48 KiB a kernel must opt in (kda_chunked.cu does the same).
     if (smem > kDynamicNoOptIn) (void)cudaFuncSetAttribute(flash, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    const dim3 grid{unsigned((a.n + kTQ - 1) / kTQ), unsigned(H)};
+    const dim3 grid{unsigned((a.n + block_q - 1) / block_q), unsigned(H)};
     for (int64_t b0 = 0; b0 < n_keys; b0 += L.kb) {
         const int64_t bn = std::min(L.kb, n_keys - b0);
         // 2. The block's latent rows, then every head's k_nope and v in two GEMMs.
@@ -334,7 +340,7 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
             gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
         }
         // 3. Every query tile that sees part of the block walks it.
-        KINFER_LAUNCH(flash, grid, dim3(mma ? kFlashMmaThreads : kFlashThreads), smem, as_stream(stream), q, ws + L.kn,
+        KINFER_LAUNCH(flash, grid, dim3(mma ? 32 * warps : kFlashThreads), smem, as_stream(stream), q, ws + L.kn,
                       lat, ws + L.vv, st, a.n, a.pos0, H, r, R, dn, a.dr, dv, a.scale, b0, bn, int(b0 == 0));
     }
     // 4. Normalise.

@@ -1,23 +1,32 @@
-// mla_mha.cu's flash kernel with its two products on TF32 tensor cores (mma_tf32.cuh): for 16
-// queries of one head and one block of expanded keys, scores = q . k and acc += p . v as mma.sync
-// m16n8k8, on operands split into 3xTF32 (fp32 accuracy) or rounded once (kSplit false). Why: a
-// prefill chunk of n queries over n_kv keys costs H n n_kv (dk + dv) multiply-adds (K3: 20 K per
-// query-key pair), so a long prompt's attention is compute-bound, and the fp32 CUDA cores give
-// a fraction of what the tensor cores do. Included by mla_mha.cu, which launches it where
-// MlaMhaArgs::math asks (CudaBackend: KINFER_CUDA_MLA); same workspace, state and finish pass.
+// mla_mha.cu's flash kernel with its two products on TF32 tensor cores (mma_tf32.cuh), laid out
+// as FlashAttention-2 lays it out: each warp owns 16 queries of one head, scores = q . k for a
+// tile of 32 keys and acc += p . v as mma.sync m16n8k8 on operands split into 3xTF32 (fp32
+// accuracy) or rounded once (kSplit false), the online softmax in registers, and the
+// probabilities fed from the score accumulators straight into the second product (the paired k
+// order, mma_tf32.cuh). Why: a prefill chunk of n queries over n_kv keys costs H n n_kv (dk + dv)
+// multiply-adds (K3: 20 K per query-key pair), so a long prompt's attention is compute-bound
+// on the fp32 CUDA cores; on the tensor cores, what a block reads per multiply-add decides: each
+// key tile (dk + dv floats a key) serves the block's 16 W queries, so up to 4 warps (64 queries)
+// read a quarter of what a 16-query block reads for the same products. Included by mla_mha.cu,
+// which launches it where MlaMhaArgs::math asks (CudaBackend: KINFER_CUDA_MLA); same workspace,
+// state and finish pass as the fp32 kernel.
 //
-// Block: 4 warps, the 16 queries as the m dimension of both products, tiles of 16 keys.
-//   scores [16 x 16]: warp w takes keys 8 (w % 2) .. + 7 and half the k steps (w / 2), both
-//     halves added in shared memory;
-//   softmax: warp w keeps queries 4w .. 4w + 3's running max and sum, lane j key j (causal mask);
-//   acc [16 x dv]: warp w owns the 8-column tiles w, w + 4, ... (dv <= 256: at most 8 a warp),
+// Block: W warps (1 to 4: as many 16-query groups as the chunk has, so a short chunk does not pay
+// for empty ones), warp w the queries 16 w .. + 15 of the block's 16 W.
+//   scores [16 x 32] a warp: four 8-key accumulator tiles over dk / 8 k steps; lane (g, t) holds
+//     rows g and g + 8, keys 8 j + 2t and + 1 of tile j;
+//   softmax: a row's max and sum over its quad of lanes (two xor shuffles), the running max and sum
+//     kept in all four lanes;
+//   acc [16 x dv] a warp: dv / 8 tiles in registers (kVTiles: 16 for dv <= 128, 32 for dv <= 256),
 //     loaded from the workspace's state at the start and stored back at the end.
-// Shared memory (floats): q and the key tile 2 x 16 x (dkp + 4) (dkp: dk rounded up to 8), the
-// value tile 16 x (dv rounded up to 32, + 8), scores 2 x 16 x 20, probabilities 16 x 20, rescale
-// 16; the paddings put a fragment load's lanes in distinct banks. K3 (dk 192, dv 128): 37 KiB.
+// A warp whose queries all come before a key tile skips it (its state would not change); the
+// block's barriers stay outside that test.
+// Shared memory (floats): the block's queries 16 W x ldk and one key tile 32 x ldk (ldk: dk
+// rounded up to 32, + 8, so the 8-byte fragment loads of a half-warp hit 32 banks), the value
+// tile 32 x ldv (dv rounded up to 32, + 4: rows 2t and 2t + 1 at column g, 32 banks). K3 (dk 192,
+// dv 128) with 4 warps: 92 KiB, so two blocks an SM.
 #pragma once
 #include "backend/cuda/mma_tf32.cuh"
-#include "backend/cuda/reduce.cuh"
 
 #include <cmath>
 
@@ -44,111 +53,169 @@ __device__ __forceinline__ float flash_query(const float* q, const FlashState& s
     return st.k_unscale && d < dn ? x * st.k_unscale[h * dn + d] : x;
 }
 
-constexpr int kFlashMmaQ = 16, kFlashMmaK = 16, kFlashMmaThreads = 128, kFlashMmaLdP = 20;
-constexpr int64_t kFlashMmaMaxDv = 256;   // 8 accumulator tiles a warp
+constexpr int kFlashMmaRows = 16;      // queries a warp (the mma's m)
+constexpr int kFlashMmaKeys = 32;      // keys a tile
+constexpr int kFlashMmaMaxWarps = 4;
+constexpr int64_t kFlashMmaMaxDv = 256;   // 32 accumulator tiles a warp
 
-__host__ __device__ inline int64_t flash_mma_ldk(int64_t dk) { return (dk + 7) / 8 * 8 + 4; }
-__host__ __device__ inline int64_t flash_mma_ldv(int64_t dv) { return (dv + 31) / 32 * 32 + 8; }
-inline size_t flash_mma_smem_bytes(int64_t dk, int64_t dv) {
-    return sizeof(float) * size_t(2 * kFlashMmaQ * flash_mma_ldk(dk) + kFlashMmaK * flash_mma_ldv(dv) +
-                                  3 * kFlashMmaQ * kFlashMmaLdP + kFlashMmaQ);
+__host__ __device__ inline int64_t flash_mma_ldk(int64_t dk) { return (dk + 31) / 32 * 32 + 8; }
+__host__ __device__ inline int64_t flash_mma_ldv(int64_t dv) { return (dv + 31) / 32 * 32 + 4; }
+// Warps a block for a chunk of n queries: one per 16, at most kFlashMmaMaxWarps.
+inline int flash_mma_warps(int64_t n) {
+    return int(n >= kFlashMmaMaxWarps * kFlashMmaRows ? kFlashMmaMaxWarps : (n + kFlashMmaRows - 1) / kFlashMmaRows);
+}
+inline size_t flash_mma_smem_bytes(int64_t dk, int64_t dv, int warps) {
+    return sizeof(float) *
+           size_t((warps * kFlashMmaRows + kFlashMmaKeys) * flash_mma_ldk(dk) + kFlashMmaKeys * flash_mma_ldv(dv));
 }
 
-// Keys [b0, b0 + bn) of one block, as mha_flash_kernel (mla_mha.cu) takes them.
-template <bool kSplit>
-__global__ void __launch_bounds__(kFlashMmaThreads)
+// Keys [b0, b0 + bn) of one block, as mha_flash_kernel (mla_mha.cu) takes them; blockDim.x is 32
+// times the warps, the block's queries 16 a warp from 16 W blockIdx.x.
+template <bool kSplit, int kVTiles>
+__global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     mha_flash_mma_kernel(const float* __restrict__ q, const float* __restrict__ kn, const float* __restrict__ lat,
                          const float* __restrict__ vv, FlashState st, int64_t n, int64_t pos0, int64_t H, int64_t r,
                          int64_t R, int64_t dn, int64_t dr, int64_t dv, float scale, int64_t b0, int64_t bn, int first) {
-    const int64_t dk = dn + dr, ldk = flash_mma_ldk(dk), dkp = ldk - 4, ldv = flash_mma_ldv(dv);
+    const int64_t dk = dn + dr, ldk = flash_mma_ldk(dk), dkp = (dk + 7) / 8 * 8, ldv = flash_mma_ldv(dv);
+    const int64_t dvp = (dv + 7) / 8 * 8;          // value columns staged (whole accumulator tiles)
+    const int bq = int(blockDim.x / 32) * kFlashMmaRows;
     KINFER_DYNAMIC_SHARED(float, smem);
-    float* qs = smem;                              // [16][ldk] scaled queries (zero past dk and n)
-    float* ks = qs + kFlashMmaQ * ldk;             // [16][ldk] the key tile
-    float* vs = ks + kFlashMmaK * ldk;             // [16][ldv] the value tile
-    float* sS = vs + kFlashMmaK * ldv;             // [2][16][kFlashMmaLdP] partial scores, by k half
-    float* sP = sS + 2 * kFlashMmaQ * kFlashMmaLdP;   // [16][kFlashMmaLdP] e^(s - m)
-    float* sC = sP + kFlashMmaQ * kFlashMmaLdP;       // [16] e^(m_old - m_new)
-    const int64_t t0 = int64_t(blockIdx.x) * kFlashMmaQ, h = blockIdx.y;
-    const int nq = int(n - t0 < kFlashMmaQ ? n - t0 : kFlashMmaQ);
+    float* qs = smem;                              // [bq][ldk] scaled queries (zero past dk and n)
+    float* ks = qs + bq * ldk;                     // [32][ldk] the key tile (zero past dk and the keys)
+    float* vs = ks + kFlashMmaKeys * ldk;          // [32][ldv] the value tile (zero past dv and the keys)
+    const int64_t t0 = int64_t(blockIdx.x) * bq, h = blockIdx.y;
+    const int nq = int(n - t0 < bq ? n - t0 : bq);
     const int64_t qpos0 = pos0 + t0;
     const int64_t k_end = b0 + bn < qpos0 + nq ? b0 + bn : qpos0 + nq;
-    if (k_end <= b0) return;                       // every query of the tile comes before the block
-    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, gq = lane / 4, t4 = lane % 4;
+    if (k_end <= b0) return;                       // every query of the block comes before the key block
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
 
-    for (int64_t p = tid; p < kFlashMmaQ * dkp; p += kFlashMmaThreads) {
+    for (int64_t p = tid; p < bq * dkp; p += blockDim.x) {
         const int64_t i = p / dkp, d = p % dkp;
         qs[i * ldk + d] = i < nq && d < dk ? flash_query(q, st, t0 + i, h, H, dn, dk, d, scale) : 0.0f;
     }
-    // This warp's queries' softmax state, and its accumulator tiles (8-column tile warp + 4 a).
-    float m[4], l[4];
-    for (int a = 0; a < 4; ++a) {
-        const int i = 4 * warp + a;
+    // This warp's rows: queries w0 + g (half 0) and w0 + g + 8 (half 1); the keys they may see end
+    // at w_end (at b0 or before when the warp has no query).
+    const int w0 = warp * kFlashMmaRows;
+    const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
+    const int64_t w_end = k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+    float m[2], l[2];
+    for (int half = 0; half < 2; ++half) {
+        const int i = w0 + g + 8 * half;
         const bool live = !first && i < nq;
-        m[a] = live ? st.m[(t0 + i) * H + h] : -INFINITY;
-        l[a] = live ? st.l[(t0 + i) * H + h] : 0.0f;
+        m[half] = live ? st.m[(t0 + i) * H + h] : -INFINITY;
+        l[half] = live ? st.l[(t0 + i) * H + h] : 0.0f;
     }
-    // Element e of tile a in the workspace's accumulators (query row g or g + 8, value column
-    // 8 (warp + 4 a) + 2 t4 (+1)), or -1 past the tile's queries or dv.
+    // Element e of accumulator tile a in the workspace's state (query row g or g + 8, value column
+    // 8 a + 2 t4 (+1)), or -1 past the block's queries or dv.
     auto state_at = [&](int a, int e) -> int64_t {
-        const int i = gq + 8 * (e / 2);
-        const int64_t d = 8 * (warp + 4 * a) + 2 * t4 + e % 2;
+        const int i = w0 + g + 8 * (e / 2);
+        const int64_t d = 8 * a + 2 * t4 + e % 2;
         return i < nq && d < dv ? ((t0 + i) * H + h) * dv + d : -1;
     };
-    float acc[kFlashMmaMaxDv / 32][4];
+    float acc[kVTiles][4];
 #pragma unroll
-    for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
+    for (int a = 0; a < kVTiles; ++a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int64_t at = first ? -1 : state_at(a, e);
             acc[a][e] = at >= 0 ? st.acc[at] : 0.0f;
         }
-    const int ksteps = int(dkp / 8), kh = warp / 2, ks0 = kh ? ksteps / 2 : 0, ks1 = kh ? ksteps : ksteps / 2;
-    const int nkey = 8 * (warp % 2);               // this warp's score keys
+    const int ksteps = int(dkp / 8);
 
-    for (int64_t k0 = b0; k0 < k_end; k0 += kFlashMmaK) {
-        const int nk = int(k_end - k0 < kFlashMmaK ? k_end - k0 : kFlashMmaK);
+    for (int64_t k0 = b0; k0 < k_end; k0 += kFlashMmaKeys) {
+        const int nk = int(k_end - k0 < kFlashMmaKeys ? k_end - k0 : kFlashMmaKeys);
         __syncthreads();                           // the previous tile's readers are done (and qs is written)
-        for (int64_t p = tid; p < kFlashMmaK * dkp; p += kFlashMmaThreads) {
+        for (int64_t p = tid; p < kFlashMmaKeys * dkp; p += blockDim.x) {
             const int64_t j = p / dkp, d = p % dkp, kb = k0 - b0 + j;
             ks[j * ldk + d] = j >= nk || d >= dk ? 0.0f : d < dn ? kn[(kb * H + h) * dn + d] : lat[kb * R + r + (d - dn)];
         }
-        for (int64_t p = tid; p < kFlashMmaK * dv; p += kFlashMmaThreads) {
-            const int64_t j = p / dv, a = p % dv;
-            vs[j * ldv + a] = j < nk ? vv[((k0 - b0 + j) * H + h) * dv + a] : 0.0f;
+        for (int64_t p = tid; p < kFlashMmaKeys * dvp; p += blockDim.x) {
+            const int64_t j = p / dvp, a = p % dvp;
+            vs[j * ldv + a] = j < nk && a < dv ? vv[((k0 - b0 + j) * H + h) * dv + a] : 0.0f;
         }
         __syncthreads();
+        if (k0 >= w_end) continue;                 // (warp-uniform) no query of this warp sees these keys
+        const int ktiles = (nk + 7) / 8;           // 8-key tiles holding a key
 
-        // ---- scores: A = queries, B[k][n] = ks[n][k]; half the k steps this warp ----
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_rows_tf32<kSplit>(c, qs, ldk, ks + nkey * ldk, ldk, ks0, ks1);
-        tf32_store_c(c, sS + kh * kFlashMmaQ * kFlashMmaLdP + nkey, kFlashMmaLdP);
-        __syncthreads();
-
-        // ---- online softmax: warp w's four queries, lane j key j; a key after the query is -inf ----
-        for (int a = 0; a < 4; ++a) {
-            const int i = 4 * warp + a;
-            const bool seen = i < nq && lane < nk && k0 + lane <= qpos0 + i;
-            const float s = seen ? sS[i * kFlashMmaLdP + lane] + sS[(kFlashMmaQ + i) * kFlashMmaLdP + lane] : -INFINITY;
-            float cr;
-            const float p = online_softmax_step(s, m[a], l[a], cr);
-            if (lane < kFlashMmaK) sP[i * kFlashMmaLdP + lane] = p;
-            if (lane == 0) sC[i] = cr;
+        // ---- scores: A = this warp's queries, B[k][n] = ks[n][k], both in the paired k order ----
+        float s[kFlashMmaKeys / 8][4] = {};
+        for (int kstep = 0; kstep < ksteps; ++kstep) {
+            uint32_t a_hi[4], a_lo[4];
+            tf32_frag_a_pairs<kSplit>(a_hi, a_lo, qs + w0 * ldk + 8 * kstep, ldk);
+#pragma unroll
+            for (int j = 0; j < kFlashMmaKeys / 8; ++j) {
+                if (j >= ktiles) break;
+                uint32_t b_hi[2], b_lo[2];
+                tf32_frag_b_row_pairs<kSplit>(b_hi, b_lo, ks + 8 * j * ldk + 8 * kstep, ldk);
+                mma_f32_via_tf32<kSplit>(s[j], a_hi, a_lo, b_hi, b_lo);
+            }
         }
-        __syncthreads();
 
-        // ---- acc = diag(c) acc + P V: A = P (queries x keys), B[k][n] = vs[k][n] ----
-        mma_pv_tf32<kSplit, kFlashMmaK>(acc, sC[gq], sC[gq + 8], sP, kFlashMmaLdP, vs, ldv, 8 * warp, 32, dv);
+        // ---- online softmax per row (half): a key past the tile or after the query is -inf ----
+        float rescale[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t qpos = qpos0 + w0 + g + 8 * half;
+            const bool row_live = w0 + g + 8 * half < nq;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < kFlashMmaKeys / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int key = 8 * j + 2 * t4 + e;
+                    float& x = s[j][2 * half + e];
+                    if (!row_live || key >= nk || k0 + key > qpos) x = -INFINITY;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+            const float mn = fmaxf(m[half], mx);
+            const float safe = mn == -INFINITY ? 0.0f : mn;   // nothing seen yet: e^-inf = 0 below
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kFlashMmaKeys / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[j][2 * half + e];
+                    x = expf(x - safe);
+                    sum += x;
+                }
+            sum += __shfl_xor_sync(kFullMask, sum, 1);
+            sum += __shfl_xor_sync(kFullMask, sum, 2);
+            rescale[half] = expf(m[half] - safe);
+            l[half] = l[half] * rescale[half] + sum;
+            m[half] = mn;
+        }
+
+        // ---- acc = diag(rescale) acc + P V: A = the probabilities as they lie, B[k][n] = vs[k][n] ----
+#pragma unroll
+        for (int a = 0; a < kVTiles; ++a)
+            acc[a][0] *= rescale[0], acc[a][1] *= rescale[0], acc[a][2] *= rescale[1], acc[a][3] *= rescale[1];
+#pragma unroll
+        for (int j = 0; j < kFlashMmaKeys / 8; ++j) {
+            if (j >= ktiles) break;
+            uint32_t a_hi[4], a_lo[4];
+            tf32_frag_a_from_c<kSplit>(a_hi, a_lo, s[j]);
+#pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
+            for (int a = 0; a < kVTiles; ++a) {
+                if (8 * a >= dv) break;
+                uint32_t b_hi[2], b_lo[2];
+                tf32_frag_b_col_pairs<kSplit>(b_hi, b_lo, vs + 8 * j * ldv + 8 * a, ldv);
+                mma_f32_via_tf32<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
     }
 #pragma unroll
-    for (int a = 0; a < kFlashMmaMaxDv / 32; ++a)
+    for (int a = 0; a < kVTiles; ++a)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             if (const int64_t at = state_at(a, e); at >= 0) st.acc[at] = acc[a][e];
-    if (lane == 0)
-        for (int a = 0; a < 4; ++a)
-            if (4 * warp + a < nq) {
-                st.m[(t0 + 4 * warp + a) * H + h] = m[a];
-                st.l[(t0 + 4 * warp + a) * H + h] = l[a];
+    if (t4 == 0)
+        for (int half = 0; half < 2; ++half)
+            if (const int i = w0 + g + 8 * half; i < nq) {
+                st.m[(t0 + i) * H + h] = m[half];
+                st.l[(t0 + i) * H + h] = l[half];
             }
 }
 

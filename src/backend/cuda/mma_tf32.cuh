@@ -16,6 +16,7 @@
 // both TF32, and a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi, off by a_lo b_lo and lo's own rounding,
 // about 2^-21 of |a b|: three tensor-core products in place of one.
 #pragma once
+#include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/compat.h"
 
 #include <cstdint>
@@ -76,6 +77,57 @@ __device__ __forceinline__ void tf32_frag_b_cols(uint32_t (&hi)[2], uint32_t (&l
     const float* p = B + t * ld + g;
     tf32_operand<kSplit>(p[0], hi[0], lo[0]);
     tf32_operand<kSplit>(p[4 * ld], hi[1], lo[1]);
+}
+
+// Two adjacent floats in one 8-byte load (p 8-byte aligned: an even index into rows of an even
+// number of floats).
+__device__ __forceinline__ void load_pair(const float* p, float& a, float& b) {
+    const uint2 w = load_aligned<uint2>(reinterpret_cast<const uint8_t*>(p));
+    a = __uint_as_float(w.x), b = __uint_as_float(w.y);
+}
+
+// The same fragments with logical k t standing for physical k 2t and k t + 4 for 2t + 1 (any
+// order of k is a valid product when A and B take the same one): a row's two values are adjacent,
+// one 8-byte load. Each takes a pointer to row 0, k 0 of its 8 k; ld even, and with ld = 8 mod 32
+// a half-warp's loads hit 32 distinct banks. A second gain: an accumulator tile c (columns 2t,
+// 2t + 1) is, as it stands, the A fragment of these k positions (tf32_frag_a_from_c), so a
+// product's output can be the next product's A without a trip through shared memory.
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_a_pairs(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* A, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    float v0, v1, v8, v9;
+    load_pair(A + g * ld + 2 * t, v0, v1);
+    load_pair(A + (g + 8) * ld + 2 * t, v8, v9);
+    tf32_operand<kSplit>(v0, hi[0], lo[0]);
+    tf32_operand<kSplit>(v8, hi[1], lo[1]);
+    tf32_operand<kSplit>(v1, hi[2], lo[2]);
+    tf32_operand<kSplit>(v9, hi[3], lo[3]);
+}
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_b_row_pairs(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* Bt, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    float v0, v1;
+    load_pair(Bt + g * ld + 2 * t, v0, v1);
+    tf32_operand<kSplit>(v0, hi[0], lo[0]);
+    tf32_operand<kSplit>(v1, hi[1], lo[1]);
+}
+// B from rows that each hold one k of B (B row-major), k rows 2t and 2t + 1: two 4-byte loads
+// (with ld = 4 mod 32 they hit 32 distinct banks).
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_b_col_pairs(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* B, int64_t ld) {
+    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
+    const float* p = B + 2 * t * ld + g;
+    tf32_operand<kSplit>(p[0], hi[0], lo[0]);
+    tf32_operand<kSplit>(p[ld], hi[1], lo[1]);
+}
+// An accumulator tile as the A fragment of the paired k order: c[0] (row g, column 2t) is logical
+// k t, c[1] (row g, 2t + 1) k t + 4, and c[2], c[3] the same for row g + 8.
+template <bool kSplit>
+__device__ __forceinline__ void tf32_frag_a_from_c(uint32_t (&hi)[4], uint32_t (&lo)[4], const float (&c)[4]) {
+    tf32_operand<kSplit>(c[0], hi[0], lo[0]);
+    tf32_operand<kSplit>(c[2], hi[1], lo[1]);
+    tf32_operand<kSplit>(c[1], hi[2], lo[2]);
+    tf32_operand<kSplit>(c[3], hi[3], lo[3]);
 }
 
 // The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
