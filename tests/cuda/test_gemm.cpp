@@ -369,6 +369,35 @@ TEST_CASE("cuda gemm_matmul (cpu mode): the workspace it asks for is bounded, an
                     std::invalid_argument);   // lda shorter than a row
 }
 
+// gemm_tf32 (the MHA key expansion's GEMM on TF32 tensor cores): each operand rounded to TF32 (11
+// significant bits, nearest, ties away from zero, as the CPU mode states it), then gemm()'s fp32
+// sums. The reference rounds in double, written apart from the CPU mode's bit arithmetic; the
+// operands include exact ties (1 + 2^-11 goes to 1 + 2^-10, its negative likewise) and values
+// that are TF32 already (unchanged, so gemm_tf32 is gemm() on them bit for bit).
+TEST_CASE("cuda gemm_tf32 (cpu mode): operands rounded to TF32, ties away from zero; TF32 values exact") {
+    std::unique_ptr<cuda::emu::Blas, void (*)(cuda::emu::Blas*)> blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    auto tf32 = [](float x) {
+        if (x == 0 || !std::isfinite(x)) return x;
+        const int e = std::ilogb(x);
+        return float(std::ldexp(std::round(std::ldexp(double(x), 10 - e)), e - 10));
+    };
+    const int64_t m = 5, n = 3, k = 37;
+    std::vector<float> a = randn(size_t(m * k), 71), b = randn(size_t(n * k), 72);
+    a[0] = 1.0f + std::ldexp(1.0f, -11), a[1] = -(1.0f + std::ldexp(1.0f, -11)), b[0] = 3.0f * (1.0f + std::ldexp(1.0f, -11));
+    CHECK(tf32(a[0]) == 1.0f + std::ldexp(1.0f, -10));
+    std::vector<float> ar(a.size()), br(b.size());
+    std::transform(a.begin(), a.end(), ar.begin(), tf32);
+    std::transform(b.begin(), b.end(), br.begin(), tf32);
+    std::vector<float> got(size_t(m * n)), want(got.size()), raw(got.size()), exact(got.size());
+    cuda::emu::gemm_tf32(blas.get(), m, n, k, a.data(), k, b.data(), k, got.data(), m);
+    cuda::emu::gemm(blas.get(), Elem::F32, m, n, k, ar.data(), k, br.data(), k, want.data(), m);
+    cuda::emu::gemm(blas.get(), Elem::F32, m, n, k, a.data(), k, b.data(), k, raw.data(), m);
+    CHECK(got == want);
+    CHECK(got != raw);   // the rounding is not a no-op
+    cuda::emu::gemm_tf32(blas.get(), m, n, k, ar.data(), k, br.data(), k, exact.data(), m);
+    CHECK(exact == want);
+}
+
 // The grouped prefill GEMM (gemm_matmul_grouped: a MoE layer's experts in one cuBLAS call) must
 // give every task what gemm_matmul gives it alone: the same conversions and, in CPU mode, the same
 // GEMM loops, so the same bits. Tasks of different rows and token counts, strided inputs and

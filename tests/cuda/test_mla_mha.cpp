@@ -143,8 +143,10 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
 // The flash kernel's tensor-core form (mla_mha_mma.cuh, MlaMhaArgs::math) on mma_shapes(). 3xTF32
 // keeps about 2^-21 of each product, so it is held to the fp32 form's bound; single TF32 (11 bits
 // of each operand) to 1e-2 relative plus 1e-3 of the largest |o|, and must be farther off than
-// 3xTF32 (the split is not a no-op). The weights' type only feeds the key expansion: F16 here
-// (any width).
+// 3xTF32 (the split is not a no-op). The key expansion takes the same form (mla_mha.cu: rows split
+// three wide on TF32 GEMMs, or one TF32 GEMM). The weights' type only feeds the key expansion:
+// F32 here (any width, and more bits than TF32 keeps: with F16 weights, exact in TF32, the
+// weights' low parts would be zero and dropping them would go unseen).
 TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores, 3xTF32 at the fp32 bound") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
     const std::vector<MhaCase> shapes = mma_shapes();
@@ -154,7 +156,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
         const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
         const std::vector<float> rows = randn(size_t(n_kv * R), 51, 0.5f), q = randn(size_t(s.n * s.H * dk), 52);
         const backend::MlaShape ms = mla_shape(s);
-        const HeadMat k_b(quant::Type::F16, s.H, s.r, s.dn, 53, 0.3f), v_b(quant::Type::F16, s.H, s.dv, s.r, 54, 0.3f);
+        const HeadMat k_b(quant::Type::F32, s.H, s.r, s.dn, 53, 0.3f), v_b(quant::Type::F32, s.H, s.dv, s.r, 54, 0.3f);
         for (const backend::CacheType ct : cache_types) {
             MhaPages p(ct, R, s.page_rows, n_kv);
             cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
@@ -172,6 +174,14 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
                                                 ws.data(), ws.size() * sizeof(float), nullptr);
                 if (split) check_close(got, want, 2e-6, abs, "paged MHA output, 3xTF32");
                 else check_close(got, want, 1e-2, 1e-3 * mha_max_abs(want), "paged MHA output, TF32");
+                // The 3xTF32 expansion's split rows lie past the fp32 form's workspace, and were
+                // written; single TF32 asks for nothing more than fp32.
+                const size_t fp32_floats =
+                    cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::fp32), p.args()) / sizeof(float);
+                if (split)
+                    CHECK(std::count_if(ws.begin() + std::ptrdiff_t(std::min(fp32_floats, ws.size())), ws.end(),
+                                        [](float x) { return !std::isnan(x); }) > 0);
+                else CHECK(ws.size() == fp32_floats);
                 for (size_t i = 0; i < got.size(); ++i)
                     worst[split] = std::max(worst[split], std::fabs(double(got[i]) - want[i]) / (2e-6 * std::fabs(want[i]) + abs));
                 if (ct != backend::CacheType::f32 || !split) continue;
@@ -192,8 +202,9 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
 // Over an f16 cache, f16x2 / f16 expand the keys on fp16 tensor cores (mla_mha.cu): the weights'
 // rows scaled into fp16's range and split in two (or rounded once) against the cache's exact
 // values, one GEMM of k = 2r; the flash kernel then as 3xTF32 / TF32. f16x2 at the fp32 bound,
-// f16 at single TF32's and farther off, and not the bits of single TF32 (which would mean the
-// fp16 expansion was not taken). The weights: F32 near 2e-3 (their remainders under fp16's normal
+// f16 at single TF32's and farther off, and with the fp16 arrays of the workspace written (which
+// shows the fp16 expansion was taken). On the other caches, f16x2 / f16 are the TF32 forms bit
+// for bit, expansion included. The weights: F32 near 2e-3 (their remainders under fp16's normal
 // range unless scaled, so the bound fails without the scaling) and Q8_0 (d q: more bits than
 // fp16 holds).
 TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor cores over an f16 cache") {
@@ -214,23 +225,33 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
             std::vector<float> want(size_t(s.n * s.H * s.dv), -2.0f);
             cpu().mla_attend_tiled_mha(k_b.m, v_b.m, p.c, q.data(), want.data(), ms);
             const double abs = 2e-6 * mha_max_abs(want);
-            auto run = [&](cuda::emu::F32Math math) {
+            // The output, and how many floats of the workspace past single TF32's own the call wrote
+            // (the fp16 arrays are all there is past it).
+            auto run = [&](cuda::emu::F32Math math, size_t& written_past_tf32) {
                 const cuda::emu::MlaMhaArgs a = mha_args(s, math);
                 std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float),
                                       std::numeric_limits<float>::quiet_NaN());
                 std::vector<float> got(want.size(), -1.0f);
                 cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
                                                 ws.data(), ws.size() * sizeof(float), nullptr);
+                const size_t tf32_floats =
+                    cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::tf32), p.args()) / sizeof(float);
+                written_past_tf32 = size_t(std::count_if(ws.begin() + std::ptrdiff_t(std::min(tf32_floats, ws.size())), ws.end(),
+                                                         [](float x) { return !std::isnan(x); }));
                 return got;
             };
             for (const bool split : {true, false}) {
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block,
                      " weights ", quant::traits(wt).name, " f16x2 ", split);
-                const std::vector<float> got = run(split ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::f16);
+                size_t written = 0;
+                const std::vector<float> got = run(split ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::f16, written);
                 if (split) check_close(got, want, 2e-6, abs, "paged MHA output, f16x2");
                 else check_close(got, want, 1e-2, 1e-3 * mha_max_abs(want), "paged MHA output, f16");
-                if (!split) CHECK(got != run(cuda::emu::F32Math::tf32));
-                if (split && s.H == 2) {   // the other caches: exactly the TF32 forms (their expansion is fp32)
+                // The fp16 expansion was taken: its arrays were written. (Its output cannot tell:
+                // single TF32's expansion keeps the same 11 bits of each weight, rounding ties the
+                // other way, and f16x2's is fp32-class like 3xTF32's.)
+                CHECK(written > 0);
+                if (split && s.H == 2) {   // the other caches: exactly the 3xTF32 form
                     for (const backend::CacheType ct : {backend::CacheType::f32, backend::CacheType::q8_0}) {
                         if (ct == backend::CacheType::q8_0 && R % 32 != 0) continue;
                         MhaPages o(ct, R, s.page_rows, n_kv);

@@ -17,6 +17,7 @@
 #endif
 
 #include <climits>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -159,6 +160,17 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
                "cublasGemmEx");
 }
 
+void gemm_tf32(Blas* b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+               float* C, int64_t ldc) {
+    blas_check_shape(m, n, k, lda, ldb, ldc);
+    if (m == 0 || n == 0) return;
+    const float alpha = 1.0f, beta = 0.0f;
+    blas_check(cublas().gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &alpha, A, CUDA_R_32F, int(lda), B,
+                                CUDA_R_32F, int(ldb), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
+                                CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx (TF32)");
+}
+
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
     std::vector<int> m, n, k, lda, ldb, ldc;
     std::vector<const void*> host_ptrs;   // A..., then B..., then C...
@@ -262,9 +274,21 @@ std::vector<float> blas_to_f32(Elem t, const void* p, int64_t rows, int64_t k, i
 // rounding of the sum, not bit for bit (the tests' bounds allow for that).
 namespace {
 
+// x rounded to TF32: nearest, ties away from zero (mma_tf32.cuh's tf32_round on the host).
+float blas_tf32(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
 void gemm_now(Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, float* C,
-              int64_t ldc) {
-    const std::vector<float> a = blas_to_f32(t, A, m, k, lda), bt = blas_to_f32(t, B, n, k, ldb);
+              int64_t ldc, bool tf32 = false) {
+    std::vector<float> a = blas_to_f32(t, A, m, k, lda), bt = blas_to_f32(t, B, n, k, ldb);
+    if (tf32)
+        for (auto* v : {&a, &bt})
+            for (float& x : *v) x = blas_tf32(x);
     for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
             const float* ar = a.data() + i * k;
@@ -283,6 +307,14 @@ void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64
     blas_check_shape(m, n, k, lda, ldb, ldc);
     if (m == 0 || n == 0) return;
     cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc); },
+                     cpu_mode::WorkKey{0, cpu_mode::kBlas});
+}
+
+void gemm_tf32(Blas* b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+               float* C, int64_t ldc) {
+    blas_check_shape(m, n, k, lda, ldb, ldc);
+    if (m == 0 || n == 0) return;
+    cpu_mode::submit(b->stream, [=] { gemm_now(Elem::F32, m, n, k, A, lda, B, ldb, C, ldc, true); },
                      cpu_mode::WorkKey{0, cpu_mode::kBlas});
 }
 

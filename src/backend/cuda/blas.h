@@ -29,6 +29,14 @@ void blas_destroy(Blas* b);
 void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
           float* C, int64_t ldc);
 
+// gemm()'s product of fp32 operands on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): each
+// operand element rounded to TF32 (11 significant bits) inside the product, fp32 accumulation,
+// several times the rate of fp32 FMAs. Operands whose values are TF32 already (the halves of a
+// 3xTF32 split, mla_mha.cu) lose nothing; the CPU mode rounds to nearest, ties away from zero
+// (mma_tf32.cuh's tf32_round), where cuBLAS does not document its rounding.
+void gemm_tf32(Blas* b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+               float* C, int64_t ldc);
+
 // Many GEMMs of gemm()'s form and element type t, each its own shape and pointers (the routed
 // experts of a MoE layer in prefill): one cublasGemmGroupedBatchedEx call (each problem a group of
 // one) where cuBLAS has it; where it does not (a cuBLAS before 12.5, or a type combination it

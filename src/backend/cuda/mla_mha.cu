@@ -9,7 +9,9 @@
 //  2. per block of kb keys: the latent rows C (loaded from the pages, or the contiguous rows),
 //     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two fp32 GEMMs (blas.h, no TF32)
 //     for all heads at once, since every head reads the same C (over an f16 cache with
-//     MlaMhaArgs::math f16x2 / f16: fp16 GEMMs on the weights' scaled split, below);
+//     MlaMhaArgs::math f16x2 / f16: fp16 GEMMs on the weights' scaled split; otherwise with
+//     tf32x3 / f16x2: TF32 GEMMs on both operands' three-wide split, with tf32 / f16: one TF32
+//     GEMM on the rows as they are; below);
 //  3. per block, mha_flash_kernel: one CUDA block per (tile of kTQ queries, head) walks the keys it
 //     may see in tiles of kTK, scores S = Q . K^T with k_pe read from C, and keeps the online
 //     softmax (running max m, sum l, unnormalised acc) in the workspace between key blocks;
@@ -192,6 +194,26 @@ __global__ void __launch_bounds__(kTransposeThreads)
     if (lane == 0) unscale[row] = ldexpf(1.0f, -e);
 }
 
+// The keys' expansion on TF32 tensor cores, 3xTF32 (KINFER_CUDA_MLA=tf32x3): each fp32 value x of
+// a row as x = hi + lo, both TF32 (tf32_split), written three times side by side: weight rows as
+// [hi | hi | lo], latent rows as [hi | lo | hi]. One TF32 GEMM of k = 3 cols then sums
+// w_hi c_hi + w_hi c_lo + w_lo c_hi, every product exact (its operands are TF32 already): off by
+// w_lo c_lo and the halves' rounding, about 2^-21 of |w c|, fp32-class, as the flash kernel's own
+// 3xTF32 products. Rows ld_in floats apart in, 3 cols apart out.
+__global__ void __launch_bounds__(kTransposeThreads)
+    split_rows_tf32_kernel(const float* __restrict__ in, int64_t rows, int64_t cols, int64_t ld_in, int weights,
+                           float* __restrict__ out) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p >= rows * cols) return;
+    const int64_t row = p / cols, i = p % cols;
+    uint32_t hi, lo;
+    tf32_split(in[row * ld_in + i], hi, lo);
+    float* o = out + row * 3 * cols + i;
+    o[0] = __uint_as_float(hi);
+    o[cols] = __uint_as_float(weights ? hi : lo);
+    o[2 * cols] = __uint_as_float(weights ? lo : hi);
+}
+
 // The latent part (the first r values) of f16 cache rows [j0, j0 + n), their bits as they are,
 // `copies` times side by side: the expansion GEMM's B rows ([c | c] against [w_hi | w_lo]).
 __global__ void __launch_bounds__(kTransposeThreads)
@@ -213,15 +235,25 @@ bool f16_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
     return pages && pages->type == kLatentF16 && (a.math == F32Math::f16x2 || a.math == F32Math::f16);
 }
 int64_t f16_expansion_k(const MlaMhaArgs& a) { return a.math == F32Math::f16x2 ? 2 * a.r : a.r; }
+// Whether a call's keys are expanded on TF32 tensor cores, and how: tf32x3 (the split rows above)
+// or tf32 (cuBLAS's TF32 GEMM on the fp32 rows as they are). f16x2 / f16 over another cache than
+// f16 take them too (their flash kernel is TF32's as well), so there they are tf32x3 / tf32.
+bool tf32x3_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
+    return !f16_expansion(a, pages) && (a.math == F32Math::tf32x3 || a.math == F32Math::f16x2);
+}
+bool tf32_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
+    return tf32x3_expansion(a, pages) || (!f16_expansion(a, pages) && (a.math == F32Math::tf32 || a.math == F32Math::f16));
+}
 
 // The workspace, in floats: the fp32 weights (wkT, wv, and attn_k_b before its transpose), one
 // key block (latent rows when paged, K_nope, V) and the softmax state; for the fp16 expansion,
 // the weights as fp16 rows (wk16, wv16) with their unscale factors (ku, vu) and the block's
-// latent rows as fp16 (lat16), only then (an f32 or q8_0 cache under f16x2 asks none of it).
+// latent rows as fp16 (lat16), only then (an f32 or q8_0 cache under f16x2 asks none of it); for
+// the 3xTF32 expansion, the weights' and the block's latent rows split three wide (wk3, wv3, lat3).
 struct MhaLayout {
     int64_t kb = 0;
     size_t wkT = 0, wv = 0, wk_raw = 0, lat = 0, kn = 0, vv = 0, m = 0, l = 0, acc = 0;
-    size_t wk16 = 0, wv16 = 0, ku = 0, vu = 0, lat16 = 0, total = 0;
+    size_t wk16 = 0, wv16 = 0, ku = 0, vu = 0, lat16 = 0, wk3 = 0, wv3 = 0, lat3 = 0, total = 0;
 };
 
 MhaLayout mha_layout(const MlaMhaArgs& a, const LatentArgs* pages) {
@@ -250,6 +282,11 @@ MhaLayout mha_layout(const MlaMhaArgs& a, const LatentArgs* pages) {
         L.ku = take(size_t(a.H * a.dn));
         L.vu = take(size_t(a.H * a.dv));
         L.lat16 = take(size_t(L.kb) * k16 / 2 + 1);
+    }
+    if (tf32x3_expansion(a, pages)) {
+        L.wk3 = take(size_t(a.H * a.dn * 3 * a.r));
+        L.wv3 = take(size_t(a.H * a.dv * 3 * a.r));
+        L.lat3 = take(size_t(L.kb * 3 * a.r));
     }
     L.total = at;
     return L;
@@ -305,6 +342,15 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
                       split, wv16, ws + L.vu);
         st.k_unscale = ws + L.ku, st.v_unscale = ws + L.vu;
     }
+    // The 3xTF32 expansion: the weights split once a call.
+    const bool x3 = tf32x3_expansion(a, pages);
+    auto* split_tf32 = &split_rows_tf32_kernel;
+    if (x3) {
+        KINFER_LAUNCH(split_tf32, flat_grid(H * dn * r), dim3(kTransposeThreads), 0, as_stream(stream), wkT, H * dn, r, r, 1,
+                      ws + L.wk3);
+        KINFER_LAUNCH(split_tf32, flat_grid(H * dv * r), dim3(kTransposeThreads), 0, as_stream(stream), wv, H * dv, r, r, 1,
+                      ws + L.wv3);
+    }
     // The tensor-core form where asked (its accumulators: dv <= 256), 16 queries a warp and as many
     // warps as the chunk fills up to 4; the fp32 one otherwise, kTQ queries a block. Both take the
     // same arguments.
@@ -335,6 +381,14 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
                           int(k16 / r), lat16);
             gemm(blas, Elem::F16, H * dn, bn, k16, wk16, k16, lat16, k16, ws + L.kn, H * dn);
             gemm(blas, Elem::F16, H * dv, bn, k16, wv16, k16, lat16, k16, ws + L.vv, H * dv);
+        } else if (x3) {
+            KINFER_LAUNCH(split_tf32, flat_grid(bn * r), dim3(kTransposeThreads), 0, as_stream(stream), lat, bn, r, R, 0,
+                          ws + L.lat3);
+            gemm_tf32(blas, H * dn, bn, 3 * r, ws + L.wk3, 3 * r, ws + L.lat3, 3 * r, ws + L.kn, H * dn);
+            gemm_tf32(blas, H * dv, bn, 3 * r, ws + L.wv3, 3 * r, ws + L.lat3, 3 * r, ws + L.vv, H * dv);
+        } else if (tf32_expansion(a, pages)) {
+            gemm_tf32(blas, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
+            gemm_tf32(blas, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
         } else {
             gemm(blas, Elem::F32, H * dn, bn, r, wkT, r, lat, R, ws + L.kn, H * dn);
             gemm(blas, Elem::F32, H * dv, bn, r, wv, r, lat, R, ws + L.vv, H * dv);
