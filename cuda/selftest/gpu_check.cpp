@@ -818,10 +818,12 @@ void paged_cache(backend::Backend& gpu, backend::CpuBackend& cpu) {
 // The decompressed (MHA) prefill form through the pages (mla_mha.cu), K3's MLA shape (64 heads,
 // r 512 + 64, dn 128, dv 128, attn_k_b / attn_v_b at Q8_0), a 512-token chunk at the end of 4K /
 // 32K cached positions: checked against the CPU's tiled MHA op at 4K, and timed against the tiled
-// absorbed form on the same chunk (the model picks between them by operation count alone).
+// absorbed form on the same chunk (the model picks between them by operation count alone). Then a
+// 4096-token chunk at 32K, timed alone: there the attention outweighs the keys' expansion (about
+// 410 / n of it), so its TFLOPS are mostly the flash kernel's.
 void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
-    std::printf("\n# MLA prefill, 512-token chunk: decompressed (MHA) against absorbed, f16 pages of 256 rows\n");
-    const int64_t H = 64, r = 512, dr = 64, dn = 128, dv = 128, R = r + dr, dk = dn + dr, n = 512, page_rows = 256;
+    std::printf("\n# MLA prefill, 512-token chunks: decompressed (MHA) against absorbed; a 4096-token chunk; f16 pages of 256 rows\n");
+    const int64_t H = 64, r = 512, dr = 64, dn = 128, dv = 128, R = r + dr, dk = dn + dr, page_rows = 256;
     const quant::Type wt = quant::Type::Q8_0;
     const quant::Traits& tr = quant::traits(wt);
     const size_t rb_k = quant::row_size(tr, dn), rb_v = quant::row_size(tr, r);
@@ -848,62 +850,70 @@ void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
             hptr.push_back(hpages.back().data());
         }
         backend::LatentPages gc{t, R, page_rows, row_bytes, gptr.data(), n_pages}, hc{t, R, page_rows, row_bytes, hptr.data(), n_pages};
-        const std::vector<float> rows = randn(size_t(ctx * R), 62), q = randn(size_t(n * H * dk), 63);
+        const std::vector<float> rows = randn(size_t(ctx * R), 62);
         {
             Dev drows(gpu, rows.data(), rows.size() * 4, "rows");
             gpu.mla_cache_store(gc, 0, ctx, drows.f(), 0);
         }
-        backend::MlaShape ms;
-        ms.n = n, ms.pos0 = ctx - n, ms.H = H, ms.r = r, ms.dr = dr, ms.dn = dn, ms.dv = dv;
-        ms.scale = 1.0f / std::sqrt(float(dk));
-        Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
-        // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh): 3xTF32 at
-        // the same bound, single TF32 at 1e-2 relative (test_mla_mha's); f16x2 / f16 add the keys'
-        // expansion on fp16 tensor cores (the f16 cache exact, the weights split or rounded once).
-        // The fp32 form is timed last, so the absorbed comparison below is against the default.
-        auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
-        using Math = backend::cuda::CudaBackend::Math;
-        const Math had = cuda_be ? cuda_be->mla_math() : Math::fp32;
-        std::vector<float> want;
-        double wmax = 0;
-        if (ctx == 4096) {
-            cpu.mla_cache_store(hc, 0, ctx, rows.data(), 0);
-            want.resize(size_t(n * H * dv));
-            cpu.mla_attend_tiled_mha(hk, hv, hc, q.data(), want.data(), ms);
-            for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+        for (const int64_t n : {int64_t(512), int64_t(4096)}) {
+            if (n == 4096 && ctx != 32768) continue;
+            const std::vector<float> q = randn(size_t(n * H * dk), 63);
+            backend::MlaShape ms;
+            ms.n = n, ms.pos0 = ctx - n, ms.H = H, ms.r = r, ms.dr = dr, ms.dn = dn, ms.dv = dv;
+            ms.scale = 1.0f / std::sqrt(float(dk));
+            Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
+            // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh): 3xTF32 at
+            // the same bound, single TF32 at 1e-2 relative (test_mla_mha's); f16x2 / f16 add the keys'
+            // expansion on fp16 tensor cores (the f16 cache exact, the weights split or rounded once).
+            // The fp32 form is timed last, so the absorbed comparison below is against the default.
+            auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
+            using Math = backend::cuda::CudaBackend::Math;
+            const Math had = cuda_be ? cuda_be->mla_math() : Math::fp32;
+            std::vector<float> want;
+            double wmax = 0;
+            if (ctx == 4096) {
+                cpu.mla_cache_store(hc, 0, ctx, rows.data(), 0);
+                want.resize(size_t(n * H * dv));
+                cpu.mla_attend_tiled_mha(hk, hv, hc, q.data(), want.data(), ms);
+                for (float x : want) wmax = std::max(wmax, double(std::fabs(x)));
+            }
+            double s_mha = 0;
+            auto form_name = [](Math m) {
+                return m == Math::fp32 ? "fp32" : m == Math::tf32x3 ? "3xTF32" : m == Math::tf32 ? "TF32" : m == Math::f16x2 ? "f16x2" : "f16";
+            };
+            for (const Math m : {Math::tf32x3, Math::tf32, Math::f16x2, Math::f16, Math::fp32}) {
+                if (!cuda_be && m != Math::fp32) continue;
+                if (cuda_be) cuda_be->set_mla_math(m);
+                const char* form = form_name(m);
+                const bool single = m == Math::tf32 || m == Math::f16;
+                gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
+                if (ctx == 4096)
+                    check((std::string("mla MHA prefill over f16 pages, ctx 4096, ") + form).c_str(), down(gpu, dout, want.size()),
+                          want, single ? 1e-2 : 1e-4, (single ? 1e-3 : 1e-5) * wmax);
+                s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
+                // H n n_kv (dk + dv) multiply-adds, about half of them masked away in the last n keys.
+                const double flops = 2.0 * double(H) * double(n) * double(ctx - n / 2) * double(dk + dv);
+                std::printf("     mla MHA prefill chunk of %lld at %lld cached positions, flash kernel %-6s: %.2f ms (%.1f TFLOPS "
+                            "with the key expansion)\n", (long long)n, (long long)ctx, form, s_mha * 1e3, flops / s_mha / 1e12);
+            }
+            if (n != 512) {   // the long chunk: the MHA forms' times alone
+                if (cuda_be) cuda_be->set_mla_math(had);
+                continue;
+            }
+            // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted),
+            // with the default arithmetic and on the fp16 tensor cores (the operation count picks between
+            // the forms; these say what the GPU makes of it).
+            const std::vector<float> Q = randn(size_t(n * H * R), 64);
+            Dev dQ(gpu, Q.data(), Q.size() * 4, "Q"), dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");
+            for (const Math m : {had, Math::f16x2}) {
+                if (!cuda_be && m != had) continue;
+                if (cuda_be) cuda_be->set_mla_math(m);
+                const double s_abs = time_it(gpu, 5, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
+                std::printf("     mla prefill chunk of %lld at %lld cached positions: MHA (fp32) %.2f ms, absorbed (%s) %.2f ms (%.2fx)\n",
+                            (long long)n, (long long)ctx, s_mha * 1e3, form_name(m), s_abs * 1e3, s_abs / s_mha);
+            }
+            if (cuda_be) cuda_be->set_mla_math(had);
         }
-        double s_mha = 0;
-        auto form_name = [](Math m) {
-            return m == Math::fp32 ? "fp32" : m == Math::tf32x3 ? "3xTF32" : m == Math::tf32 ? "TF32" : m == Math::f16x2 ? "f16x2" : "f16";
-        };
-        for (const Math m : {Math::tf32x3, Math::tf32, Math::f16x2, Math::f16, Math::fp32}) {
-            if (!cuda_be && m != Math::fp32) continue;
-            if (cuda_be) cuda_be->set_mla_math(m);
-            const char* form = form_name(m);
-            const bool single = m == Math::tf32 || m == Math::f16;
-            gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms);
-            if (ctx == 4096)
-                check((std::string("mla MHA prefill over f16 pages, ctx 4096, ") + form).c_str(), down(gpu, dout, want.size()),
-                      want, single ? 1e-2 : 1e-4, (single ? 1e-3 : 1e-5) * wmax);
-            s_mha = time_it(gpu, 5, [&] { gpu.mla_attend_tiled_mha(gk, gv, gc, dq.f(), dout.f(), ms); });
-            // H n n_kv (dk + dv) multiply-adds, about half of them masked away in the last n keys.
-            const double flops = 2.0 * double(H) * double(n) * double(ctx - n / 2) * double(dk + dv);
-            std::printf("     mla MHA prefill chunk of %lld at %lld cached positions, flash kernel %-6s: %.2f ms (%.1f TFLOPS "
-                        "with the key expansion)\n", (long long)n, (long long)ctx, form, s_mha * 1e3, flops / s_mha / 1e12);
-        }
-        // The absorbed form's attention on the same chunk (its q_abs / attn_v_b matmuls not counted),
-        // with the default arithmetic and on the fp16 tensor cores (the operation count picks between
-        // the forms; these say what the GPU makes of it).
-        const std::vector<float> Q = randn(size_t(n * H * R), 64);
-        Dev dQ(gpu, Q.data(), Q.size() * 4, "Q"), dl(gpu, nullptr, size_t(n * H * r) * 4, "lat");
-        for (const Math m : {had, Math::f16x2}) {
-            if (!cuda_be && m != had) continue;
-            if (cuda_be) cuda_be->set_mla_math(m);
-            const double s_abs = time_it(gpu, 5, [&] { gpu.mla_attend_tiled(gc, dQ.f(), dl.f(), ms); });
-            std::printf("     mla prefill chunk of %lld at %lld cached positions: MHA (fp32) %.2f ms, absorbed (%s) %.2f ms (%.2fx)\n",
-                        (long long)n, (long long)ctx, s_mha * 1e3, form_name(m), s_abs * 1e3, s_abs / s_mha);
-        }
-        if (cuda_be) cuda_be->set_mla_math(had);
     }
 }
 
