@@ -862,10 +862,12 @@ void mla_mha_prefill(backend::Backend& gpu, backend::CpuBackend& cpu) {
             ms.n = n, ms.pos0 = ctx - n, ms.H = H, ms.r = r, ms.dr = dr, ms.dn = dn, ms.dv = dv;
             ms.scale = 1.0f / std::sqrt(float(dk));
             Dev dq(gpu, q.data(), q.size() * 4, "q"), dout(gpu, nullptr, size_t(n * H * dv) * 4, "o");
-            // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh): 3xTF32 at
-            // the same bound, single TF32 at 1e-2 relative (test_mla_mha's); f16x2 / f16 add the keys'
-            // expansion on fp16 tensor cores (the f16 cache exact, the weights split or rounded once).
-            // The fp32 form is timed last, so the absorbed comparison below is against the default.
+            // The flash kernel on the CUDA cores, then on TF32 tensor cores (mla_mha_mma.cuh) with the
+            // keys expanded on TF32 ones: 3xTF32 at the same bound, single TF32 at 1e-2 relative
+            // (test_mla_mha's); f16x2 / f16 on fp16 tensor cores, the flash kernel
+            // (mla_mha_mma_f16.cuh) and the keys' expansion (the f16 cache exact, the weights split
+            // or rounded once). The fp32 form is timed last, so the absorbed comparison below is
+            // against the default.
             auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
             using Math = backend::cuda::CudaBackend::Math;
             const Math had = cuda_be ? cuda_be->mla_math() : Math::fp32;

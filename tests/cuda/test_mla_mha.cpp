@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -111,7 +112,8 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the decompressed prefill form == the 
             const HeadMat k_b(wt, s.H, s.r, s.dn, 43, 0.3f), v_b(wt, s.H, s.dv, s.r, 44, 0.3f);
             for (const backend::CacheType ct : cache_types) {
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " r ", s.r, " dr ", s.dr, " dn ", s.dn, " dv ", s.dv,
-                     " key_block ", s.key_block, " weights ", quant::traits(wt).name, " cache ", backend::cache_type_name(ct));
+                     " key_block ", s.key_block, " weights ", std::string(quant::traits(wt).name), " cache ",
+                     std::string(backend::cache_type_name(ct)));
                 MhaPages p(ct, R, s.page_rows, n_kv);
                 cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
                 // NaN in the workspace: the softmax state must be set up by the first key block, not
@@ -165,7 +167,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the flash kernel on TF32 tensor cores
             const double abs = 2e-6 * mha_max_abs(want);
             for (const bool split : {true, false}) {
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block, " cache ",
-                     backend::cache_type_name(ct), " 3xTF32 ", split);
+                     std::string(backend::cache_type_name(ct)), " 3xTF32 ", split);
                 const cuda::emu::MlaMhaArgs a = mha_args(s, split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32);
                 std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float),
                                       std::numeric_limits<float>::quiet_NaN());
@@ -242,7 +244,7 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
             };
             for (const bool split : {true, false}) {
                 INFO("n ", s.n, " pos0 ", s.pos0, " H ", s.H, " dk ", dk, " dv ", s.dv, " key_block ", s.key_block,
-                     " weights ", quant::traits(wt).name, " f16x2 ", split);
+                     " weights ", std::string(quant::traits(wt).name), " f16x2 ", split);
                 size_t written = 0;
                 const std::vector<float> got = run(split ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::f16, written);
                 if (split) check_close(got, want, 2e-6, abs, "paged MHA output, f16x2");
@@ -251,23 +253,30 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
                 // single TF32's expansion keeps the same 11 bits of each weight, rounding ties the
                 // other way, and f16x2's is fp32-class like 3xTF32's.)
                 CHECK(written > 0);
-                if (split && s.H == 2) {   // the other caches: exactly the 3xTF32 form
+                if (s.H == 2) {
+                    // The other caches: the TF32 forms' expansion (the same workspace: no fp16
+                    // arrays asked for) and the fp16 flash kernel, within the form's bound of the
+                    // CPU's op over the same cache, and not the bits of the TF32 flash kernel.
+                    const auto math16 = split ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::f16;
+                    const auto math32 = split ? cuda::emu::F32Math::tf32x3 : cuda::emu::F32Math::tf32;
                     for (const backend::CacheType ct : {backend::CacheType::f32, backend::CacheType::q8_0}) {
                         if (ct == backend::CacheType::q8_0 && R % 32 != 0) continue;
                         MhaPages o(ct, R, s.page_rows, n_kv);
                         cpu().mla_cache_store(o.c, 0, n_kv, rows.data(), 0);
-                        std::vector<float> a16(want.size(), -1.0f), a32(want.size(), -2.0f);
+                        std::vector<float> a16(want.size(), -1.0f), a32(want.size(), -2.0f), want_o(want.size(), -3.0f);
                         for (std::vector<float>* out : {&a16, &a32}) {
-                            const cuda::emu::MlaMhaArgs a =
-                                mha_args(s, out == &a16 ? cuda::emu::F32Math::f16x2 : cuda::emu::F32Math::tf32x3);
+                            const cuda::emu::MlaMhaArgs a = mha_args(s, out == &a16 ? math16 : math32);
                             std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, o.args()) / sizeof(float));
                             cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), o.args(), q.data(), out->data(),
                                                             a, ws.data(), ws.size() * sizeof(float), nullptr);
                         }
-                        CHECK(a16 == a32);
-                        // and no fp16 arrays asked for there: the TF32 form's workspace
-                        CHECK(cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::f16x2), o.args()) ==
-                              cuda::emu::mla_mha_workspace_bytes(mha_args(s, cuda::emu::F32Math::tf32x3), o.args()));
+                        cpu().mla_attend_tiled_mha(k_b.m, v_b.m, o.c, q.data(), want_o.data(), ms);
+                        if (split)
+                            check_close(a16, want_o, 2e-6, 2e-6 * mha_max_abs(want_o), "paged MHA output, f16x2, another cache");
+                        else check_close(a16, want_o, 1e-2, 1e-3 * mha_max_abs(want_o), "paged MHA output, f16, another cache");
+                        CHECK(a16 != a32);
+                        CHECK(cuda::emu::mla_mha_workspace_bytes(mha_args(s, math16), o.args()) ==
+                              cuda::emu::mla_mha_workspace_bytes(mha_args(s, math32), o.args()));
                     }
                 }
                 for (size_t i = 0; i < got.size(); ++i)

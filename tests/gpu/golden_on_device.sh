@@ -20,8 +20,8 @@
 #   tc      "all" with KINFER_CUDA_KDA=tf32x3 and KINFER_CUDA_MLA=tf32x3: the prefill's chunked KDA
 #           and the grouped absorbed MLA kernel with their products on the TF32 tensor cores as
 #           3xTF32 splits (kda_chunked_mma.cu, mla_mma.cuh);
-#   tc-mha  "mha" with the same: the decompressed form's flash kernel on them (mla_mha_mma.cuh),
-#           against the CPU's decompressed form.
+#   tc-mha  "mha" with the same: the decompressed form's flash kernel on them (mla_mha_mma.cuh)
+#           and its keys' expansion (split rows on TF32 GEMMs), against the CPU's decompressed form.
 #   tc-f16  "tiled" over an f16 latent cache (-ctk f16) with KINFER_CUDA_MLA=f16x2: the absorbed
 #           kernel on fp16 tensor cores, the cache's values exact and q and the probabilities split
 #           in two fp16 parts (mla_mma_f16.cuh), for decode and for the prefill (which the
@@ -30,7 +30,8 @@
 #           kda_chunked_mma_f16.cuh); against the CPU's tiled form over the same f16 cache;
 #   tc-f16-mha  the same with the prefill in the decompressed form (--mla-tiled-form
 #           decompressed): its key expansion on fp16 tensor cores (the weights split; mla_mha.cu),
-#           its flash kernel as 3xTF32; against the CPU's same form.
+#           its flash kernel on them too (both operands split, mla_mha_mma_f16.cuh); against the
+#           CPU's same form.
 # (The MHA forms keep q_nope in fp32 where llama.cpp's absorbed form rounds it to the vec_dot
 # format, so they are held to the CPU's same form, not to llama.cpp's logits.) The greedy ids
 # must equal the CPU's of the same form. The logits bound per model: twice llama.cpp's own spread

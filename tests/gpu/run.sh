@@ -343,8 +343,8 @@ sanitize() {
         # The default forms, then the tensor-core ones: the int8 GEMM with the TF32 chunked KDA and
         # MLA; then the fp16 ones: the chunked KDA (KINFER_CUDA_KDA=f16x3) and the tiled MLA over
         # an f16 cache (KINFER_CUDA_MLA=f16x2): the prefill in the decompressed form (its key
-        # expansion on fp16 tensor cores, its flash kernel on TF32), the decode's absorbed kernel on
-        # fp16 ones.
+        # expansion and its flash kernel on fp16 tensor cores), the decode's absorbed kernel on
+        # them too.
         for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 f16x3 f16x2 f16"; do
             read -r gemm kda mla cache <<<"$form"
             what="$tool, $gemm prefill GEMM, $kda KDA, $mla MLA, $cache cache"

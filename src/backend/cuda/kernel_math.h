@@ -11,8 +11,9 @@ namespace kinfer::cuda {
 // operands (about 2^-11 relative a product).
 // f16x2 / f16: the MLA kernels over an f16 latent cache on fp16 tensor cores (mma_f16.cuh), the
 // cache's values exact and the fp32 operand split in two fp16 parts (fp32-class) or rounded once
-// (2^-11): the grouped absorbed kernel, and the decompressed form's key expansion; everything else
-// takes tf32x3 / tf32 for them.
+// (2^-11): the grouped absorbed kernel, and the decompressed form's key expansion. The
+// decompressed form's flash kernel takes fp16 tensor cores over any cache, both operands split
+// (three products, fp32-class) or rounded once. Everything else takes tf32x3 / tf32 for them.
 // f16x3 / f16: the chunked KDA's state products on fp16 tensor cores (kda_chunked_mma_f16.cuh),
 // both fp32 operands scaled by powers of two and split in two fp16 parts, three products
 // (fp32-class), or rounded once. The KDA refuses f16x2 (none of its operands is fp16), the MLA

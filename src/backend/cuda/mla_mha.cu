@@ -23,6 +23,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mla_mha_mma.cuh"
+#include "backend/cuda/mla_mha_mma_f16.cuh"
 #include "backend/cuda/mma_f16.cuh"
 #include "backend/cuda/reduce.cuh"
 
@@ -351,19 +352,24 @@ void attend_mha(Blas* blas, const HeadWeights& k_b, const HeadWeights& v_b, cons
         KINFER_LAUNCH(split_tf32, flat_grid(H * dv * r), dim3(kTransposeThreads), 0, as_stream(stream), wv, H * dv, r, r, 1,
                       ws + L.wv3);
     }
-    // The tensor-core form where asked (its accumulators: dv <= 256), 16 queries a warp and as many
-    // warps as the chunk fills up to 4; the fp32 one otherwise, kTQ queries a block. Both take the
-    // same arguments.
+    // The tensor-core forms where asked (their accumulators: dv <= 256), 16 queries a warp and as
+    // many warps as the chunk fills up to 4: fp16 for f16x2 / f16 (mla_mha_mma_f16.cuh), TF32 for
+    // tf32x3 / tf32; the fp32 one otherwise, kTQ queries a block. All take the same arguments.
     const bool mma = a.math != F32Math::fp32 && dv <= kFlashMmaMaxDv;
+    const bool f16_flash = mma && (a.math == F32Math::f16x2 || a.math == F32Math::f16);
     const int warps = flash_mma_warps(a.n);
     const int64_t block_q = mma ? warps * kFlashMmaRows : kTQ;
-    const size_t smem = mma ? flash_mma_smem_bytes(dn + a.dr, dv, warps) : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
-    // (f16x2 / f16 ask for fp16 tensor cores where a kernel has them; this one takes TF32 for them.)
     const bool split = a.math == F32Math::tf32x3 || a.math == F32Math::f16x2;
-    auto* flash = !mma      ? &mha_flash_kernel
-                  : dv > 128 ? (split ? &mha_flash_mma_kernel<true, 32> : &mha_flash_mma_kernel<false, 32>)
-                  : split    ? &mha_flash_mma_kernel<true, 16>
-                             : &mha_flash_mma_kernel<false, 16>;
+    const size_t smem = f16_flash ? flash_f16_smem_bytes(dn + a.dr, dv, warps, split)
+                        : mma     ? flash_mma_smem_bytes(dn + a.dr, dv, warps)
+                                  : flash_smem_floats(dn + a.dr, dv) * sizeof(float);
+    using Flash = decltype(&mha_flash_kernel);
+    const bool wide = dv > 128;   // 32 accumulator tiles a warp, or 16
+    const Flash flash = !mma       ? &mha_flash_kernel
+                        : f16_flash ? (wide ? (split ? &mha_flash_f16_kernel<true, 32> : &mha_flash_f16_kernel<false, 32>)
+                                            : (split ? &mha_flash_f16_kernel<true, 16> : &mha_flash_f16_kernel<false, 16>))
+                        : wide      ? (split ? &mha_flash_mma_kernel<true, 32> : &mha_flash_mma_kernel<false, 32>)
+                                    : (split ? &mha_flash_mma_kernel<true, 16> : &mha_flash_mma_kernel<false, 16>);
     if (smem > kMhaMaxSmemBytes)   // (check_args holds the fp32 form's)
         throw std::invalid_argument(std::string("cuda ") + what + ": head dims dk " + std::to_string(dn + a.dr) + " and dv " +
                                     std::to_string(dv) + " do not fit a block's shared memory");

@@ -69,6 +69,102 @@ inline size_t flash_mma_smem_bytes(int64_t dk, int64_t dv, int warps) {
            size_t((warps * kFlashMmaRows + kFlashMmaKeys) * flash_mma_ldk(dk) + kFlashMmaKeys * flash_mma_ldv(dv));
 }
 
+// A lane's rows of the workspace's state, both tensor-core flash kernels': the block's query row
+// (g of its warp; + 8 the other half) of head h, the block's queries from t0, nq of them. load sets
+// the running max and sum and the accumulator tiles (query rows g, g + 8, value columns 8 a + 2 t4
+// and + 1) from the workspace st, or to -inf and zeros for the first key block and past nq; store
+// writes them back (m and l from one lane of the quad), nothing past nq or dv.
+struct FlashRows {
+    int row, nq;
+    int64_t t0, h, H, dv;
+
+    // The workspace index of accumulator element e of tile a, or -1 past the queries or dv.
+    __device__ int64_t at(int a, int e) const {
+        const int i = row + 8 * (e / 2);
+        const int64_t d = 8 * a + 2 * int(threadIdx.x % 4) + e % 2;
+        return i < nq && d < dv ? ((t0 + i) * H + h) * dv + d : -1;
+    }
+    template <int kVTiles>
+    __device__ __forceinline__ void load(const FlashState& st, float (&m)[2], float (&l)[2], float (&acc)[kVTiles][4],
+                                         int first) const {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = row + 8 * half;
+            const bool live = !first && i < nq;
+            m[half] = live ? st.m[(t0 + i) * H + h] : -INFINITY;
+            l[half] = live ? st.l[(t0 + i) * H + h] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kVTiles; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t k = first ? -1 : at(a, e);
+                acc[a][e] = k >= 0 ? st.acc[k] : 0.0f;
+            }
+    }
+    template <int kVTiles>
+    __device__ __forceinline__ void store(const FlashState& st, const float (&m)[2], const float (&l)[2],
+                                          const float (&acc)[kVTiles][4]) const {
+#pragma unroll
+        for (int a = 0; a < kVTiles; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (const int64_t k = at(a, e); k >= 0) st.acc[k] = acc[a][e];
+        if (threadIdx.x % 4 == 0)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                if (const int i = row + 8 * half; i < nq) {
+                    st.m[(t0 + i) * H + h] = m[half];
+                    st.l[(t0 + i) * H + h] = l[half];
+                }
+    }
+};
+
+// One key tile's online softmax for a warp's rows, both tensor-core flash kernels': s holds the
+// scores of the lane's rows (row: the block's query index of row g; half 1 is row + 8) as four
+// 8-key accumulator tiles (keys 8 j + 2 t4 and + 1 in elements 2 half and 2 half + 1). A key past
+// the tile's nk, or after the row's query (position qpos0 + row), or a row past nq is -inf. The
+// rows' running max m and sum l (the same in the quad's four lanes) advance, s becomes
+// e^(s - m_new) and rescale e^(m_old - m_new) (0 while the row has seen nothing).
+__device__ __forceinline__ void flash_tile_softmax(float (&s)[kFlashMmaKeys / 8][4], float (&m)[2], float (&l)[2],
+                                                   float (&rescale)[2], int row, int nq, int64_t qpos0, int64_t k0,
+                                                   int nk) {
+    const int t4 = int(threadIdx.x % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t qpos = qpos0 + row + 8 * half;
+        const bool row_live = row + 8 * half < nq;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kFlashMmaKeys / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = 8 * j + 2 * t4 + e;
+                float& x = s[j][2 * half + e];
+                if (!row_live || key >= nk || k0 + key > qpos) x = -INFINITY;
+                mx = fmaxf(mx, x);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        const float mn = fmaxf(m[half], mx);
+        const float safe = mn == -INFINITY ? 0.0f : mn;   // nothing seen yet: e^-inf = 0 below
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kFlashMmaKeys / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& x = s[j][2 * half + e];
+                x = expf(x - safe);
+                sum += x;
+            }
+        sum += __shfl_xor_sync(kFullMask, sum, 1);
+        sum += __shfl_xor_sync(kFullMask, sum, 2);
+        rescale[half] = expf(m[half] - safe);
+        l[half] = l[half] * rescale[half] + sum;
+        m[half] = mn;
+    }
+}
+
 // Keys [b0, b0 + bn) of one block, as mha_flash_kernel (mla_mha.cu) takes them; blockDim.x is 32
 // times the warps, the block's queries 16 a warp from 16 W blockIdx.x.
 template <bool kSplit, int kVTiles>
@@ -88,7 +184,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     const int64_t qpos0 = pos0 + t0;
     const int64_t k_end = b0 + bn < qpos0 + nq ? b0 + bn : qpos0 + nq;
     if (k_end <= b0) return;                       // every query of the block comes before the key block
-    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
+    const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, g = lane / 4;
 
     for (int64_t p = tid; p < bq * dkp; p += blockDim.x) {
         const int64_t i = p / dkp, d = p % dkp;
@@ -99,28 +195,9 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     const int w0 = warp * kFlashMmaRows;
     const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
     const int64_t w_end = k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
-    float m[2], l[2];
-    for (int half = 0; half < 2; ++half) {
-        const int i = w0 + g + 8 * half;
-        const bool live = !first && i < nq;
-        m[half] = live ? st.m[(t0 + i) * H + h] : -INFINITY;
-        l[half] = live ? st.l[(t0 + i) * H + h] : 0.0f;
-    }
-    // Element e of accumulator tile a in the workspace's state (query row g or g + 8, value column
-    // 8 a + 2 t4 (+1)), or -1 past the block's queries or dv.
-    auto state_at = [&](int a, int e) -> int64_t {
-        const int i = w0 + g + 8 * (e / 2);
-        const int64_t d = 8 * a + 2 * t4 + e % 2;
-        return i < nq && d < dv ? ((t0 + i) * H + h) * dv + d : -1;
-    };
-    float acc[kVTiles][4];
-#pragma unroll
-    for (int a = 0; a < kVTiles; ++a)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t at = first ? -1 : state_at(a, e);
-            acc[a][e] = at >= 0 ? st.acc[at] : 0.0f;
-        }
+    const FlashRows rows{w0 + g, nq, t0, h, H, dv};
+    float m[2], l[2], acc[kVTiles][4];
+    rows.load(st, m, l, acc, first);
     const int ksteps = int(dkp / 8);
 
     for (int64_t k0 = b0; k0 < k_end; k0 += kFlashMmaKeys) {
@@ -152,41 +229,9 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
             }
         }
 
-        // ---- online softmax per row (half): a key past the tile or after the query is -inf ----
+        // ---- online softmax per row ----
         float rescale[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int64_t qpos = qpos0 + w0 + g + 8 * half;
-            const bool row_live = w0 + g + 8 * half < nq;
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < kFlashMmaKeys / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int key = 8 * j + 2 * t4 + e;
-                    float& x = s[j][2 * half + e];
-                    if (!row_live || key >= nk || k0 + key > qpos) x = -INFINITY;
-                    mx = fmaxf(mx, x);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-            const float mn = fmaxf(m[half], mx);
-            const float safe = mn == -INFINITY ? 0.0f : mn;   // nothing seen yet: e^-inf = 0 below
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < kFlashMmaKeys / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& x = s[j][2 * half + e];
-                    x = expf(x - safe);
-                    sum += x;
-                }
-            sum += __shfl_xor_sync(kFullMask, sum, 1);
-            sum += __shfl_xor_sync(kFullMask, sum, 2);
-            rescale[half] = expf(m[half] - safe);
-            l[half] = l[half] * rescale[half] + sum;
-            m[half] = mn;
-        }
+        flash_tile_softmax(s, m, l, rescale, w0 + g, nq, qpos0, k0, nk);
 
         // ---- acc = diag(rescale) acc + P V: A = the probabilities as they lie, B[k][n] = vs[k][n] ----
 #pragma unroll
@@ -206,17 +251,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
             }
         }
     }
-#pragma unroll
-    for (int a = 0; a < kVTiles; ++a)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            if (const int64_t at = state_at(a, e); at >= 0) st.acc[at] = acc[a][e];
-    if (t4 == 0)
-        for (int half = 0; half < 2; ++half)
-            if (const int i = w0 + g + 8 * half; i < nq) {
-                st.m[(t0 + i) * H + h] = m[half];
-                st.l[(t0 + i) * H + h] = l[half];
-            }
+    rows.store(st, m, l, acc);
 }
 
 }  // namespace
