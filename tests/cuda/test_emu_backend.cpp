@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,8 +67,11 @@ std::vector<uint8_t> pattern_weights(quant::Type t, int64_t rows, int64_t K, uin
 
 using Math = backend::cuda_emu::CudaBackend::Math;
 
+// math: the KDA's arithmetic, and the MLA's unless mla names one (f16x3 is the KDA's alone: the
+// MLA then takes tf32x3).
 std::vector<float> on_emu_cuda(const model::Model& m, std::vector<int32_t> ids, bool batch, bool tiled = false,
-                               bool int8_gemm = false, Math math = Math::fp32, bool decompressed = false) {
+                               bool int8_gemm = false, Math math = Math::fp32, bool decompressed = false,
+                               std::optional<Math> mla = std::nullopt) {
     if (!batch) ids.resize(std::min(ids.size(), kDecodeTokens));
     backend::Backends bk(2);
     bk.add_device("emu-cuda:1GiB");
@@ -75,9 +79,7 @@ std::vector<float> on_emu_cuda(const model::Model& m, std::vector<int32_t> ids, 
     REQUIRE(dev);
     if (int8_gemm) dev->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::int8);
     dev->set_kda_math(math);
-    // (f16x3 is the KDA's alone; with it the MLA takes f16x2, which over an f32 cache is the TF32
-    // forms' except in the decompressed form's flash kernel: fp16 there)
-    dev->set_mla_math(math == Math::f16x3 ? Math::f16x2 : math);
+    dev->set_mla_math(mla ? *mla : math == Math::f16x3 ? Math::tf32x3 : math);
     model::SessionOptions so{.backends = &bk, .n_gpu_layers = 99};
     so.mla_decompressed = decompressed;
     if (tiled) {
@@ -107,8 +109,8 @@ Diff against(const std::vector<float>& mine, const std::string& ref_path, const 
 // starting from a zero state): what makes this case fail when the split is lost. And k3's
 // decompressed (MHA) prefill (--mla decompressed) with the flash kernel on tensor cores
 // (mla_mha_mma.cuh) against the same form on the CUDA cores (7.2e-6), and on fp16 ones (f16x2,
-// mla_mha_mma_f16.cuh: 7.2e-6 too): that form keeps q_nope in fp32 where llama.cpp's absorbed
-// form rounds it, so it is held to its own fp32 twin.
+// mla_mha_mma_f16.cuh, the KDA on 3xTF32: 6.9e-6): that form keeps q_nope in fp32 where
+// llama.cpp's absorbed form rounds it, so it is held to its own fp32 twin.
 // And the prefill with the chunked KDA on fp16 tensor cores (KINFER_CUDA_KDA=f16x3,
 // kda_chunked_mma_f16.cuh; the MLA on 3xTF32): 8.1e-6 / 7.2e-6 (k3 / kl). Single fp16 products
 // there instead (f16) give 1.6e-3 / 6.2e-4 from position 16 on, failing the bound.
@@ -145,7 +147,9 @@ TEST_CASE("CudaBackend on the emulated runtime: F32 golden models within 1e-4 of
         const Diff dm = compare(tc.data(), fp32.data(), int(tc.size() / size_t(kVocab)), kVocab);
         print_diff(name + "-F32 emu-cuda batch, decompressed MLA, 3xTF32 vs fp32", dm);
         CHECK(dm.max_abs <= 1e-4);
-        const std::vector<float> f16 = on_emu_cuda(*m, ids, true, false, false, Math::f16x3, true);
+        // The MLA on f16x2, the KDA on 3xTF32 as in tc: over this f32 cache the two differ only in
+        // the flash kernel (the expansion is the 3xTF32 one for both).
+        const std::vector<float> f16 = on_emu_cuda(*m, ids, true, false, false, Math::tf32x3, true, Math::f16x2);
         REQUIRE(f16.size() == fp32.size());
         const Diff df = compare(f16.data(), fp32.data(), int(f16.size() / size_t(kVocab)), kVocab);
         print_diff(name + "-F32 emu-cuda batch, decompressed MLA, f16x2 (its flash kernel on fp16) vs fp32", df);

@@ -288,6 +288,48 @@ TEST_CASE("cuda mla_attend_mha (cpu mode): the keys expanded on fp16 tensor core
     CHECK(worst[0] > 10 * worst[1]);
 }
 
+// The fp16 flash kernel's scaling (mla_mha_mma_f16.cuh) where the values are far from 1: latent
+// rows of 1e-3 with two rows of zeros (a zero value row has no scale of its own: taken as the
+// tile's largest it pushed every other probability operand into fp16's subnormals, 2e-5 relative
+// here), then 1e-3 for the first 32 keys and 1e-1 for the next (the value rows' scales, and so the
+// accumulators' units, change by about 2^7 between tiles; rows much larger would make the scores
+// large enough that no two fp32 orders of summation agree to the bound); and last, value rows of
+// 1e18 for the first 32 keys and 1e-18 for the next (k_nope's weights 1e-20 and k_pe 0.1, so
+// the scores stay near 1): the second tile's units would be 2^100 above the first's, which would
+// take the accumulators past fp32's range unless the units grow less. f16x2 at the fp32 bound of
+// the CPU over the same f32 cache, as everywhere, and 3xTF32 with it.
+TEST_CASE("cuda mla_attend_mha (cpu mode): the fp16 flash kernel with zero rows and values far from 1") {
+    MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
+    const MhaCase s{40, 40, 2, 32, 32, 32, 32, 16, 0};
+    const int64_t R = s.r + s.dr, dk = s.dn + s.dr, n_kv = s.pos0 + s.n;
+    const std::vector<float> q = randn(size_t(s.n * s.H * dk), 82);
+    const HeadMat v_b(quant::Type::F32, s.H, s.dv, s.r, 84, 0.3f);
+    for (const int kind : {0, 1, 2}) {   // zero rows; uneven; extreme
+        const HeadMat k_b(quant::Type::F32, s.H, s.r, s.dn, 83, kind == 2 ? 1e-20f : 0.3f);
+        std::vector<float> rows = randn(size_t(n_kv * R), 81);
+        for (int64_t j = 0; j < n_kv; ++j)
+            for (int64_t i = 0; i < R; ++i) {
+                const float f = kind == 0   ? (j == 5 || j == 37 ? 0.0f : 1e-3f)
+                                : kind == 1 ? (j < 32 ? 1e-3f : 1e-1f)
+                                : i >= s.r  ? 0.1f
+                                            : (j < 32 ? 1e18f : 1e-18f);
+                rows[size_t(j * R + i)] *= f;
+            }
+        MhaPages p(backend::CacheType::f32, R, s.page_rows, n_kv);
+        cpu().mla_cache_store(p.c, 0, n_kv, rows.data(), 0);
+        std::vector<float> want(size_t(s.n * s.H * s.dv), -2.0f), got(want.size(), -1.0f);
+        cpu().mla_attend_tiled_mha(k_b.m, v_b.m, p.c, q.data(), want.data(), mla_shape(s));
+        for (const auto math : {cuda::emu::F32Math::f16x2, cuda::emu::F32Math::tf32x3}) {
+            INFO("kind ", kind, " f16x2 ", math == cuda::emu::F32Math::f16x2);
+            const cuda::emu::MlaMhaArgs a = mha_args(s, math);
+            std::vector<float> ws(cuda::emu::mla_mha_workspace_bytes(a, p.args()) / sizeof(float));
+            cuda::emu::mla_attend_mha_paged(blas.get(), k_b.heads(), v_b.heads(), p.args(), q.data(), got.data(), a,
+                                            ws.data(), ws.size() * sizeof(float), nullptr);
+            check_close(got, want, 2e-6, 2e-6 * mha_max_abs(want), "paged MHA output, zero rows / uneven values");
+        }
+    }
+}
+
 TEST_CASE("cuda mla_attend_mha (cpu mode): a workspace too small, pages of another width, or the KDA's f16x3 is refused") {
     MhaBlas blas(cuda::emu::blas_create(nullptr), cuda::emu::blas_destroy);
     cuda::emu::MlaMhaArgs a;

@@ -7,8 +7,8 @@
 //  1. the weights as fp32: wkT [H][dn][r] (attn_k_b's rows, transposed per head, so that one GEMM
 //     over the latent rows gives every head's k_nope) and wv [H][dv][r] (attn_v_b as it is);
 //  2. per block of kb keys: the latent rows C (loaded from the pages, or the contiguous rows),
-//     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two fp32 GEMMs (blas.h, no TF32)
-//     for all heads at once, since every head reads the same C (over an f16 cache with
+//     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two fp32 GEMMs (blas.h; fp32 by
+//     default, no TF32) for all heads at once, since every head reads the same C (over an f16 cache with
 //     MlaMhaArgs::math f16x2 / f16: fp16 GEMMs on the weights' scaled split; otherwise with
 //     tf32x3 / f16x2: TF32 GEMMs on both operands' three-wide split, with tf32 / f16: one TF32
 //     GEMM on the rows as they are; below);
@@ -238,7 +238,8 @@ bool f16_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
 int64_t f16_expansion_k(const MlaMhaArgs& a) { return a.math == F32Math::f16x2 ? 2 * a.r : a.r; }
 // Whether a call's keys are expanded on TF32 tensor cores, and how: tf32x3 (the split rows above)
 // or tf32 (cuBLAS's TF32 GEMM on the fp32 rows as they are). f16x2 / f16 over another cache than
-// f16 take them too (their flash kernel is TF32's as well), so there they are tf32x3 / tf32.
+// f16 take them too (the fp16 expansion needs the cache's fp16 values); their flash kernel stays
+// the fp16 one.
 bool tf32x3_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
     return !f16_expansion(a, pages) && (a.math == F32Math::tf32x3 || a.math == F32Math::f16x2);
 }
@@ -414,7 +415,10 @@ int64_t mla_mha_default_key_block(const MlaMhaArgs& a) {
     // About 128 MiB of expanded keys (K_nope and V of every head, plus the latent row) a block,
     // in whole tiles, at most the keys there are. Unmeasured: fewer, larger GEMMs against the
     // workspace's size.
-    const int64_t per_key = std::max<int64_t>(1, a.r + a.dr + a.H * (a.dn + a.dv)) * int64_t(sizeof(float));
+    // (Plus the latent row split three wide where the 3xTF32 expansion may take it.)
+    const bool x3 = a.math == F32Math::tf32x3 || a.math == F32Math::f16x2;
+    const int64_t floats = a.r + a.dr + a.H * (a.dn + a.dv) + (x3 ? 3 * a.r : 0);
+    const int64_t per_key = std::max<int64_t>(1, floats) * int64_t(sizeof(float));
     const int64_t kb = std::clamp<int64_t>((int64_t(128) << 20) / per_key / kTK * kTK, kTK, 16384);
     return std::min(kb, (a.pos0 + a.n + kTK - 1) / kTK * kTK);
 }

@@ -24,7 +24,8 @@
 // Shared memory (floats): the block's queries 16 W x ldk and one key tile 32 x ldk (ldk: dk
 // rounded up to 32, + 8, so the 8-byte fragment loads of a half-warp hit 32 banks), the value
 // tile 32 x ldv (dv rounded up to 32, + 4: rows 2t and 2t + 1 at column g, 32 banks). K3 (dk 192,
-// dv 128) with 4 warps: 92 KiB, so two blocks an SM.
+// dv 128) with 4 warps: 91.5 KiB, so two blocks an SM on sm_90 (227 KiB a block at most, 228 an SM;
+// one on sm_80's 164).
 #pragma once
 #include "backend/cuda/mma_tf32.cuh"
 
@@ -191,10 +192,10 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
         qs[i * ldk + d] = i < nq && d < dk ? flash_query(q, st, t0 + i, h, H, dn, dk, d, scale) : 0.0f;
     }
     // This warp's rows: queries w0 + g (half 0) and w0 + g + 8 (half 1); the keys they may see end
-    // at w_end (at b0 or before when the warp has no query).
+    // at w_end (b0 when the warp has no query, so that it skips every tile).
     const int w0 = warp * kFlashMmaRows;
     const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
-    const int64_t w_end = k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+    const int64_t w_end = wn == 0 ? b0 : k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
     const FlashRows rows{w0 + g, nq, t0, h, H, dv};
     float m[2], l[2], acc[kVTiles][4];
     rows.load(st, m, l, acc, first);

@@ -19,13 +19,16 @@
 //    with the softmax's rescale (exact), and divided by 2^U as they are stored.
 // A value or key much smaller than its row's (or the tile's) largest keeps fewer bits; its share
 // of the result is as much smaller, so the error stays at fp16's split resolution of the largest
-// term (about 2^-22 split, 2^-11 single).
+// term (about 2^-22 split, 2^-11 single). A value row of zeros has no scale: it is left out of the
+// tile's smallest ev (+inf in v_exp; its probability operand is 0, as a key past the tile's). Where
+// a tile's units would take the accumulators past 2^100 (values falling by more than about 2^86
+// from one tile to the next) they grow less, and the probability operands are smaller than 2^14.
 //
 // Shared memory: floats first (the query rows' 2^-eq, the key rows' 2^-ek and the value rows' ev),
 // then fp16 bits, hi (and lo): the block's queries 16 W x ldk and the key tile 32 x ldk (ldk: dk
 // rounded up to 16, + 8: an odd multiple of 8, so a fragment's 32-bit words fall in 32 banks), the
 // value tile transposed (value dim rows of 32 keys + 8: the B fragment takes two keys of one
-// column as one word). K3 (dk 192, dv 128) with 4 warps: 97 KiB split, 48 KiB single.
+// column as one word). K3 (dk 192, dv 128) with 4 warps: 95.5 KiB split, 48 KiB single.
 #pragma once
 #include "backend/cuda/mla_mha_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -48,15 +51,23 @@ inline size_t flash_f16_smem_bytes(int64_t dk, int64_t dv, int warps, bool split
     return floats * sizeof(float) + halves * sizeof(uint16_t);
 }
 
+// A staged row's scale: the exponent e of 2^e, and whether the row is all zeros (or empty), which
+// has no scale of its own (e is 0 then).
+struct RowScale {
+    int e;
+    bool zero;
+};
+
 // One row of n values (value(i), i < n), scaled by a power of two into fp16's range and written as
 // fp16 (hi, and lo under kSplit) at hi[i stride] / lo[i stride], zeros from n up to np. The whole
-// warp calls it; every lane gets the exponent (0 for a row of zeros or none).
+// warp calls it; every lane gets the scale.
 template <bool kSplit, class Value>
-__device__ int f16_stage_row(const Value& value, int64_t n, int64_t np, uint16_t* hi, uint16_t* lo, int64_t stride) {
+__device__ RowScale f16_stage_row(const Value& value, int64_t n, int64_t np, uint16_t* hi, uint16_t* lo, int64_t stride) {
     const int lane = int(threadIdx.x % 32);
     float mx = 0.0f;
     for (int64_t i = lane; i < n; i += 32) mx = fmaxf(mx, fabsf(value(i)));
-    const int e = f16_scale_exponent(warp_max(mx));
+    mx = warp_max(mx);
+    const int e = f16_scale_exponent(mx);
     const float up = ldexpf(1.0f, e);
     for (int64_t i = lane; i < np; i += 32) {
         uint16_t h = 0, l = 0;
@@ -64,7 +75,7 @@ __device__ int f16_stage_row(const Value& value, int64_t n, int64_t np, uint16_t
         hi[i * stride] = h;
         if constexpr (kSplit) lo[i * stride] = l;
     }
-    return e;
+    return {e, !(mx > 0.0f)};
 }
 
 // Keys [b0, b0 + bn) of one block, as mha_flash_mma_kernel takes them.
@@ -76,9 +87,9 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     const int64_t dk = dn + dr, ldk = flash_f16_ldk(dk), dkp = ldk - 8, dvp = (dv + 7) / 8 * 8;
     const int nw = int(blockDim.x / 32), bq = nw * kFlashMmaRows;
     KINFER_DYNAMIC_SHARED(float, smem);
-    float* q_unscale = smem;                       // [bq] 2^-eq of each query row
-    float* k_unscale = q_unscale + bq;             // [32] 2^-ek of each key row of the tile
-    float* v_exp = k_unscale + kFlashMmaKeys;      // [32] ev of each value row of the tile
+    float* q_exp = smem;                           // [bq] eq of each query row
+    float* k_exp = q_exp + bq;                     // [32] ek of each key row of the tile
+    float* v_exp = k_exp + kFlashMmaKeys;          // [32] ev of each value row of the tile; +inf for a row of zeros
     constexpr int kParts = kSplit ? 2 : 1;
     uint16_t* qh = reinterpret_cast<uint16_t*>(v_exp + kFlashMmaKeys);   // [bq][ldk] (then lo)
     uint16_t* kh = qh + kParts * bq * ldk;         // [32][ldk] the key tile (then lo)
@@ -94,16 +105,17 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
     const int w0 = warp * kFlashMmaRows;
     const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
-    const int64_t w_end = k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+    const int64_t w_end = wn == 0 ? b0 : k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
 
     // This warp's query rows, scaled; only this warp reads them.
     for (int i = w0; i < w0 + kFlashMmaRows; ++i) {
-        const int e = f16_stage_row<kSplit>([&](int64_t d) { return flash_query(q, st, t0 + i, h, H, dn, dk, d, scale); },
-                                            i < nq ? dk : 0, dkp, qh + i * ldk, ql + i * ldk, 1);
-        if (lane == 0) q_unscale[i] = ldexpf(1.0f, -e);
+        const RowScale sc = f16_stage_row<kSplit>(
+            [&](int64_t d) { return flash_query(q, st, t0 + i, h, H, dn, dk, d, scale); }, i < nq ? dk : 0, dkp,
+            qh + i * ldk, ql + i * ldk, 1);
+        if (lane == 0) q_exp[i] = float(sc.e);
     }
     __syncwarp();
-    const float qu[2] = {q_unscale[w0 + g], q_unscale[w0 + g + 8]};
+    const int qe[2] = {int(q_exp[w0 + g]), int(q_exp[w0 + g + 8])};
 
     const FlashRows rows{w0 + g, nq, t0, h, H, dv};
     float m[2], l[2], acc[kVTiles][4];
@@ -116,12 +128,12 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
         // A warp a key: its key row (k_nope, then k_pe from the latent row) and its value row.
         for (int j = warp; j < kFlashMmaKeys; j += nw) {
             const int64_t kb = k0 - b0 + j;
-            const int ek = f16_stage_row<kSplit>(
+            const RowScale ks = f16_stage_row<kSplit>(
                 [&](int64_t d) { return d < dn ? kn[(kb * H + h) * dn + d] : lat[kb * R + r + (d - dn)]; }, j < nk ? dk : 0,
                 dkp, kh + j * ldk, kl + j * ldk, 1);
-            const int ev = f16_stage_row<kSplit>([&](int64_t a) { return vv[(kb * H + h) * dv + a]; }, j < nk ? dv : 0, dvp,
-                                                 vh + j, vl + j, kFlashF16LdV);
-            if (lane == 0) k_unscale[j] = ldexpf(1.0f, -ek), v_exp[j] = float(ev);
+            const RowScale vs = f16_stage_row<kSplit>([&](int64_t a) { return vv[(kb * H + h) * dv + a]; },
+                                                      j < nk ? dv : 0, dvp, vh + j, vl + j, kFlashF16LdV);
+            if (lane == 0) k_exp[j] = float(ks.e), v_exp[j] = vs.zero ? INFINITY : float(vs.e);
         }
         __syncthreads();
         if (k0 >= w_end) continue;                 // (warp-uniform) no query of this warp sees these keys
@@ -142,20 +154,32 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
                 mma_split_f16<kSplit>(s[j], a_hi, a_lo, b_hi, b_lo);
             }
         }
-        // Unscaled: element (half, e) of tile j is row g + 8 half, key 8 j + 2 t4 + e.
+        // Unscaled: element (half, e) of tile j is row g + 8 half, key 8 j + 2 t4 + e (one ldexpf:
+        // 2^-(eq + ek) may lie outside fp32's range where the score does not).
 #pragma unroll
         for (int j = 0; j < kFlashMmaKeys / 8; ++j)
 #pragma unroll
-            for (int x = 0; x < 4; ++x) s[j][x] = s[j][x] * qu[x / 2] * k_unscale[8 * j + 2 * t4 + x % 2];
+            for (int x = 0; x < 4; ++x) s[j][x] = ldexpf(s[j][x], -(qe[x / 2] + int(k_exp[8 * j + 2 * t4 + x % 2])));
 
         // ---- online softmax per row ----
         float rescale[2];
         flash_tile_softmax(s, m, l, rescale, w0 + g, nq, qpos0, k0, nk);
 
-        // ---- the tile's units: 2^(14 + its smallest ev); the accumulators follow ----
+        // ---- the tile's units: 2^(14 + its smallest ev, rows of zeros left out); the
+        // accumulators follow. Where that would grow them past 2^100 the units grow less (the
+        // probability operands are then smaller than 2^14, never larger). Warp-uniform. ----
         float vmin = lane < nk ? v_exp[lane] : INFINITY;
         for (int o = 16; o > 0; o >>= 1) vmin = fminf(vmin, __shfl_xor_sync(kFullMask, vmin, o));
-        const int next = kFlashF16PExp + int(vmin);
+        int next = vmin == INFINITY ? units : kFlashF16PExp + int(vmin);   // (every value row zero: as they were)
+        if (next > units) {
+            float amax = 0.0f;
+#pragma unroll
+            for (int a = 0; a < kVTiles; ++a)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) amax = fmaxf(amax, fabsf(acc[a][x]));
+            amax = warp_max(amax);
+            if (amax > 0.0f && next - units > 100 - ilogbf(amax)) next = units + 100 - ilogbf(amax);
+        }
 #pragma unroll
         for (int a = 0; a < kVTiles; ++a)
 #pragma unroll
@@ -174,8 +198,10 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
                 const int j = 2 * kk + f / 2, half = f % 2;
                 uint16_t h0, l0, h1, l1;
                 const int key = 8 * j + 2 * t4;
-                f16_operand<kSplit>(s[j][2 * half], ldexpf(1.0f, units - int(v_exp[key])), h0, l0);
-                f16_operand<kSplit>(s[j][2 * half + 1], ldexpf(1.0f, units - int(v_exp[key + 1])), h1, l1);
+                // (a row of zeros, or a key past the tile: +inf, whose operand is 0)
+                const float e0 = v_exp[key], e1 = v_exp[key + 1];
+                f16_operand<kSplit>(s[j][2 * half], e0 == INFINITY ? 0.0f : ldexpf(1.0f, units - int(e0)), h0, l0);
+                f16_operand<kSplit>(s[j][2 * half + 1], e1 == INFINITY ? 0.0f : ldexpf(1.0f, units - int(e1)), h1, l1);
                 a_hi[f] = f16_pair(h0, h1);
                 if constexpr (kSplit) a_lo[f] = f16_pair(l0, l1);
             }
