@@ -7,19 +7,20 @@
 //  1. the weights as fp32: wkT [H][dn][r] (attn_k_b's rows, transposed per head, so that one GEMM
 //     over the latent rows gives every head's k_nope) and wv [H][dv][r] (attn_v_b as it is);
 //  2. per block of kb keys: the latent rows C (loaded from the pages, or the contiguous rows),
-//     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two fp32 GEMMs (blas.h; fp32 by
-//     default, no TF32) for all heads at once, since every head reads the same C (over an f16 cache with
-//     MlaMhaArgs::math f16x2 / f16: fp16 GEMMs on the weights' scaled split; otherwise with
-//     tf32x3 / f16x2: TF32 GEMMs on both operands' three-wide split, with tf32 / f16: one TF32
-//     GEMM on the rows as they are; below);
+//     K_nope = C . wkT^T [kb][H*dn] and V = C . wv^T [kb][H*dv], two GEMMs (blas.h) for all heads
+//     at once, since every head reads the same C: fp32 by default (no TF32); over an f16 cache
+//     with MlaMhaArgs::math f16x2 / f16, fp16 GEMMs on the weights' scaled split; otherwise with
+//     tf32x3 / f16x2, TF32 GEMMs on both operands' three-wide split, and with tf32 / f16 one TF32
+//     GEMM on the rows as they are (below);
 //  3. per block, mha_flash_kernel: one CUDA block per (tile of kTQ queries, head) walks the keys it
 //     may see in tiles of kTK, scores S = Q . K^T with k_pe read from C, and keeps the online
 //     softmax (running max m, sum l, unnormalised acc) in the workspace between key blocks;
 //  4. mha_finish_kernel: o = acc / l.
 // fp32 by default, as the CPU's tiled form; the sums run in another order (within 1e-5 in the
 // CPU-mode tests). Not run on a GPU yet: the shared-memory layout is plain (no swizzle against bank
-// conflicts); kinfer_gpu_check times it. The flash kernel's tensor-core form (TF32, 3xTF32 splits
-// by default) is mla_mha_mma.cuh's, taken where MlaMhaArgs::math asks.
+// conflicts); kinfer_gpu_check times it. The flash kernel's tensor-core forms (16 queries a warp,
+// up to 4 warps a block) are mla_mha_mma.cuh's (TF32: tf32x3 / tf32) and mla_mha_mma_f16.cuh's
+// (fp16: f16x2 / f16), taken where MlaMhaArgs::math asks.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/latent.cuh"
 #include "backend/cuda/mla_mha_mma.cuh"

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
 #pragma unroll
                 for (int x = 0; x < 4; ++x) amax = fmaxf(amax, fabsf(acc[a][x]));
             amax = warp_max(amax);
-            if (amax > 0.0f && next - units > 100 - ilogbf(amax)) next = units + 100 - ilogbf(amax);
+            if (amax > 0.0f && amax < INFINITY && next - units > 100 - ilogbf(amax)) next = units + 100 - ilogbf(amax);
         }
 #pragma unroll
         for (int a = 0; a < kVTiles; ++a)
