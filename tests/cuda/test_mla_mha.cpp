@@ -73,12 +73,14 @@ constexpr MhaCase kMhaShapes[] = {
 // partial k step, a partial value tile); a chunk of two blocks, the first of four warps, the
 // second of 6 queries, with dv past 128 (the 32-tile accumulators) and key blocks of 48 (a 32-key
 // tile and a partial one); K3's head dims (dk 192, dv 128), 40 queries (three warps, the last
-// partial) after 24 keys.
+// partial) after 24 keys; rows past 256 (r 288, dk 288: the fp16 staging keeps only a row's first
+// 256 values in registers and reads the rest again).
 std::vector<MhaCase> mma_shapes() {
     std::vector<MhaCase> shapes(std::begin(kMhaShapes), std::end(kMhaShapes));
     shapes.push_back({9, 5, 2, 32, 32, 28, 20, 4, 0});
     shapes.push_back({70, 13, 2, 32, 32, 32, 136, 9, 48});
     shapes.push_back({40, 24, 1, 64, 64, 128, 128, 16, 0});
+    shapes.push_back({8, 8, 1, 288, 32, 256, 32, 16, 0});
     return shapes;
 }
 

@@ -9,6 +9,7 @@
 // where the library has it.
 #include "backend/cuda/blas.h"
 #include "backend/cuda/compat.h"
+#include "backend/cuda/mma_tf32.cuh"   // (tf32_round: the CPU mode's TF32 GEMM rounds as the kernels do)
 #include "quant/fp16.h"
 
 #if defined(__CUDACC__)
@@ -17,7 +18,6 @@
 #endif
 
 #include <climits>
-#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -147,28 +147,32 @@ Blas* blas_create(void* stream) {
 
 void blas_destroy(Blas* b) { delete b; }
 
-void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
-          float* C, int64_t ldc) {
+namespace {
+
+// gemm() and gemm_tf32(): one cublasGemmEx of operands of type dt with fp32 outputs, computed as
+// `compute` asks.
+void gemm_ex(Blas* b, cudaDataType_t dt, cublasComputeType_t compute, int64_t m, int64_t n, int64_t k, const void* A,
+             int64_t lda, const void* B, int64_t ldb, float* C, int64_t ldc, const char* what) {
     blas_check_shape(m, n, k, lda, ldb, ldc);
     if (m == 0 || n == 0) return;
     const float alpha = 1.0f, beta = 0.0f;
     // cuBLAS is column-major: A (m rows of k, row-major) is the k x m matrix A' with leading
     // dimension lda, so C' (m x n, column j = token j's outputs) = A'^T B'.
-    blas_check(cublas().gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &alpha, A, blas_type(t),
-                                int(lda), B, blas_type(t), int(ldb), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+    blas_check(cublas().gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &alpha, A, dt, int(lda), B, dt,
+                                int(ldb), &beta, C, CUDA_R_32F, int(ldc), compute, CUBLAS_GEMM_DEFAULT),
+               what);
+}
+
+}  // namespace
+
+void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
+          float* C, int64_t ldc) {
+    gemm_ex(b, blas_type(t), CUBLAS_COMPUTE_32F, m, n, k, A, lda, B, ldb, C, ldc, "cublasGemmEx");
 }
 
 void gemm_tf32(Blas* b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
                float* C, int64_t ldc) {
-    blas_check_shape(m, n, k, lda, ldb, ldc);
-    if (m == 0 || n == 0) return;
-    const float alpha = 1.0f, beta = 0.0f;
-    blas_check(cublas().gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &alpha, A, CUDA_R_32F, int(lda), B,
-                                CUDA_R_32F, int(ldb), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
-                                CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx (TF32)");
+    gemm_ex(b, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, m, n, k, A, lda, B, ldb, C, ldc, "cublasGemmEx (TF32)");
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {
@@ -271,24 +275,16 @@ std::vector<float> blas_to_f32(Elem t, const void* p, int64_t rows, int64_t k, i
 }  // namespace
 
 // The same product in fp32, summed in order: cuBLAS's order differs, so the two agree to fp32
-// rounding of the sum, not bit for bit (the tests' bounds allow for that).
+// rounding of the sum, not bit for bit (the tests' bounds allow for that). tf32: each operand
+// first rounded as the kernels' TF32 operands are (tf32_round).
 namespace {
 
-// x rounded to TF32: nearest, ties away from zero (mma_tf32.cuh's tf32_round on the host).
-float blas_tf32(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    std::memcpy(&x, &u, 4);
-    return x;
-}
-
 void gemm_now(Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, float* C,
-              int64_t ldc, bool tf32 = false) {
+              int64_t ldc, bool tf32) {
     std::vector<float> a = blas_to_f32(t, A, m, k, lda), bt = blas_to_f32(t, B, n, k, ldb);
     if (tf32)
         for (auto* v : {&a, &bt})
-            for (float& x : *v) x = blas_tf32(x);
+            for (float& x : *v) x = __uint_as_float(tf32_round(x));
     for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
             const float* ar = a.data() + i * k;
@@ -299,23 +295,25 @@ void gemm_now(Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t ld
         }
 }
 
+// gemm_now queued on the handle's stream, as cuBLAS queues its kernels.
+void gemm_submit(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B,
+                 int64_t ldb, float* C, int64_t ldc, bool tf32) {
+    blas_check_shape(m, n, k, lda, ldb, ldc);
+    if (m == 0 || n == 0) return;
+    cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc, tf32); },
+                     cpu_mode::WorkKey{0, cpu_mode::kBlas});
+}
 
 }  // namespace
 
 void gemm(Blas* b, Elem t, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb,
           float* C, int64_t ldc) {
-    blas_check_shape(m, n, k, lda, ldb, ldc);
-    if (m == 0 || n == 0) return;
-    cpu_mode::submit(b->stream, [=] { gemm_now(t, m, n, k, A, lda, B, ldb, C, ldc); },
-                     cpu_mode::WorkKey{0, cpu_mode::kBlas});
+    gemm_submit(b, t, m, n, k, A, lda, B, ldb, C, ldc, false);
 }
 
 void gemm_tf32(Blas* b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
                float* C, int64_t ldc) {
-    blas_check_shape(m, n, k, lda, ldb, ldc);
-    if (m == 0 || n == 0) return;
-    cpu_mode::submit(b->stream, [=] { gemm_now(Elem::F32, m, n, k, A, lda, B, ldb, C, ldc, true); },
-                     cpu_mode::WorkKey{0, cpu_mode::kBlas});
+    gemm_submit(b, Elem::F32, m, n, k, A, lda, B, ldb, C, ldc, true);
 }
 
 void gemm_grouped(Blas* b, Elem t, const GemmProblem* problems, int64_t count) {

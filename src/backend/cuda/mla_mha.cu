@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kTransposeThreads)
 // (wkT's or wv's) is scaled by 2^e_i, its largest |w| into [2^14, 2^15) (mma_f16.cuh), and written
 // as fp16 at [0, cols) and, split, its remainder at [cols, 2 cols): against latent rows [c | c]
 // one GEMM of k = 2 cols sums w_hi c + w_lo c (about 22 bits of w, fp32-class), with the output
-// row 2^e_i too large, which FlashState's factors 2^-e_i undo. A warp a row.
+// row 2^e_i too large, which FlashState's factors 2^-e_i undo. A warp a row, staged as the fp16
+// flash kernel stages its rows (f16_stage_row, mla_mha_mma_f16.cuh).
 __global__ void __launch_bounds__(kTransposeThreads)
     split_rows_f16_kernel(const float* __restrict__ w, int64_t rows, int64_t cols, int split, uint16_t* __restrict__ out,
                           float* __restrict__ unscale) {
@@ -184,16 +185,11 @@ __global__ void __launch_bounds__(kTransposeThreads)
     const int lane = int(threadIdx.x % 32);
     if (row >= rows) return;                      // whole warps: rows are warp-uniform
     const float* x = w + row * cols;
-    float mx = 0.0f;
-    for (int64_t i = lane; i < cols; i += 32) mx = fmaxf(mx, fabsf(x[i]));
-    const int e = f16_scale_exponent(warp_max(mx));
-    const float up = ldexpf(1.0f, e);
-    uint16_t* o = out + row * cols * (split ? 2 : 1);
-    for (int64_t i = lane; i < cols; i += 32) {
-        if (split) f16_split(x[i] * up, o[i], o[cols + i]);
-        else o[i] = f16_round(x[i] * up);
-    }
-    if (lane == 0) unscale[row] = ldexpf(1.0f, -e);
+    uint16_t* o = out + row * cols * (split ? 2 : 1);   // (o + cols: the remainders, under split only)
+    auto value = [&](int64_t i) { return x[i]; };
+    const RowScale sc = split ? f16_stage_row<true>(value, cols, cols, o, o + cols, 1)
+                              : f16_stage_row<false>(value, cols, cols, o, o + cols, 1);
+    if (lane == 0) unscale[row] = ldexpf(1.0f, -sc.e);
 }
 
 // The keys' expansion on TF32 tensor cores, 3xTF32 (KINFER_CUDA_MLA=tf32x3): each fp32 value x of

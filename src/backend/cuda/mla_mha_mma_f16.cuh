@@ -60,21 +60,34 @@ struct RowScale {
 
 // One row of n values (value(i), i < n), scaled by a power of two into fp16's range and written as
 // fp16 (hi, and lo under kSplit) at hi[i stride] / lo[i stride], zeros from n up to np. The whole
-// warp calls it; every lane gets the scale.
+// warp calls it; every lane gets the scale. The first kCached values a lane reads (rows up to 256:
+// every model's dk and dv) stay in registers between the pass that finds the largest and the one
+// that writes, so that each is read once; longer rows read the rest twice.
 template <bool kSplit, class Value>
 __device__ RowScale f16_stage_row(const Value& value, int64_t n, int64_t np, uint16_t* hi, uint16_t* lo, int64_t stride) {
+    constexpr int kCached = 8;
     const int lane = int(threadIdx.x % 32);
-    float mx = 0.0f;
-    for (int64_t i = lane; i < n; i += 32) mx = fmaxf(mx, fabsf(value(i)));
+    float x[kCached], mx = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kCached; ++m) {
+        const int64_t i = lane + 32 * m;
+        x[m] = i < n ? value(i) : 0.0f;
+        mx = fmaxf(mx, fabsf(x[m]));
+    }
+    for (int64_t i = lane + 32 * kCached; i < n; i += 32) mx = fmaxf(mx, fabsf(value(i)));
     mx = warp_max(mx);
     const int e = f16_scale_exponent(mx);
     const float up = ldexpf(1.0f, e);
-    for (int64_t i = lane; i < np; i += 32) {
+    auto put = [&](int64_t i, float v) {   // (v is 0 past n: its parts are zeros)
         uint16_t h = 0, l = 0;
-        if (i < n) f16_operand<kSplit>(value(i), up, h, l);
+        f16_operand<kSplit>(v, up, h, l);
         hi[i * stride] = h;
         if constexpr (kSplit) lo[i * stride] = l;
-    }
+    };
+#pragma unroll
+    for (int m = 0; m < kCached; ++m)
+        if (const int64_t i = lane + 32 * m; i < np) put(i, x[m]);
+    for (int64_t i = lane + 32 * kCached; i < np; i += 32) put(i, i < n ? value(i) : 0.0f);
     return {e, !(mx > 0.0f)};
 }
 
