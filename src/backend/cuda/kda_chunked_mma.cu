@@ -20,8 +20,8 @@
 //        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
 //        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
 //   the right-hand sides beta_t (v_t - P^T_k[j][t]) and the q products go to shared memory; the
-//        forward substitution (in registers) and the outputs run per column inside the warp (its
-//        own columns);
+//        forward substitution (in registers) runs per column inside the warp (its own columns), and
+//        the outputs I + Aqk U are a product on the tensor cores (outputs_tc);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
 // Only stage_chunk_tc's barriers and one at the end of a chunk are block-wide. Row strides D + 8
 // and J + 8 floats put a fragment load's 32 lanes in 32 banks (a couple of 2-way conflicts
@@ -85,11 +85,63 @@ __device__ __forceinline__ void store_state_tiles(const float (&m)[D / 8][4], fl
     }
 }
 
+// The A fragment of Aqk's 16 x 8 tile at token rows t0, key tokens s0, as 3xTF32 splits: Aqk[t][s]
+// where s <= t, 0 above the diagonal, where nothing is written (whatever the shared memory holds
+// there, a NaN say, would reach the row's sum even times a zero u). Rows from nc on may hold an
+// earlier chunk's values: they reach only their own rows of the product, which are not stored.
+__device__ __forceinline__ void aqk_frag(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* sAqk, int ld, int t0, int s0) {
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int t = t0 + g + 8 * (e & 1), s = s0 + t4 + 4 * (e >> 1);
+        tf32_split(s <= t ? sAqk[t * ld + s] : 0.0f, hi[e], lo[e]);
+    }
+}
+
+// The warp's outputs, o_t = (q products_t + sum_{s<=t} Aqk[t][s] u_s) * scale for its 16 columns
+// (jw ..), on the tensor cores: O = I + Aqk U, with m tiles of 16 tokens t, n tiles of 8 columns
+// and k the tokens s <= t, always as 3xTF32 splits (fp32-class, whatever the kernel's own form:
+// they are few products, and the rounding of single TF32 would be added to every output). Token
+// t's column 0 at o + t di. Why not per column on FMAs, as before: each lane then summed up to C
+// terms for each of C / 2 tokens, two shared loads a term (Aqk's a broadcast, u's its column's),
+// some 150 loads a lane a chunk at C = 16 against about 24 fragment loads here, and 1 K at C = 64.
+// U's rows past nc are zero and aqk_frag masks what is above the diagonal, so whole tiles are summed.
+__device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* sI, const float* sAqk, int LU, int nc,
+                                           float* o, int64_t di, float scale) {
+    const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32), g = lane / 4, t4 = lane % 4;
+    for (int t0 = 0; t0 < nc; t0 += 16) {   // (uniform over the warp)
+        float acc[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)   // element e: token t0 + g + 8 (e / 2), column jw + 8 nt + 2 t4 + e % 2
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = t0 + g + 8 * (e >> 1), col = jw + 8 * nt + 2 * t4 + (e & 1);
+                acc[nt][e] = t < nc ? sI[t * LU + col] : 0.0f;
+            }
+        for (int s0 = 0; s0 < t0 + 16; s0 += 8) {
+            uint32_t a_hi[4], a_lo[4];
+            aqk_frag(a_hi, a_lo, sAqk, C + 1, t0, s0);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                uint32_t b_hi[2], b_lo[2];
+                tf32_frag_b_cols<true>(b_hi, b_lo, sU + s0 * LU + jw + 8 * nt, LU);
+                mma_f32_via_tf32<true>(acc[nt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = t0 + g + 8 * (e >> 1), col = jw + 8 * nt + 2 * t4 + (e & 1);
+                if (t < nc) o[t * di + col] = acc[nt][e] * scale;
+            }
+    }
+}
+
 // Per column of the warp (jw + lane % 16, two lanes a column), with U's rows holding the
 // right-hand sides and sI the q products: the forward substitution u_t = rhs_t - sum_{s<t}
-// A[t][s] u_s, then the outputs o_t = (q products + sum_{s<=t} Aqk[t][s] u_s) * scale, token t's
-// column 0 at o + t di. Returns the largest |u_t| over the lane's half of the tokens (the fp16
-// kernel scales U^T's rows by it).
+// A[t][s] u_s, then the outputs (outputs_tc). Returns the largest |u_t| of the lane's column over
+// the chunk's tokens (the fp16 kernel scales U^T's rows by it).
 // The substitution is the chunk's one serial chain (C - 1 steps, each needing the last). Up to
 // C = 32 both lanes of a column run all of it in registers, so that the A loads, which do not
 // depend on the chain, can go out early, and a step is its multiply-adds (even and odd s in two
@@ -101,6 +153,7 @@ template <int C>
 __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                                int nc, float* o, int64_t di, float scale) {
     const int lane = int(threadIdx.x % 32), col = 16 * int(threadIdx.x / 32) + lane % 16, half = lane / 16;
+    float umax = 0;
     if constexpr (C <= 32) {
         float u[C];
 #pragma unroll
@@ -121,7 +174,8 @@ __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const
 #pragma unroll
         for (int t = 1; t < C; ++t)
             if (t < nc && (t & 1) == half) sU[t * LU + col] = u[t];
-        __syncwarp();
+#pragma unroll
+        for (int t = 0; t < C; ++t) umax = fmaxf(umax, t < nc ? fabsf(u[t]) : 0.0f);
     } else {
         for (int t = 1; t < nc; ++t) {
             float acc = 0;
@@ -130,14 +184,10 @@ __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const
             if (half == 0) sU[t * LU + col] -= acc;
             __syncwarp();
         }
+        for (int t = half; t < nc; t += 2) umax = fmaxf(umax, fabsf(sU[t * LU + col]));
     }
-    float umax = 0;
-    for (int t = half; t < nc; t += 2) {
-        float acc = sI[t * LU + col];
-        for (int s = 0; s <= t; ++s) acc = fmaf(sAqk[t * (C + 1) + s], sU[s * LU + col], acc);
-        o[t * di + col] = acc * scale;
-        umax = fmaxf(umax, fabsf(sU[t * LU + col]));
-    }
+    __syncwarp();   // the whole U (the warp's columns) is written before the products read it
+    outputs_tc(C, sU, sI, sAqk, LU, nc, o, di, scale);
     return umax;
 }
 
@@ -207,7 +257,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             }
         __syncwarp();
 
-        // ---- per column: the forward substitution, then the outputs ----
+        // ---- per column: the forward substitution; then the outputs, O = I + Aqk U ----
         (void)solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----

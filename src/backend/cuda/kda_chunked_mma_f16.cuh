@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
             }
         __syncwarp();
 
-        // ---- per column: the forward substitution and the outputs, as kda_chunked_mma_kernel ----
+        // ---- the forward substitution and the outputs, as kda_chunked_mma_kernel ----
         float umax = solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z, U^T's rows and Z's columns scaled ----
