@@ -236,7 +236,7 @@ __device__ void load_chunk_rows(const ChunkSmem& s, const float* __restrict__ q,
 // cycles, once a chunk), so those kernels issue the next chunk's loads as soon as this chunk's
 // rows are stored, so that they can arrive while it computes (not measured). On where the
 // registers allow it: a block of one slice (J = D value columns, 2 D threads) at D <= 128 and
-// C = 16, 32 floats a thread (ptxas, sm_90, D = 128, C = 16: 244 registers for 3xTF32 and 236 for
+// C = 16, 32 floats a thread (ptxas, sm_90, D = 128, C = 16: 236 registers for 3xTF32 and 236 for
 // f16x3 with it, no spills; at C = 32 its 64 floats took f16x3 to 255 and spilled). Thread tid
 // holds key index (and value column) tid % D of tokens tid / D + 2 m.
 template <int D, int C>

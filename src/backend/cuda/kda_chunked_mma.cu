@@ -19,13 +19,15 @@
 //   P^T = M [exp(G) k ; exp(G) q]^T   M as the A operand straight from the accumulators: the k
 //        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
 //        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
-//   the right-hand sides beta_t (v_t - P^T_k[j][t]) and the q products go to shared memory; the
-//        forward substitution (in registers) runs per column inside the warp (its own columns), and
-//        the outputs I + Aqk U are a product on the tensor cores (outputs_tc);
+//   the right-hand sides R: beta_t (v_t - P^T_k[j][t]), and the q products I go to shared memory;
+//        U = T R, with T = (I + A)^-1 formed by the last warp before its own P^T (invert_chunk,
+//        up to C = 32; C = 64 substitutes per column), then O = I + Aqk U: both products on the
+//        tensor cores, the warp's own columns (solve_columns, outputs_tc);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
-// Only stage_chunk_tc's barriers and one at the end of a chunk are block-wide. Row strides D + 8
-// and J + 8 floats put a fragment load's 32 lanes in 32 banks (a couple of 2-way conflicts
-// remain on the right-hand sides' writes).
+// Only stage_chunk_tc's barriers, one before U (T's readers) and one at the end of a chunk are
+// block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32 banks (a
+// couple of 2-way conflicts remain on the right-hand sides' writes, and A / Aqk's C + 1 gives
+// their fragments some).
 //
 // Shared memory (floats): K, Q, G rows 3 C (D + 8); U and the q products 2 C (J + 8); A and Aqk
 // 2 C (C + 1); G_L, exp(-G_L) 2 D; beta C; a flag. D = 128, J = 128: C = 16 45.7 KiB (under the
@@ -85,17 +87,36 @@ __device__ __forceinline__ void store_state_tiles(const float (&m)[D / 8][4], fl
     }
 }
 
-// The A fragment of Aqk's 16 x 8 tile at token rows t0, key tokens s0, as 3xTF32 splits: Aqk[t][s]
-// where s <= t, 0 above the diagonal, where nothing is written (whatever the shared memory holds
-// there, a NaN say, would reach the row's sum even times a zero u). Rows from nc on may hold an
-// earlier chunk's values: they reach only their own rows of the product, which are not stored.
-__device__ __forceinline__ void aqk_frag(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* sAqk, int ld, int t0, int s0) {
+// Fragments of a 16 x 8 (A) or 8 x 8 (B) tile of a row-major matrix M (ld floats a row) whose
+// element (row, column) is taken where keep(row, column) holds and is 0 elsewhere, as 3xTF32
+// splits: A at rows t0 .., columns (k) s0 ..; B at rows (k) k0 .., columns n0 ...
+template <class Keep>
+__device__ __forceinline__ void masked_frag_a(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* M, int ld, int t0,
+                                              int s0, Keep keep) {
     const int lane = int(threadIdx.x % 32), g = lane / 4, t4 = lane % 4;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
         const int t = t0 + g + 8 * (e & 1), s = s0 + t4 + 4 * (e >> 1);
-        tf32_split(s <= t ? sAqk[t * ld + s] : 0.0f, hi[e], lo[e]);
+        tf32_split(keep(t, s) ? M[t * ld + s] : 0.0f, hi[e], lo[e]);
     }
+}
+template <class Keep>
+__device__ __forceinline__ void masked_frag_b(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* M, int ld, int k0,
+                                              int n0, Keep keep) {
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int k = k0 + t4 + 4 * e, n = n0 + g;
+        tf32_split(keep(k, n) ? M[k * ld + n] : 0.0f, hi[e], lo[e]);
+    }
+}
+
+// The A fragment of a lower-triangular matrix (Aqk; T) at rows t0, columns s0: M[t][s] where
+// s <= t, 0 above the diagonal, where nothing is written (whatever the shared memory holds there,
+// a NaN say, would reach the row's sum even times a zero u). Rows from nc on may hold an earlier
+// chunk's values: they reach only their own rows of the product, which are not stored.
+__device__ __forceinline__ void lower_frag(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* M, int ld, int t0, int s0) {
+    masked_frag_a(hi, lo, M, ld, t0, s0, [](int t, int s) { return s <= t; });
 }
 
 // The warp's outputs, o_t = (q products_t + sum_{s<=t} Aqk[t][s] u_s) * scale for its 16 columns
@@ -105,7 +126,7 @@ __device__ __forceinline__ void aqk_frag(uint32_t (&hi)[4], uint32_t (&lo)[4], c
 // t's column 0 at o + t di. Why not per column on FMAs, as before: each lane then summed up to C
 // terms for each of C / 2 tokens, two shared loads a term (Aqk's a broadcast, u's its column's),
 // some 150 loads a lane a chunk at C = 16 against about 24 fragment loads here, and 1 K at C = 64.
-// U's rows past nc are zero and aqk_frag masks what is above the diagonal, so whole tiles are summed.
+// U's rows past nc are zero and lower_frag masks what is above the diagonal, so whole tiles are summed.
 __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* sI, const float* sAqk, int LU, int nc,
                                            float* o, int64_t di, float scale) {
     const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32), g = lane / 4, t4 = lane % 4;
@@ -120,7 +141,7 @@ __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* 
             }
         for (int s0 = 0; s0 < t0 + 16; s0 += 8) {
             uint32_t a_hi[4], a_lo[4];
-            aqk_frag(a_hi, a_lo, sAqk, C + 1, t0, s0);
+            lower_frag(a_hi, a_lo, sAqk, C + 1, t0, s0);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
                 uint32_t b_hi[2], b_lo[2];
@@ -138,44 +159,132 @@ __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* 
     }
 }
 
-// Per column of the warp (jw + lane % 16, two lanes a column), with U's rows holding the
-// right-hand sides and sI the q products: the forward substitution u_t = rhs_t - sum_{s<t}
-// A[t][s] u_s, then the outputs (outputs_tc). Returns the largest |u_t| of the lane's column over
-// the chunk's tokens (the fp16 kernel scales U^T's rows by it).
-// The substitution is the chunk's one serial chain (C - 1 steps, each needing the last). Up to
-// C = 32 both lanes of a column run all of it in registers, so that the A loads, which do not
-// depend on the chain, can go out early, and a step is its multiply-adds (even and odd s in two
-// sums, halving their chain), with no shuffle, shared-memory round trip or warp barrier inside
-// it; each half then writes its rows. At C = 64 the 64 floats of u would spill at D = 128 (ptxas,
-// sm_90), and the chain goes through shared memory, each half summing its s and one shuffle
-// joining them. Both forms make the same sums in the same order.
+// Up to C = 32 the forward substitution u_t = rhs_t - sum_{s<t} A[t][s] u_s is a product, U = T R
+// with T = (I + A)^-1 (A strictly lower triangular, so T is unit lower triangular: the UT form's
+// inverse), formed once a chunk by one warp (invert_chunk) where every warp used to run the
+// substitution's chain for its own columns: C - 1 dependent steps, each reading its row of A, a
+// broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, and
+// at C = 32 some 500). At C = 64 solve_columns keeps the substitution (in shared memory, per
+// column): its inverse would take four diagonal blocks and six off-diagonal products.
+template <int C>
+constexpr bool kChunkInverse = C <= 32;
+
+// T = (I + A)^-1, written over A's lower triangle and diagonal, by the block's last warp (the
+// others return at once); its readers need a block barrier. First each 16 x 16 diagonal block of
+// T, (I + A_bb)^-1: lane c of a block holds column c and eliminates by the columns of A_bb in
+// turn (x_t -= A[t][s] x_s for s < t, s ascending): steps for different rows are independent, so
+// the chain is 15 multiply-adds deep, and every A load is a broadcast that does not wait on it.
+// At C = 32 the off-diagonal block then follows on the tensor cores (3xTF32):
+// T_10 = -T_11 (A_10 T_00). Each block of A is read whole before it is overwritten. T's rows from
+// nc on come from whatever A's rows there hold (pairwise chunks form only nc rows): row t of T
+// depends on A's rows up to t only, and reaches only row t of U, which is not stored; A_10's rows
+// from nc on are masked out of W = A_10 T_00, which is a B operand of the next product (a NaN
+// there would reach every row).
+template <int C>
+__device__ __forceinline__ void invert_chunk(float* sA, int nc) {
+    static_assert(kChunkInverse<C>, "16 x 16 diagonal blocks, one or two");
+    constexpr int ld = C + 1;
+    if (int(threadIdx.x / 32) != int(blockDim.x / 32) - 1) return;
+    const int lane = int(threadIdx.x % 32);
+    const int o = C == 32 ? 16 * (lane / 16) : 0, c = C == 32 ? lane % 16 : lane;   // block origin; column (C = 16: lanes 16 .. 31 store nothing)
+    float x[16];
+#pragma unroll
+    for (int t = 0; t < 16; ++t) x[t] = t == c ? 1.0f : 0.0f;
+#pragma unroll
+    for (int s = 0; s < 15; ++s) {
+        if (o + s + 1 >= nc) break;
+#pragma unroll
+        for (int t = s + 1; t < 16; ++t) x[t] = fmaf(-sA[(o + t) * ld + o + s], x[s], x[t]);
+    }
+    __syncwarp();   // every lane has read its block of A before any of it is overwritten
+#pragma unroll
+    for (int t = 0; t < 16; ++t)
+        if (c <= t) sA[(o + t) * ld + o + c] = x[t];
+    if constexpr (C == 32) {
+        if (nc <= 16) return;   // (uniform) no row of the second block is used
+        const int g = lane / 4, t4 = lane % 4;
+        float w[2][4] = {}, t10[2][4] = {};
+        __syncwarp();   // T_00 written
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {   // W = A_10 T_00: A_10's rows from nc on as zeros, T_00 lower
+            uint32_t a_hi[4], a_lo[4];
+            masked_frag_a(a_hi, a_lo, sA, ld, 16, 8 * ks, [nc](int t, int) { return t < nc; });
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                uint32_t b_hi[2], b_lo[2];
+                masked_frag_b(b_hi, b_lo, sA, ld, 8 * ks, 8 * nt, [](int k, int n) { return n <= k; });
+                mma_f32_via_tf32<true>(w[nt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+        __syncwarp();   // A_10 read whole before W replaces it
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)   // element e: row 16 + g + 8 (e / 2), column 8 nt + 2 t4 + e % 2
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sA[(16 + g + 8 * (e >> 1)) * ld + 8 * nt + 2 * t4 + (e & 1)] = w[nt][e];
+        __syncwarp();
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {   // T_10 = -T_11 W
+            uint32_t a_hi[4], a_lo[4];
+            lower_frag(a_hi, a_lo, sA, ld, 16, 16 + 8 * ks);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                uint32_t b_hi[2], b_lo[2];
+                tf32_frag_b_cols<true>(b_hi, b_lo, sA + (16 + 8 * ks) * ld + 8 * nt, ld);
+                mma_f32_via_tf32<true>(t10[nt], a_hi, a_lo, b_hi, b_lo);
+            }
+        }
+        __syncwarp();   // W read whole before T_10 replaces it
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sA[(16 + g + 8 * (e >> 1)) * ld + 8 * nt + 2 * t4 + (e & 1)] = -t10[nt][e];
+    }
+}
+
+// Per column of the warp (its 16 columns jw .., lane % 16 and its two lanes), with U's rows holding
+// the right-hand sides and sI the q products: u_t = rhs_t - sum_{s<t} A[t][s] u_s, then the
+// outputs (outputs_tc). Returns the largest |u_t| of the lane's column over its half of the
+// chunk's tokens (t = lane / 16 mod 2; the fp16 kernel joins the halves and scales U^T's rows by
+// it). Up to C = 32 (kChunkInverse) sA holds T (invert_chunk, after a block barrier) and U = T R
+// is a 3xTF32 product of the warp's columns, every m tile summed before any row is overwritten
+// (the later tiles read the earlier rows of R). At C = 64 the substitution runs per column through
+// shared memory, each half summing its s and one shuffle joining them.
 template <int C>
 __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                                int nc, float* o, int64_t di, float scale) {
-    const int lane = int(threadIdx.x % 32), col = 16 * int(threadIdx.x / 32) + lane % 16, half = lane / 16;
-    float umax = 0;
-    if constexpr (C <= 32) {
-        float u[C];
+    const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32), col = jw + lane % 16, half = lane / 16;
+    if constexpr (kChunkInverse<C>) {
+        const int g = lane / 4, t4 = lane % 4;
+        float acc[C / 16][2][4];
 #pragma unroll
-        for (int t = 0; t < C; ++t) u[t] = sU[t * LU + col];
+        for (int mt = 0; mt < C / 16; ++mt) {
 #pragma unroll
-        for (int t = 1; t < C; ++t) {
-            if (t >= nc) break;   // (no work past the chunk: only rows < nc are written back)
-            float even = 0, odd = 0;
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int s = 0; s < t; ++s) {
-                const float a = sA[t * (C + 1) + s];
-                if (s & 1) odd = fmaf(a, u[s], odd);
-                else even = fmaf(a, u[s], even);
+                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+            if (16 * mt >= nc) continue;
+#pragma unroll
+            for (int s0 = 0; s0 < 16 * mt + 16; s0 += 8) {
+                uint32_t a_hi[4], a_lo[4];
+                lower_frag(a_hi, a_lo, sA, C + 1, 16 * mt, s0);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    uint32_t b_hi[2], b_lo[2];
+                    tf32_frag_b_cols<true>(b_hi, b_lo, sU + s0 * LU + jw + 8 * nt, LU);
+                    mma_f32_via_tf32<true>(acc[mt][nt], a_hi, a_lo, b_hi, b_lo);
+                }
             }
-            u[t] -= even + odd;
         }
-        __syncwarp();   // every lane has read the right-hand sides before any is overwritten
+        __syncwarp();   // every lane has read the right-hand sides before any is overwritten (as mma.sync waits too)
 #pragma unroll
-        for (int t = 1; t < C; ++t)
-            if (t < nc && (t & 1) == half) sU[t * LU + col] = u[t];
+        for (int mt = 0; mt < C / 16; ++mt)
 #pragma unroll
-        for (int t = 0; t < C; ++t) umax = fmaxf(umax, t < nc ? fabsf(u[t]) : 0.0f);
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {   // element e: token 16 mt + g + 8 (e / 2), column jw + 8 nt + 2 t4 + e % 2
+                    const int t = 16 * mt + g + 8 * (e >> 1);
+                    if (t < nc) sU[t * LU + jw + 8 * nt + 2 * t4 + (e & 1)] = acc[mt][nt][e];
+                }
     } else {
         for (int t = 1; t < nc; ++t) {
             float acc = 0;
@@ -184,9 +293,10 @@ __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const
             if (half == 0) sU[t * LU + col] -= acc;
             __syncwarp();
         }
-        for (int t = half; t < nc; t += 2) umax = fmaxf(umax, fabsf(sU[t * LU + col]));
     }
-    __syncwarp();   // the whole U (the warp's columns) is written before the products read it
+    __syncwarp();   // the whole U (the warp's columns) is written before it is read across lanes
+    float umax = 0;
+    for (int t = half; t < nc; t += 2) umax = fmaxf(umax, fabsf(sU[t * LU + col]));
     outputs_tc(C, sU, sI, sAqk, LU, nc, o, di, scale);
     return umax;
 }
@@ -222,6 +332,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
+        if constexpr (kChunkInverse<C>) invert_chunk<C>(chunk.A, nc);   // (the last warp; read after the barrier below)
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
         float pk[kTokTiles][4], pq[kTokTiles][4];
@@ -255,9 +366,11 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
                     sI[at] = pq[nt][e];
                 }
             }
-        __syncwarp();
+        // The right-hand sides (the warp's own columns) and, up to C = 32, T (the last warp's).
+        if constexpr (kChunkInverse<C>) __syncthreads();
+        else __syncwarp();
 
-        // ---- per column: the forward substitution; then the outputs, O = I + Aqk U ----
+        // ---- U: T R (or the substitution at C = 64); then the outputs, O = I + Aqk U ----
         (void)solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----
