@@ -24,8 +24,8 @@
 //        up to C = 32; C = 64 substitutes per column), then O = I + Aqk U: both products on the
 //        tensor cores, the warp's own columns (solve_columns, outputs_tc);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
-// Only stage_chunk_tc's barriers, one before U (T's readers) and one at the end of a chunk are
-// block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32 banks (a
+// Only stage_chunk_tc's barriers, one before U (T's readers; up to C = 32) and one at the end of
+// a chunk are block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32 banks (a
 // couple of 2-way conflicts remain on the right-hand sides' writes, and A / Aqk's C + 1 gives
 // their fragments some).
 //
@@ -125,7 +125,8 @@ __device__ __forceinline__ void lower_frag(uint32_t (&hi)[4], uint32_t (&lo)[4],
 // they are few products, and the rounding of single TF32 would be added to every output). Token
 // t's column 0 at o + t di. Why not per column on FMAs, as before: each lane then summed up to C
 // terms for each of C / 2 tokens, two shared loads a term (Aqk's a broadcast, u's its column's),
-// some 150 loads a lane a chunk at C = 16 against about 24 fragment loads here, and 1 K at C = 64.
+// some 150 loads a lane a chunk at C = 16 against 24 here (fragments and I), and about 2 K against
+// some 200 at C = 64.
 // U's rows past nc are zero and lower_frag masks what is above the diagonal, so whole tiles are summed.
 __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* sI, const float* sAqk, int LU, int nc,
                                            float* o, int64_t di, float scale) {
@@ -247,7 +248,11 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
 // chunk's tokens (t = lane / 16 mod 2; the fp16 kernel joins the halves and scales U^T's rows by
 // it). Up to C = 32 (kChunkInverse) sA holds T (invert_chunk, after a block barrier) and U = T R
 // is a 3xTF32 product of the warp's columns, every m tile summed before any row is overwritten
-// (the later tiles read the earlier rows of R). At C = 64 the substitution runs per column through
+// (the later tiles read the earlier rows of R). Its error is fp32-class, about 2.7 times the
+// substitution's on random chunks in a numpy model of the CPU mode's arithmetic (T's unit
+// diagonal goes through the split, 2^-22 of |r|). Starting the accumulators from R with T's strict
+// lower triangle in the product keeps that diagonal exact, but modelled worse (up to 10x the
+// substitution's): every term is then rounded to the ulp of |r|. At C = 64 the substitution runs per column through
 // shared memory, each half summing its s and one shuffle joining them.
 template <int C>
 __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
