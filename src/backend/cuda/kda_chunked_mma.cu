@@ -203,7 +203,6 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
         if (c <= t) sA[(o + t) * ld + o + c] = x[t];
     if constexpr (C == 32) {
         if (nc <= 16) return;   // (uniform) no row of the second block is used
-        const int g = lane / 4, t4 = lane % 4;
         float w[2][4] = {}, t10[2][4] = {};
         __syncwarp();   // T_00 written
 #pragma unroll
@@ -218,10 +217,7 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
             }
         }
         __syncwarp();   // A_10 read whole before W replaces it
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)   // element e: row 16 + g + 8 (e / 2), column 8 nt + 2 t4 + e % 2
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sA[(16 + g + 8 * (e >> 1)) * ld + 8 * nt + 2 * t4 + (e & 1)] = w[nt][e];
+        for (int nt = 0; nt < 2; ++nt) tf32_store_c(w[nt], sA + 16 * ld + 8 * nt, ld);
         __syncwarp();
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {   // T_10 = -T_11 W
@@ -235,10 +231,10 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
             }
         }
         __syncwarp();   // W read whole before T_10 replaces it
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sA[(16 + g + 8 * (e >> 1)) * ld + 8 * nt + 2 * t4 + (e & 1)] = -t10[nt][e];
+        for (int nt = 0; nt < 2; ++nt) {
+            const float neg[4] = {-t10[nt][0], -t10[nt][1], -t10[nt][2], -t10[nt][3]};
+            tf32_store_c(neg, sA + 16 * ld + 8 * nt, ld);
+        }
     }
 }
 
