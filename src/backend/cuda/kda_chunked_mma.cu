@@ -239,10 +239,11 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
 }
 
 // Per column of the warp (its 16 columns jw .., lane % 16 and its two lanes), with U's rows holding
-// the right-hand sides and sI the q products: u_t = rhs_t - sum_{s<t} A[t][s] u_s, then the
-// outputs (outputs_tc). Returns the largest |u_t| of the lane's column over its half of the
-// chunk's tokens (t = lane / 16 mod 2; the fp16 kernel joins the halves and scales U^T's rows by
-// it). Up to C = 32 (kChunkInverse) sA holds T (invert_chunk, after a block barrier) and U = T R
+// the right-hand sides and sI the q products, each warp's own columns: u_t = rhs_t - sum_{s<t}
+// A[t][s] u_s, then the outputs (outputs_tc). Every thread of the block calls it; it starts with
+// the barrier its inputs need (the block's up to C = 32, for invert_chunk's T; the warp's at
+// C = 64) and ends with U written and the warp's lanes past it.
+// Up to C = 32 (kChunkInverse) sA holds T and U = T R
 // is a 3xTF32 product of the warp's columns, every m tile summed before any row is overwritten
 // (the later tiles read the earlier rows of R). Its error is fp32-class, about 2.7 times the
 // substitution's on random chunks in a numpy model of the CPU mode's arithmetic (T's unit
@@ -251,10 +252,11 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
 // substitution's): every term is then rounded to the ulp of |r|. At C = 64 the substitution runs per column through
 // shared memory, each half summing its s and one shuffle joining them.
 template <int C>
-__device__ __forceinline__ float solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
-                                               int nc, float* o, int64_t di, float scale) {
+__device__ __forceinline__ void solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
+                                              int nc, float* o, int64_t di, float scale) {
     const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32), col = jw + lane % 16, half = lane / 16;
     if constexpr (kChunkInverse<C>) {
+        __syncthreads();   // T (the last warp's) and every warp's right-hand sides
         const int g = lane / 4, t4 = lane % 4;
         float acc[C / 16][2][4];
 #pragma unroll
@@ -287,6 +289,7 @@ __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const
                     if (t < nc) sU[t * LU + jw + 8 * nt + 2 * t4 + (e & 1)] = acc[mt][nt][e];
                 }
     } else {
+        __syncwarp();   // the warp's right-hand sides
         for (int t = 1; t < nc; ++t) {
             float acc = 0;
             for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
@@ -296,10 +299,7 @@ __device__ __forceinline__ float solve_columns(float* sU, const float* sI, const
         }
     }
     __syncwarp();   // the whole U (the warp's columns) is written before it is read across lanes
-    float umax = 0;
-    for (int t = half; t < nc; t += 2) umax = fmaxf(umax, fabsf(sU[t * LU + col]));
     outputs_tc(C, sU, sI, sAqk, LU, nc, o, di, scale);
-    return umax;
 }
 
 template <int D, int C, bool kSplit>
@@ -367,12 +367,8 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
                     sI[at] = pq[nt][e];
                 }
             }
-        // The right-hand sides (the warp's own columns) and, up to C = 32, T (the last warp's).
-        if constexpr (kChunkInverse<C>) __syncthreads();
-        else __syncwarp();
-
         // ---- U: T R (or the substitution at C = 64); then the outputs, O = I + Aqk U ----
-        (void)solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
+        solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----
 #pragma unroll

@@ -194,14 +194,14 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
                     sI[at] = ldexpf(pq[nt][e], -(ej + ex[C + t]));
                 }
             }
-        if constexpr (kChunkInverse<C>) __syncthreads();   // as kda_chunked_mma_kernel
-        else __syncwarp();
-
         // ---- U and the outputs, as kda_chunked_mma_kernel ----
-        float umax = solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
+        solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z, U^T's rows and Z's columns scaled ----
-        // Lane c (and c + 16) has column jw + c's largest |u|; rows g and g + 8 take theirs.
+        // Lanes c and c + 16 take column jw + c's largest |u| (each half of the tokens, then both);
+        // rows g and g + 8 take theirs.
+        float umax = 0;
+        for (int t = lane / 16; t < nc; t += 2) umax = fmaxf(umax, fabsf(sU[t * LU + jw + lane % 16]));
         umax = fmaxf(umax, __shfl_xor_sync(kFullMask, umax, 16));
         const int eu = f16_scale_exponent(umax);
         const int eu0 = __shfl_sync(kFullMask, eu, gq), eu8 = __shfl_sync(kFullMask, eu, gq + 8);

@@ -237,8 +237,9 @@ int64_t f16_expansion_k(const MlaMhaArgs& a) { return a.math == F32Math::f16x2 ?
 // or tf32 (cuBLAS's TF32 GEMM on the fp32 rows as they are). f16x2 / f16 over another cache than
 // f16 take them too (the fp16 expansion needs the cache's fp16 values); their flash kernel stays
 // the fp16 one.
+bool splits_three_wide(F32Math m) { return m == F32Math::tf32x3 || m == F32Math::f16x2; }   // (where not fp16)
 bool tf32x3_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
-    return !f16_expansion(a, pages) && (a.math == F32Math::tf32x3 || a.math == F32Math::f16x2);
+    return !f16_expansion(a, pages) && splits_three_wide(a.math);
 }
 bool tf32_expansion(const MlaMhaArgs& a, const LatentArgs* pages) {
     return tf32x3_expansion(a, pages) || (!f16_expansion(a, pages) && (a.math == F32Math::tf32 || a.math == F32Math::f16));
@@ -413,8 +414,7 @@ int64_t mla_mha_default_key_block(const MlaMhaArgs& a) {
     // in whole tiles, at most the keys there are. Unmeasured: fewer, larger GEMMs against the
     // workspace's size.
     // (Plus the latent row split three wide where the 3xTF32 expansion may take it.)
-    const bool x3 = a.math == F32Math::tf32x3 || a.math == F32Math::f16x2;
-    const int64_t floats = a.r + a.dr + a.H * (a.dn + a.dv) + (x3 ? 3 * a.r : 0);
+    const int64_t floats = a.r + a.dr + a.H * (a.dn + a.dv) + (splits_three_wide(a.math) ? 3 * a.r : 0);
     const int64_t per_key = std::max<int64_t>(1, floats) * int64_t(sizeof(float));
     const int64_t kb = std::clamp<int64_t>((int64_t(128) << 20) / per_key / kTK * kTK, kTK, 16384);
     return std::min(kb, (a.pos0 + a.n + kTK - 1) / kTK * kTK);

@@ -166,6 +166,14 @@ __device__ __forceinline__ void flash_tile_softmax(float (&s)[kFlashMmaKeys / 8]
     }
 }
 
+// Where the keys a warp's queries may see end: the queries are w0 .. w0 + 15 of the block's nq at
+// positions from qpos0, the key block's usable keys end at k_end. b0 (so that the warp skips every
+// tile) when the warp has no query. Both tensor-core flash kernels' warps.
+__device__ __forceinline__ int64_t flash_warp_key_end(int w0, int nq, int64_t qpos0, int64_t k_end, int64_t b0) {
+    const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
+    return wn == 0 ? b0 : k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+}
+
 // Keys [b0, b0 + bn) of one block, as mha_flash_kernel (mla_mha.cu) takes them; blockDim.x is 32
 // times the warps, the block's queries 16 a warp from 16 W blockIdx.x.
 template <bool kSplit, int kVTiles>
@@ -194,8 +202,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     // This warp's rows: queries w0 + g (half 0) and w0 + g + 8 (half 1); the keys they may see end
     // at w_end (b0 when the warp has no query, so that it skips every tile).
     const int w0 = warp * kFlashMmaRows;
-    const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
-    const int64_t w_end = wn == 0 ? b0 : k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+    const int64_t w_end = flash_warp_key_end(w0, nq, qpos0, k_end, b0);
     const FlashRows rows{w0 + g, nq, t0, h, H, dv};
     float m[2], l[2], acc[kVTiles][4];
     rows.load(st, m, l, acc, first);

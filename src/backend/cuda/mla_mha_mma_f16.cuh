@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     if (k_end <= b0) return;                       // every query of the block comes before the key block
     const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
     const int w0 = warp * kFlashMmaRows;
-    const int wn = nq - w0 < 0 ? 0 : nq - w0 < kFlashMmaRows ? nq - w0 : kFlashMmaRows;
-    const int64_t w_end = wn == 0 ? b0 : k_end < qpos0 + w0 + wn ? k_end : qpos0 + w0 + wn;
+    const int64_t w_end = flash_warp_key_end(w0, nq, qpos0, k_end, b0);
 
     // This warp's query rows, scaled; only this warp reads them.
     for (int i = w0; i < w0 + kFlashMmaRows; ++i) {
