@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Every CUDA kernel's static shared memory within compat.h's kStaticSharedBudget.
 #
-#   tests/cuda/static_smem.sh NVCC [REPO]     (env: KINFER_STATIC_SMEM_BUDGET overrides the budget)
+#   tests/cuda/static_smem.sh NVCC [REPO [CUBINS]]   (env: KINFER_STATIC_SMEM_BUDGET overrides the budget)
 #
 # The CPU execution mode cannot see a kernel's static __shared__ bytes, and a GPU counts them with
 # the dynamic ones against 48 KiB (227 KiB opted in). The launchers and the CPU mode leave
 # kStaticSharedBudget bytes for them, so this test holds every kernel to that: it compiles each
 # .cu to an sm_90 cubin (an ELF file) and reads the size of each kernel's .nv.shared.<kernel>
 # section, which is what the kernel's window holds before its dynamic bytes (nvcc puts 1 KiB
-# there even for a kernel that declares none). Exit 77 (ctest's skip) without readelf.
+# there even for a kernel that declares none). With CUBINS (the build's nvcc --keep directory,
+# as ctest passes it) it reads the cubins the build made instead of compiling again. Exit 77
+# (ctest's skip) without readelf.
 set -euo pipefail
 nvcc="${1:?usage: static_smem.sh NVCC [REPO]}"
 repo="${2:-$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -19,17 +21,32 @@ if [ -z "$budget" ]; then
   [ -n "$kib" ] || { echo "static_smem: kStaticSharedBudget not found in compat.h" >&2; exit 1; }
   budget=$((kib * 1024))
 fi
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
 srcs=("$repo"/src/backend/cuda/*.cu "$repo"/cuda/*.cu)
-# One nvcc per file, as many at once as there are cores (each is single-threaded).
-# (The path goes in as an argument of its own, never pasted into the command's text.)
-printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} bash -c \
-  '"$1" -cubin -arch=sm_90 -std=c++17 -I"$2" -I"$2/src" "$4" -o "$3/$(basename "$4" .cu).cubin"' _ "$nvcc" "$repo" "$out" {}
+cubin_files=()
+if [ -n "${3:-}" ]; then
+  # The build's own: nvcc names each <source>.sm_90.cubin in its keep directory, and rewrites it
+  # whenever it compiles that source, so after a build each one is current.
+  for src in "${srcs[@]}"; do
+    c="$3/$(basename "$src" .cu).sm_90.cubin"
+    [ -f "$c" ] || { echo "static_smem: $c is missing (build kinfer_cuda first; nvcc keeps it there)" >&2; exit 1; }
+    if [ "$src" -nt "$c" ]; then echo "static_smem: $c is older than $src (rebuild kinfer_cuda)" >&2; exit 1; fi
+    cubin_files+=("$c")
+  done
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+  # One nvcc per file, as many at once as there are cores (each is single-threaded).
+  # (The path goes in as an argument of its own, never pasted into the command's text.)
+  printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} bash -c \
+    '"$1" -cubin -arch=sm_90 -std=c++17 -I"$2" -I"$2/src" "$4" -o "$3/$(basename "$4" .cu).cubin"' _ "$nvcc" "$repo" "$out" {}
+  cubin_files=("$out"/*.cubin)
+fi
 kernels=0 over=0
 cubins=0
-for c in "$out"/*.cubin; do
+for c in "${cubin_files[@]}"; do
   cubins=$((cubins + 1))
+  src_name="$(basename "$c" .cubin)"
+  src_name="${src_name%.sm_90}"
   # (readelf warns about an nvcc section flag on stderr; a cubin it cannot read fails the test.)
   sections="$(readelf -SW "$c" 2>/dev/null)" || { echo "static_smem: readelf cannot read $c" >&2; exit 1; }
   # "[Nr] .nv.shared.<mangled name>  NOBITS  <address> <offset> <size> ..." (the reserved.0 one is not a kernel)
@@ -39,9 +56,9 @@ for c in "$out"/*.cubin; do
     pretty="$(printf '%s' "$name" | c++filt 2>/dev/null || printf '%s' "$name")"
     if [ "$bytes" -gt "$budget" ]; then
       over=$((over + 1))
-      echo "OVER  $bytes bytes  $(basename "$c" .cubin): ${pretty:0:160}"
+      echo "OVER  $bytes bytes  ${src_name}: ${pretty:0:160}"
     else
-      echo "ok    $bytes bytes  $(basename "$c" .cubin): ${pretty:0:160}"
+      echo "ok    $bytes bytes  ${src_name}: ${pretty:0:160}"
     fi
   done < <(printf '%s\n' "$sections" |
            sed -n 's/.*\] \.nv\.shared\.\([^ ]*\) *NOBITS *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' | grep -v '^reserved\.')
