@@ -3,11 +3,17 @@
 // semantics. Each case would fail if the emulation got that part wrong (a missing barrier reads
 // stale values, a wrong shuffle source gives a wrong sum).
 #include "backend/cuda/compat.h"
+#include "backend/cuda/mma_gather.cuh"
+#include "backend/cuda/reduce.cuh"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <vector>
 
 namespace {
@@ -108,6 +114,92 @@ TEST_CASE("cuda cpu mode: xor / up / down / broadcast shuffles and ballot / any 
         CHECK(o[4] == (warp == 1 ? 1 + 2 : 0));
         CHECK(o[5] == (lane + 4 < lanes ? t + 4 : t));
     }
+}
+
+// The plain tensor-core products' gather (mma_gather.cuh): the CPU mode's one exchange gives each
+// lane what the GPU's 16 shuffles give. Two warps, rounds alternating with a shuffle so that the
+// exchanges' two slot sets take turns; every lane's words name their warp, lane, round and word.
+__global__ void mma_gather_kernel(uint64_t* out, int rounds) {
+    using namespace kinfer::cuda::emu;
+    const uint64_t t = threadIdx.x;
+    for (int r = 0; r < rounds; ++r) {
+        const uint64_t base = t << 16 | uint64_t(r) << 8;
+        const MmaGather s = mma_gather_shuffled(base | 0, base | 1, base | 2);
+        const MmaGather e = mma_gather_shared(base | 0, base | 1, base | 2);
+        uint64_t* o = out + (size_t(r) * blockDim.x + t) * 32;
+        for (int src = 0; src < 4; ++src) {
+            o[src] = s.a_g[src], o[4 + src] = s.a_g8[src], o[8 + src] = s.b_c0[src], o[12 + src] = s.b_c1[src];
+            o[16 + src] = e.a_g[src], o[20 + src] = e.a_g8[src], o[24 + src] = e.b_c0[src], o[28 + src] = e.b_c1[src];
+        }
+        if (r % 2) (void)__shfl_sync(kFullMask, int(t), 0);
+    }
+}
+__global__ void share_partial_warp_kernel() {
+    const uint64_t w[1] = {threadIdx.x};
+    (void)kinfer::cuda::cpu_mode::share_warp(w, 1);
+}
+
+TEST_CASE("cuda cpu mode: the tensor-core products' gather, one exchange for sixteen shuffles") {
+    const int threads = 64, rounds = 5;
+    std::vector<uint64_t> out(size_t(rounds * threads * 32), ~uint64_t(0));
+    auto* k = &mma_gather_kernel;
+    KINFER_LAUNCH(k, dim3(1), dim3(threads), 0, nullptr, out.data(), rounds);
+    int bad = 0;
+    for (int r = 0; r < rounds; ++r)
+        for (int t = 0; t < threads; ++t) {
+            const int warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+            const uint64_t* o = &out[(size_t(r) * threads + size_t(t)) * 32];
+            auto word = [&](int from_lane, int w) { return uint64_t(32 * warp + from_lane) << 16 | uint64_t(r) << 8 | uint64_t(w); };
+            for (int src = 0; src < 4; ++src) {
+                const uint64_t want[4] = {word(4 * g + src, 0), word(4 * g + src, 1), word(8 * q + src, 2), word(8 * q + 4 + src, 2)};
+                for (int f = 0; f < 4; ++f) {
+                    bad += o[4 * f + src] != want[f];        // the shuffles
+                    bad += o[16 + 4 * f + src] != want[f];   // the one exchange
+                }
+            }
+        }
+    CHECK(bad == 0);
+    // A partial warp cannot take part (nor can it in a GPU's mma.sync).
+    auto* kp = &share_partial_warp_kernel;
+    CHECK_THROWS_WITH_AS(KINFER_LAUNCH(kp, dim3(1), dim3(48), 0, nullptr), doctest::Contains("full warp"), std::logic_error);
+}
+
+// warp_sum / warp_max (reduce.cuh) against the shuffle butterfly they stand for, bit for bit: a
+// full warp takes the one-exchange form, the partial one (lanes 64..79) the shuffles themselves.
+// The values span 2^-20 .. 2^20 with both signs, so another order of the sums gives other bits.
+__global__ void warp_reduce_kernel(const float* x, float* out) {
+    using namespace kinfer::cuda::emu;
+    const int t = int(threadIdx.x);
+    float s = x[t], m = x[t];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+    out[4 * t] = warp_sum(x[t]);
+    out[4 * t + 1] = s;
+    out[4 * t + 2] = warp_max(x[t]);
+    out[4 * t + 3] = m;
+}
+
+TEST_CASE("cuda cpu mode: warp_sum and warp_max in one exchange, the bits of the shuffle butterfly") {
+    const int threads = 80;
+    std::mt19937 rng(77);
+    std::uniform_real_distribution<float> e(-20.0f, 20.0f), u(-1.0f, 1.0f);
+    int differ_from_serial = 0;
+    for (int trial = 0; trial < 8; ++trial) {
+        std::vector<float> x(threads), out(4 * threads, -1.0f);
+        for (float& v : x) v = std::ldexp(u(rng), int(e(rng)));
+        auto* k = &warp_reduce_kernel;
+        KINFER_LAUNCH(k, dim3(1), dim3(threads), 0, nullptr, x.data(), out.data());
+        for (int t = 0; t < threads; ++t) {
+            INFO("trial ", trial, " thread ", t);
+            CHECK(std::memcmp(&out[size_t(4 * t)], &out[size_t(4 * t + 1)], sizeof(float)) == 0);
+            CHECK(std::memcmp(&out[size_t(4 * t + 2)], &out[size_t(4 * t + 3)], sizeof(float)) == 0);
+            CHECK(out[size_t(4 * t + 2)] == *std::max_element(x.begin() + t / 32 * 32, x.begin() + std::min(threads, t / 32 * 32 + 32)));
+        }
+        float serial = 0;
+        for (int i = 0; i < 32; ++i) serial += x[size_t(i)];
+        differ_from_serial += serial != out[0];
+    }
+    CHECK(differ_from_serial > 0);   // the inputs do tell one order of the sums from another
 }
 
 // Threads past the end return before the barrier; the others must still get through it.

@@ -150,6 +150,7 @@ struct Launch {
     // k + 2 (this set again) before every lane has arrived at k + 1, that is, read k. One barrier
     // an exchange instead of two (a fiber switch per lane each).
     std::vector<uint64_t> slots[2];
+    std::vector<uint64_t> words[2];              // share_warp's: kShareWords a lane, the same two sets
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
@@ -358,6 +359,23 @@ uint64_t exchange(uint64_t mine, int src) {
     return src >= 0 && unsigned(src) < L.lanes_in(warp) ? slots[base + unsigned(src)] : mine;
 }
 
+bool full_warp() {
+    const Launch& L = current();
+    return L.lanes_in(L.current / 32) == 32;
+}
+
+const uint64_t* share_warp(const uint64_t* mine, unsigned n) {
+    Launch& L = current();
+    const unsigned me = L.current, warp = me / 32;
+    // A GPU's mma.sync needs every lane of the warp too.
+    if (n > kShareWords || L.lanes_in(warp) != 32)
+        throw std::logic_error("cuda cpu mode: share_warp takes at most kShareWords words from every lane of a full warp");
+    std::vector<uint64_t>& words = L.words[L.threads[me].exchanges++ & 1];
+    std::copy(mine, mine + n, words.begin() + std::ptrdiff_t(me * kShareWords));
+    wait_on(L, L.warp_bar[warp]);                // every lane has put its words
+    return words.data() + size_t(warp) * 32 * kShareWords;
+}
+
 unsigned ballot(bool pred) {
     Launch& L = current();
     const unsigned me = L.current, warp = me / 32, base = warp * 32;
@@ -430,6 +448,8 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     L.warp_bar.resize(L.n_warps);
     L.slots[0].assign(nt, 0);
     L.slots[1].assign(nt, 0);
+    L.words[0].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
+    L.words[1].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
     L.threads.resize(nt);
     for (unsigned t = 0; t < nt; ++t) {
         fiber(t);

@@ -11,7 +11,9 @@
 //                                               a fiber waits there until the others arrive.
 //   __shfl_sync / _xor / _down / _up, __ballot_sync, __any_sync, __all_sync
 //                                               an exchange through per-lane slots (two sets
-//                                               used in turn) and one barrier of the warp.
+//                                               used in turn) and one barrier of the warp;
+//                                               share_warp (below) moves several words a lane
+//                                               in one (the tensor-core gathers, warp_sum).
 //   __shared__                                  `static`: one block runs at a time, so a
 //                                               function-local static is exactly the block's
 //                                               shared array; launches are serialised.
@@ -91,6 +93,15 @@ void sync_warp();
 uint64_t exchange(uint64_t mine, int src);
 // OR of the predicates of the warp's live lanes, lane i as bit i.
 unsigned ballot(bool pred);
+// Many shuffles' worth in one exchange (the plain tensor-core products' gather, mma_gather.cuh):
+// every lane of a full warp puts n <= kShareWords words; returns the warp's table, lane l's words
+// at [kShareWords * l, kShareWords * l + n). Each shuffle is a pass through the warp's 32 fibers,
+// so a gather of 16 values costs one pass instead of 16. The table is read before the lane's next
+// exchange (shuffle, vote or share): the one after that writes the same slots.
+inline constexpr unsigned kShareWords = 4;
+const uint64_t* share_warp(const uint64_t* mine, unsigned n);
+// Whether the calling thread's warp has all 32 lanes (a block's last warp may have fewer).
+bool full_warp();
 // This thread's lane within its warp.
 int lane();
 

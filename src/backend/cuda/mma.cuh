@@ -1,8 +1,9 @@
 // The warp-wide int8 tensor-core product of the GEMM (mmq.cu): D = A B + C with A 16 x K int8
 // (weight rows), B K x 8 int8 (8 tokens' activations), C / D 16 x 8 int32, for K = 32 and 16.
 // On the GPU, PTX's mma.sync.aligned.m16n8k{32,16}.row.col.s32.s8.s8.s32 (sm_80 on; kinfer builds
-// for sm_90). Everywhere, the same product from shuffles and dp4a (mma_*_plain): what the CPU
-// execution mode runs, and a reference a GPU check can compare the tensor cores with.
+// for sm_90). Everywhere, the same product from a warp gather (mma_gather.cuh) and dp4a
+// (mma_*_plain): what the CPU execution mode runs, and a reference a GPU check can compare the
+// tensor cores with.
 //
 // Every lane holds a fixed piece of each matrix (PTX ISA, "Matrix Fragments for mma.m16n8k32",
 // integer types). With g = lane / 4 and t = lane % 4, each register four int8 of consecutive k,
@@ -18,6 +19,7 @@
 // gives the tensor cores' bits, whatever order it adds in.
 #pragma once
 #include "backend/cuda/block_dot.cuh"
+#include "backend/cuda/mma_gather.cuh"
 
 #include <cstdint>
 
@@ -39,19 +41,15 @@ __device__ __forceinline__ void mma_frag_b32(uint32_t (&b)[2], const int8_t* B, 
     b[0] = mma_word(c), b[1] = mma_word(c + 16);
 }
 
-// The shuffle form of m16n8k32: every lane gathers the rows of A and the columns of B its four
-// outputs need from the lanes that hold them, both k halves of a source lane in one 64-bit
-// shuffle (16 a call: in the CPU mode each is a pass over the warp's fibers), and dots them with
-// dp4a. Every lane takes part in every shuffle.
+// The plain form of m16n8k32: every lane gathers the rows of A and the columns of B its four
+// outputs need from the lanes that hold them (mma_gather.cuh: 16 shuffles on a GPU, both k halves
+// of a source lane in one 64-bit word), and dots them with dp4a. Every lane takes part.
 __device__ __forceinline__ void mma_s8_k32_plain(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    const uint64_t a_g = uint64_t(a[0]) | uint64_t(a[2]) << 32, a_g8 = uint64_t(a[1]) | uint64_t(a[3]) << 32;
-    const uint64_t b_c = uint64_t(b[0]) | uint64_t(b[1]) << 32;
+    const MmaGather w = mma_gather(uint64_t(a[0]) | uint64_t(a[2]) << 32, uint64_t(a[1]) | uint64_t(a[3]) << 32,
+                                   uint64_t(b[0]) | uint64_t(b[1]) << 32);
 #pragma unroll
     for (int src = 0; src < 4; ++src) {   // k 4 src .. + 3 and 16 + 4 src .. + 3
-        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
-        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
-        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+        const uint64_t ra = w.a_g[src], ra8 = w.a_g8[src], cb0 = w.b_c0[src], cb1 = w.b_c1[src];
 #pragma unroll
         for (int h = 0; h < 64; h += 32) {
             c[0] = __dp4a(int(uint32_t(ra >> h)), int(uint32_t(cb0 >> h)), c[0]);
@@ -63,12 +61,11 @@ __device__ __forceinline__ void mma_s8_k32_plain(int (&c)[4], const uint32_t (&a
 }
 // m16n8k16: k 0..15 of the above (a[0], a[1], b[0]).
 __device__ __forceinline__ void mma_s8_k16_plain(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    const MmaGather w = mma_gather(a0, a1, b0);
 #pragma unroll
     for (int src = 0; src < 4; ++src) {
-        const uint32_t a_g = __shfl_sync(kFullMask, a0, 4 * g + src), a_g8 = __shfl_sync(kFullMask, a1, 4 * g + src);
-        const uint32_t b_0 = __shfl_sync(kFullMask, b0, 4 * (2 * t) + src);
-        const uint32_t b_1 = __shfl_sync(kFullMask, b0, 4 * (2 * t + 1) + src);
+        const uint32_t a_g = uint32_t(w.a_g[src]), a_g8 = uint32_t(w.a_g8[src]);
+        const uint32_t b_0 = uint32_t(w.b_c0[src]), b_1 = uint32_t(w.b_c1[src]);
         c[0] = __dp4a(int(a_g), int(b_0), c[0]);
         c[1] = __dp4a(int(a_g), int(b_1), c[1]);
         c[2] = __dp4a(int(a_g8), int(b_0), c[2]);

@@ -1,8 +1,8 @@
 // The warp's fp32 tensor-core product on fp16 operands: D = A B + C with A 16 x 16 and B 16 x 8
 // fp16, C / D 16 x 8 fp32. On the GPU, PTX's mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
 // (sm_80 on), twice TF32's rate a k element and half its operand bytes; everywhere, the same
-// product from shuffles (mma_f16_plain): what the CPU execution mode runs, and the reference a GPU
-// check holds the tensor cores to.
+// product from a warp gather (mma_f16_plain, mma_gather.cuh): what the CPU execution mode runs, and
+// the reference a GPU check holds the tensor cores to.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), g = lane / 4,
 // t = lane % 4, each 32-bit register two fp16 of consecutive k, the lower k in the low half:
@@ -20,6 +20,7 @@
 // of two first (exact) and divides the result by it.
 #pragma once
 #include "backend/cuda/block_dot.cuh"
+#include "backend/cuda/mma_gather.cuh"
 #include "quant/fp16.h"
 
 #include <cmath>
@@ -82,21 +83,18 @@ __device__ __forceinline__ void f16_frag_b_cols(uint32_t (&b)[2], const uint16_t
     b[0] = f16_pair(p[0], p[ld]), b[1] = f16_pair(p[8 * ld], p[9 * ld]);
 }
 
-// The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
-// lanes that hold them (a source lane's four k in one 64-bit shuffle) and adds the sixteen products
-// to its outputs in k order. Products of two fp16 values are exact in fp32; the tensor cores add
-// them in an order (and with an alignment) of their own, so results agree to fp32 rounding, not
-// bit for bit. Every lane takes part in every shuffle.
+// The plain form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
+// lanes that hold them (mma_gather.cuh: 16 shuffles on a GPU, a source lane's four k in one 64-bit
+// word) and adds the sixteen products to its outputs in k order. Products of two fp16 values are
+// exact in fp32; the tensor cores add them in an order (and with an alignment) of their own, so
+// results agree to fp32 rounding, not bit for bit. Every lane takes part.
 __device__ __forceinline__ void mma_f16_plain(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    const uint64_t a_g = uint64_t(a[0]) | uint64_t(a[2]) << 32, a_g8 = uint64_t(a[1]) | uint64_t(a[3]) << 32;
-    const uint64_t b_c = uint64_t(b[0]) | uint64_t(b[1]) << 32;
+    const MmaGather w = mma_gather(uint64_t(a[0]) | uint64_t(a[2]) << 32, uint64_t(a[1]) | uint64_t(a[3]) << 32,
+                                   uint64_t(b[0]) | uint64_t(b[1]) << 32);
     float A0[16], A8[16], B0[16], B1[16];   // rows g, g + 8 of A; columns 2t, 2t + 1 of B; by k
 #pragma unroll
     for (int src = 0; src < 4; ++src) {      // the lane of t = src holds k 2 src, 2 src + 1, 2 src + 8, 2 src + 9
-        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
-        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
-        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+        const uint64_t ra = w.a_g[src], ra8 = w.a_g8[src], cb0 = w.b_c0[src], cb1 = w.b_c1[src];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {        // element e of the 64 bits: k 2 src + e % 2 + 8 (e / 2)
             const int k = 2 * src + e % 2 + 8 * (e / 2);

@@ -1,8 +1,8 @@
 // The warp's fp32 tensor-core product on TF32 operands: D = A B + C with A 16 x 8, B 8 x 8 and
 // C / D 16 x 8 fp32, each operand element a TF32 value (fp32 with 10 mantissa bits) held in the
 // bits of a 32-bit register. On the GPU, PTX's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
-// (sm_80 on); everywhere, the same product from shuffles (mma_tf32_plain): what the CPU execution
-// mode runs, and a reference a GPU check can hold the tensor cores to.
+// (sm_80 on); everywhere, the same product from a warp gather (mma_tf32_plain, mma_gather.cuh):
+// what the CPU execution mode runs, and a reference a GPU check can hold the tensor cores to.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), with g = lane / 4, t = lane % 4:
 //   A: a[0] (row g, k t)  a[1] (row g + 8, k t)  a[2] (row g, k t + 4)  a[3] (row g + 8, k t + 4)
@@ -18,6 +18,7 @@
 #pragma once
 #include "backend/cuda/block_dot.cuh"
 #include "backend/cuda/compat.h"
+#include "backend/cuda/mma_gather.cuh"
 
 #include <cstdint>
 
@@ -130,23 +131,20 @@ __device__ __forceinline__ void tf32_frag_a_from_c(uint32_t (&hi)[4], uint32_t (
     tf32_operand<kSplit>(c[3], hi[3], lo[3]);
 }
 
-// The shuffle form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
-// lanes that hold them (both k halves of a source lane in one 64-bit shuffle) and adds the eight
-// products to its outputs in k order. The tensor cores read only an operand's TF32 bits, so the
-// low 13 bits are cut here too; the products of two TF32 values are exact in fp32. Every lane
-// takes part in every shuffle.
+// The plain form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
+// lanes that hold them (mma_gather.cuh: 16 shuffles on a GPU, both k halves of a source lane in
+// one 64-bit word) and adds the eight products to its outputs in k order. The tensor cores read
+// only an operand's TF32 bits, so the low 13 bits are cut here too; the products of two TF32
+// values are exact in fp32. Every lane takes part.
 __device__ __forceinline__ void mma_tf32_plain(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
     constexpr uint32_t kKeep = 0xffffe000u;
-    const uint64_t a_g = uint64_t(a[0] & kKeep) | uint64_t(a[2] & kKeep) << 32;
-    const uint64_t a_g8 = uint64_t(a[1] & kKeep) | uint64_t(a[3] & kKeep) << 32;
-    const uint64_t b_c = uint64_t(b[0] & kKeep) | uint64_t(b[1] & kKeep) << 32;
+    const MmaGather w = mma_gather(uint64_t(a[0] & kKeep) | uint64_t(a[2] & kKeep) << 32,
+                                   uint64_t(a[1] & kKeep) | uint64_t(a[3] & kKeep) << 32,
+                                   uint64_t(b[0] & kKeep) | uint64_t(b[1] & kKeep) << 32);
     float A0[8], A8[8], B0[8], B1[8];   // rows g, g + 8 of A; columns 2t, 2t + 1 of B; by k
 #pragma unroll
     for (int src = 0; src < 4; ++src) {   // the lane of t = src holds k = src and src + 4
-        const uint64_t ra = __shfl_sync(kFullMask, a_g, 4 * g + src), ra8 = __shfl_sync(kFullMask, a_g8, 4 * g + src);
-        const uint64_t cb0 = __shfl_sync(kFullMask, b_c, 4 * (2 * t) + src);
-        const uint64_t cb1 = __shfl_sync(kFullMask, b_c, 4 * (2 * t + 1) + src);
+        const uint64_t ra = w.a_g[src], ra8 = w.a_g8[src], cb0 = w.b_c0[src], cb1 = w.b_c1[src];
         A0[src] = __uint_as_float(uint32_t(ra)), A0[src + 4] = __uint_as_float(uint32_t(ra >> 32));
         A8[src] = __uint_as_float(uint32_t(ra8)), A8[src + 4] = __uint_as_float(uint32_t(ra8 >> 32));
         B0[src] = __uint_as_float(uint32_t(cb0)), B0[src + 4] = __uint_as_float(uint32_t(cb0 >> 32));
