@@ -167,34 +167,58 @@ TEST_CASE("cuda cpu mode: the tensor-core products' gather, one exchange for six
 // warp_sum / warp_max (reduce.cuh) against the shuffle butterfly they stand for, bit for bit: a
 // full warp takes the one-exchange form, the partial one (lanes 64..79) the shuffles themselves.
 // The values span 2^-20 .. 2^20 with both signs, so another order of the sums gives other bits.
+// Two blocks of three rounds: the warp's first lane back fills the results for all, once an
+// exchange, and block 1 starts its exchanges from 0 again.
+constexpr int kReduceRounds = 3;
 __global__ void warp_reduce_kernel(const float* x, float* out) {
     using namespace kinfer::cuda::emu;
-    const int t = int(threadIdx.x);
-    float s = x[t], m = x[t];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
-    out[4 * t] = warp_sum(x[t]);
-    out[4 * t + 1] = s;
-    out[4 * t + 2] = warp_max(x[t]);
-    out[4 * t + 3] = m;
+    const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+    for (int r = 0; r < kReduceRounds; ++r) {
+        const float v = x[t] * float(1 + r);
+        float s = v, m = v;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+        float* o = out + 4 * (size_t(r) * 2 * blockDim.x + size_t(t));
+        o[0] = warp_sum(v);
+        o[1] = s;
+        o[2] = warp_max(v);
+        o[3] = m;
+    }
+}
+
+// One warp_sum a block: every block's exchange is number 0, and must not take an earlier block's.
+__global__ void warp_sum_once_kernel(const float* x, float* out) {
+    const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+    out[t] = kinfer::cuda::emu::warp_sum(x[t]);
 }
 
 TEST_CASE("cuda cpu mode: warp_sum and warp_max in one exchange, the bits of the shuffle butterfly") {
-    const int threads = 80;
+    {
+        std::vector<float> x(96), out(96, -1.0f);
+        for (int i = 0; i < 96; ++i) x[size_t(i)] = float(i / 32 + 1);
+        auto* k = &warp_sum_once_kernel;
+        KINFER_LAUNCH(k, dim3(3), dim3(32), 0, nullptr, x.data(), out.data());
+        for (int i = 0; i < 96; ++i) CHECK(out[size_t(i)] == float(32 * (i / 32 + 1)));
+    }
+    const int threads = 80, n = 2 * threads;
     std::mt19937 rng(77);
     std::uniform_real_distribution<float> e(-20.0f, 20.0f), u(-1.0f, 1.0f);
     int differ_from_serial = 0;
-    for (int trial = 0; trial < 8; ++trial) {
-        std::vector<float> x(threads), out(4 * threads, -1.0f);
+    for (int trial = 0; trial < 4; ++trial) {
+        std::vector<float> x(n), out(size_t(4 * n * kReduceRounds), -1.0f);
         for (float& v : x) v = std::ldexp(u(rng), int(e(rng)));
         auto* k = &warp_reduce_kernel;
-        KINFER_LAUNCH(k, dim3(1), dim3(threads), 0, nullptr, x.data(), out.data());
-        for (int t = 0; t < threads; ++t) {
-            INFO("trial ", trial, " thread ", t);
-            CHECK(std::memcmp(&out[size_t(4 * t)], &out[size_t(4 * t + 1)], sizeof(float)) == 0);
-            CHECK(std::memcmp(&out[size_t(4 * t + 2)], &out[size_t(4 * t + 3)], sizeof(float)) == 0);
-            CHECK(out[size_t(4 * t + 2)] == *std::max_element(x.begin() + t / 32 * 32, x.begin() + std::min(threads, t / 32 * 32 + 32)));
-        }
+        KINFER_LAUNCH(k, dim3(2), dim3(threads), 0, nullptr, x.data(), out.data());
+        for (int r = 0; r < kReduceRounds; ++r)
+            for (int t = 0; t < n; ++t) {
+                INFO("trial ", trial, " round ", r, " thread ", t);
+                const float* o = &out[4 * (size_t(r) * n + size_t(t))];
+                CHECK(std::memcmp(&o[0], &o[1], sizeof(float)) == 0);
+                CHECK(std::memcmp(&o[2], &o[3], sizeof(float)) == 0);
+                const int block0 = t / threads * threads, first = block0 + (t - block0) / 32 * 32;
+                const int last = std::min(block0 + threads, first + 32);   // this thread's warp
+                CHECK(o[2] == float(1 + r) * *std::max_element(x.begin() + first, x.begin() + last));
+            }
         float serial = 0;
         for (int i = 0; i < 32; ++i) serial += x[size_t(i)];
         differ_from_serial += serial != out[0];

@@ -151,6 +151,8 @@ struct Launch {
     // an exchange instead of two (a fiber switch per lane each).
     std::vector<uint64_t> slots[2];
     std::vector<uint64_t> words[2];              // share_warp's: kShareWords a lane, the same two sets
+    std::vector<uint64_t> per_lane[2];           // share_warp's scratch: 32 words a warp, each set
+    std::vector<unsigned> filled[2];             // per warp: 1 + the exchange whose scratch is claimed
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
@@ -284,6 +286,7 @@ void run_block(Launch& L) {
         t.waiting = nullptr;
         t.exchanges = 0;
     }
+    for (auto& f : L.filled) std::fill(f.begin(), f.end(), 0u);   // the block's exchanges count from 0
     const bool reverse = L.reverse;
     unsigned left = L.n_threads;
     // Resumes thread t up to its next barrier, if it can go on; false if it cannot.
@@ -364,16 +367,20 @@ bool full_warp() {
     return L.lanes_in(L.current / 32) == 32;
 }
 
-const uint64_t* share_warp(const uint64_t* mine, unsigned n) {
+WarpShare share_warp(const uint64_t* mine, unsigned n) {
     Launch& L = current();
     const unsigned me = L.current, warp = me / 32;
     // A GPU's mma.sync needs every lane of the warp too.
     if (n > kShareWords || L.lanes_in(warp) != 32)
         throw std::logic_error("cuda cpu mode: share_warp takes at most kShareWords words from every lane of a full warp");
-    std::vector<uint64_t>& words = L.words[L.threads[me].exchanges++ & 1];
-    std::copy(mine, mine + n, words.begin() + std::ptrdiff_t(me * kShareWords));
+    // Every lane of the warp takes part in the same exchanges, so the count names this one.
+    const unsigned exchange = L.threads[me].exchanges++, set = exchange & 1;
+    std::copy(mine, mine + n, L.words[set].begin() + std::ptrdiff_t(me * kShareWords));
     wait_on(L, L.warp_bar[warp]);                // every lane has put its words
-    return words.data() + size_t(warp) * 32 * kShareWords;
+    const bool first = L.filled[set][warp] != exchange + 1;
+    L.filled[set][warp] = exchange + 1;
+    return WarpShare{L.words[set].data() + size_t(warp) * 32 * kShareWords, L.per_lane[set].data() + size_t(warp) * 32,
+                     first};
 }
 
 unsigned ballot(bool pred) {
@@ -448,8 +455,11 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     L.warp_bar.resize(L.n_warps);
     L.slots[0].assign(nt, 0);
     L.slots[1].assign(nt, 0);
-    L.words[0].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
-    L.words[1].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
+    for (int set = 0; set < 2; ++set) {
+        L.words[set].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
+        L.per_lane[set].assign(size_t(L.n_warps) * 32, 0);
+        L.filled[set].resize(L.n_warps);
+    }
     L.threads.resize(nt);
     for (unsigned t = 0; t < nt; ++t) {
         fiber(t);

@@ -93,13 +93,19 @@ void sync_warp();
 uint64_t exchange(uint64_t mine, int src);
 // OR of the predicates of the warp's live lanes, lane i as bit i.
 unsigned ballot(bool pred);
-// Many shuffles' worth in one exchange (the plain tensor-core products' gather, mma_gather.cuh):
-// every lane of a full warp puts n <= kShareWords words; returns the warp's table, lane l's words
-// at [kShareWords * l, kShareWords * l + n). Each shuffle is a pass through the warp's 32 fibers,
-// so a gather of 16 values costs one pass instead of 16. The table is read before the lane's next
-// exchange (shuffle, vote or share): the one after that writes the same slots.
+// Many shuffles' worth in one exchange (the plain tensor-core products' gather, mma_gather.cuh;
+// warp_sum, reduce.cuh): every lane of a full warp puts n <= kShareWords words. Each shuffle is a
+// pass through the warp's 32 fibers, so a gather of 16 values costs one pass instead of 16.
+// What a lane gets back is read before its next exchange (shuffle, vote or share): the one after
+// that writes the same slots.
 inline constexpr unsigned kShareWords = 4;
-const uint64_t* share_warp(const uint64_t* mine, unsigned n);
+struct WarpShare {
+    const uint64_t* table;   // the warp's words: lane l's at [kShareWords * l, kShareWords * l + n)
+    uint64_t* per_lane;      // 32 words of this exchange's scratch, one a lane
+    bool first;              // the warp's first lane back from the exchange: it may fill per_lane
+                             // for all (a result every lane would otherwise compute for itself)
+};
+WarpShare share_warp(const uint64_t* mine, unsigned n);
 // Whether the calling thread's warp has all 32 lanes (a block's last warp may have fewer).
 bool full_warp();
 // This thread's lane within its warp.

@@ -38,7 +38,7 @@ __device__ __forceinline__ MmaGather mma_gather_shared(uint64_t a_g, uint64_t a_
     namespace cm = ::kinfer::cuda::cpu_mode;
     const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
     const uint64_t mine[3] = {a_g, a_g8, b_c};
-    const uint64_t* table = cm::share_warp(mine, 3);
+    const uint64_t* table = cm::share_warp(mine, 3).table;
     MmaGather r;
     for (int src = 0; src < 4; ++src) {
         r.a_g[src] = table[cm::kShareWords * unsigned(4 * g + src)];

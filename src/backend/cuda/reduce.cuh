@@ -5,27 +5,28 @@
 
 namespace kinfer::cuda::KINFER_CUDA_NS {
 
-// v = op(v, lane l ^ o's v) for o = 16, 8, 4, 2, 1. Every lane ends with the same value, since
-// op(a, b) and op(b, a) are the same bits for a sum and for fmaxf.
+// v = op(v, lane l ^ o's v) for o = 16, 8, 4, 2, 1: every lane ends with the sum (or max).
 // In the CPU execution mode each shuffle is a pass through the warp's 32 fibers, and these
 // reductions were most of the emulated-runtime tests' time. There a full warp's 32 values come in
-// one exchange (cpu_mode::share_warp), and each lane runs the 31 steps of the butterfly that its
-// own result depends on, in the same order: the same bits, one pass instead of five.
+// one exchange (cpu_mode::share_warp), the warp's first lane back runs the five steps for every
+// lane, in the same order, and each lane takes its own: the same bits, one pass instead of five.
 template <class Op>
 __device__ __forceinline__ float warp_butterfly(float v, Op op) {
 #if !defined(__CUDACC__)
     namespace cm = ::kinfer::cuda::cpu_mode;
     if (cm::full_warp()) {
         const uint64_t mine[1] = {__float_as_uint(v)};
-        const uint64_t* table = cm::share_warp(mine, 1);
-        float x[32];
-        for (unsigned i = 0; i < 32; ++i) x[i] = __uint_as_float(uint32_t(table[cm::kShareWords * i]));
-        const int l = int(threadIdx.x % 32);
-        // Step o updates lanes l ^ j, j < o: those whose values later steps read (the partners,
-        // l ^ j ^ o, are read only here).
-        for (int o = 16; o > 0; o >>= 1)
-            for (int j = 0; j < o; ++j) x[l ^ j] = op(x[l ^ j], x[l ^ j ^ o]);
-        return x[l];
+        const cm::WarpShare share = cm::share_warp(mine, 1);
+        if (share.first) {
+            float x[32], y[32];
+            for (unsigned i = 0; i < 32; ++i) x[i] = __uint_as_float(uint32_t(share.table[cm::kShareWords * i]));
+            for (int o = 16; o > 0; o >>= 1) {
+                for (int i = 0; i < 32; ++i) y[i] = op(x[i], x[i ^ o]);
+                for (int i = 0; i < 32; ++i) x[i] = y[i];
+            }
+            for (unsigned i = 0; i < 32; ++i) share.per_lane[i] = __float_as_uint(x[i]);
+        }
+        return __uint_as_float(uint32_t(share.per_lane[threadIdx.x % 32]));
     }
 #endif
     for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, o));
