@@ -224,10 +224,11 @@ if [ "$real" = 1 ]; then
     step selftest "Q8_0 dequant self-test" 60 "$build/bin/kinfer_cuda_selftest"
     step check "CUDA ops against the CPU backend, and the speed table" 240 "$build/bin/kinfer_gpu_check"
     # The kit's binaries were built by the packing machine's nvcc, whose cubins its own ctest
-    # (cuda_static_smem) checks: this step is for a build made here.
+    # (cuda_static_smem) checks: this step is for a build made here, and reads the cubins nvcc
+    # kept while building it (compiling every .cu again takes minutes).
     [ "$kit_used" = 1 ] ||
     step smem "every kernel's static shared memory within kStaticSharedBudget (cubins)" 60 tests/cuda/static_smem.sh \
-        "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+        "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" . "$build/src/backend/cuda/cubins"
 fi
 
 # Every layer on the CPU but the experts' matmuls on the device through the store's slots
