@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every CUDA kernel's static shared memory within compat.h's kStaticSharedBudget.
 #
-#   tests/cuda/static_smem.sh NVCC [REPO [CUBINS]]   (env: KINFER_STATIC_SMEM_BUDGET overrides the budget)
+#   tests/cuda/static_smem.sh NVCC [REPO [CUBINS]]   (env: KINFER_STATIC_SMEM_BUDGET overrides the budget;
+#                                                     NVCC is not run when CUBINS is given)
 #
 # The CPU execution mode cannot see a kernel's static __shared__ bytes, and a GPU counts them with
 # the dynamic ones against 48 KiB (227 KiB opted in). The launchers and the CPU mode leave
@@ -9,8 +10,9 @@
 # .cu to an sm_90 cubin (an ELF file) and reads the size of each kernel's .nv.shared.<kernel>
 # section, which is what the kernel's window holds before its dynamic bytes (nvcc puts 1 KiB
 # there even for a kernel that declares none). With CUBINS (the build's nvcc --keep directory,
-# as ctest passes it) it reads the cubins the build made instead of compiling again. Exit 77
-# (ctest's skip) without readelf.
+# as ctest passes it) it reads the cubins the build made instead of compiling again: like every
+# ctest, it checks the build as it was built (a header edited since is seen after the next build;
+# a .cu newer than its cubin is refused). Exit 77 (ctest's skip) without readelf.
 set -euo pipefail
 nvcc="${1:?usage: static_smem.sh NVCC [REPO]}"
 repo="${2:-$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -22,6 +24,10 @@ if [ -z "$budget" ]; then
   budget=$((kib * 1024))
 fi
 srcs=("$repo"/src/backend/cuda/*.cu "$repo"/cuda/*.cu)
+# One keep directory (and one output directory below) for both source folders: a name in both
+# would give one cubin for two sources.
+dup="$(printf '%s\n' "${srcs[@]##*/}" | sort | uniq -d)"
+[ -z "$dup" ] || { echo "static_smem: .cu names in both source folders: $dup (their cubins would clash)" >&2; exit 1; }
 cubin_files=()
 if [ -n "${3:-}" ]; then
   # The build's own: nvcc names each <source>.sm_90.cubin in its keep directory, and rewrites it

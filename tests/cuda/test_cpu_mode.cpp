@@ -168,21 +168,29 @@ TEST_CASE("cuda cpu mode: the tensor-core products' gather, one exchange for six
 // full warp takes the one-exchange form, the partial one (lanes 64..79) the shuffles themselves.
 // The values span 2^-20 .. 2^20 with both signs, so another order of the sums gives other bits.
 // Two blocks of three rounds: the warp's first lane back fills the results for all, once an
-// exchange, and block 1 starts its exchanges from 0 again.
+// exchange, and block 1 starts its exchanges from 0 again. A sum or a max ends the same in every
+// lane, so which lane's result a lane takes shows only with an order-dependent op: 2a + b
+// (exact here) gives every lane its own, in 1-D blocks and in 16 x 5 ones (lanes are numbered by
+// the thread's place in the block, not by threadIdx.x).
 constexpr int kReduceRounds = 3;
 __global__ void warp_reduce_kernel(const float* x, float* out) {
     using namespace kinfer::cuda::emu;
-    const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+    const int nb = int(blockDim.x * blockDim.y), t = int(blockIdx.x) * nb + int(threadIdx.y * blockDim.x + threadIdx.x);
+    const auto ordered = [](float a, float b) { return 2.0f * a + b; };
     for (int r = 0; r < kReduceRounds; ++r) {
         const float v = x[t] * float(1 + r);
-        float s = v, m = v;
+        float s = v, m = v, q = float(t % 32 + r);
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
-        float* o = out + 4 * (size_t(r) * 2 * blockDim.x + size_t(t));
+        const float qb = warp_butterfly(q, ordered);
+        for (int o = 16; o > 0; o >>= 1) q = ordered(q, __shfl_xor_sync(kFullMask, q, o));
+        float* o = out + 6 * (size_t(r) * 2 * size_t(nb) + size_t(t));
         o[0] = warp_sum(v);
         o[1] = s;
         o[2] = warp_max(v);
         o[3] = m;
+        o[4] = qb;
+        o[5] = q;
     }
 }
 
@@ -203,27 +211,31 @@ TEST_CASE("cuda cpu mode: warp_sum and warp_max in one exchange, the bits of the
     const int threads = 80, n = 2 * threads;
     std::mt19937 rng(77);
     std::uniform_real_distribution<float> e(-20.0f, 20.0f), u(-1.0f, 1.0f);
-    int differ_from_serial = 0;
+    int differ_from_serial = 0, lanes_differ = 0;
     for (int trial = 0; trial < 4; ++trial) {
-        std::vector<float> x(n), out(size_t(4 * n * kReduceRounds), -1.0f);
+        std::vector<float> x(n), out(size_t(6 * n * kReduceRounds), -1.0f);
         for (float& v : x) v = std::ldexp(u(rng), int(e(rng)));
         auto* k = &warp_reduce_kernel;
-        KINFER_LAUNCH(k, dim3(2), dim3(threads), 0, nullptr, x.data(), out.data());
+        const dim3 block = trial % 2 ? dim3(16, 5) : dim3(threads);
+        KINFER_LAUNCH(k, dim3(2), block, 0, nullptr, x.data(), out.data());
         for (int r = 0; r < kReduceRounds; ++r)
             for (int t = 0; t < n; ++t) {
                 INFO("trial ", trial, " round ", r, " thread ", t);
-                const float* o = &out[4 * (size_t(r) * n + size_t(t))];
+                const float* o = &out[6 * (size_t(r) * n + size_t(t))];
                 CHECK(std::memcmp(&o[0], &o[1], sizeof(float)) == 0);
                 CHECK(std::memcmp(&o[2], &o[3], sizeof(float)) == 0);
+                CHECK(std::memcmp(&o[4], &o[5], sizeof(float)) == 0);
                 const int block0 = t / threads * threads, first = block0 + (t - block0) / 32 * 32;
                 const int last = std::min(block0 + threads, first + 32);   // this thread's warp
                 CHECK(o[2] == float(1 + r) * *std::max_element(x.begin() + first, x.begin() + last));
+                lanes_differ += t % 32 > 0 && o[4] != out[6 * (size_t(r) * n + size_t(t - 1)) + 4];
             }
         float serial = 0;
         for (int i = 0; i < 32; ++i) serial += x[size_t(i)];
         differ_from_serial += serial != out[0];
     }
     CHECK(differ_from_serial > 0);   // the inputs do tell one order of the sums from another
+    CHECK(lanes_differ > 0);         // and the ordered op gives lanes results of their own
 }
 
 // Threads past the end return before the barrier; the others must still get through it.

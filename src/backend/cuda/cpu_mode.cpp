@@ -132,7 +132,7 @@ struct Thread {
     Barrier* waiting = nullptr;                  // the barrier it waits on, or nullptr
     uint64_t wait_generation = 0;
     bool done = false;
-    unsigned exchanges = 0;                      // shuffles and votes so far: which slot set is next
+    unsigned exchanges = 0;                      // shuffles, votes and shares so far: which slot set is next
 };
 
 struct Launch {

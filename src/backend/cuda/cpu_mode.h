@@ -13,7 +13,8 @@
 //                                               an exchange through per-lane slots (two sets
 //                                               used in turn) and one barrier of the warp;
 //                                               share_warp (below) moves several words a lane
-//                                               in one (the tensor-core gathers, warp_sum).
+//                                               in one (the tensor-core gathers, warp_sum and
+//                                               warp_max).
 //   __shared__                                  `static`: one block runs at a time, so a
 //                                               function-local static is exactly the block's
 //                                               shared array; launches are serialised.
@@ -97,7 +98,11 @@ unsigned ballot(bool pred);
 // warp_sum, reduce.cuh): every lane of a full warp puts n <= kShareWords words. Each shuffle is a
 // pass through the warp's 32 fibers, so a gather of 16 values costs one pass instead of 16.
 // What a lane gets back is read before its next exchange (shuffle, vote or share): the one after
-// that writes the same slots.
+// that writes the same slots. Two rules make `first` work: the first lane fills per_lane before
+// its next barrier or exchange (fibers never preempt each other, so the others read after it),
+// and every lane of the warp is in the same call, with the same n and the same use of per_lane
+// (lanes in different functions would all get the first lane's result). Lanes are numbered as
+// lane() numbers them: by the thread's place in the block, whatever the block's shape.
 inline constexpr unsigned kShareWords = 4;
 struct WarpShare {
     const uint64_t* table;   // the warp's words: lane l's at [kShareWords * l, kShareWords * l + n)

@@ -26,7 +26,7 @@ __device__ __forceinline__ float warp_butterfly(float v, Op op) {
             }
             for (unsigned i = 0; i < 32; ++i) share.per_lane[i] = __float_as_uint(x[i]);
         }
-        return __uint_as_float(uint32_t(share.per_lane[threadIdx.x % 32]));
+        return __uint_as_float(uint32_t(share.per_lane[cm::lane()]));   // the lane the exchange knows (any block shape)
     }
 #endif
     for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, o));
