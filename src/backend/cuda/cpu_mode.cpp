@@ -144,13 +144,12 @@ struct Launch {
     std::vector<Thread> threads;
     Barrier block_bar;
     std::vector<Barrier> warp_bar;
-    // Shuffles and votes: each lane puts its value in its slot of one of two sets, then waits
-    // for the warp once. Exchange k uses set k % 2, so a lane that moves on to exchange k + 1
-    // writes the other set while slower lanes still read this one, and cannot reach exchange
-    // k + 2 (this set again) before every lane has arrived at k + 1, that is, read k. One barrier
-    // an exchange instead of two (a fiber switch per lane each).
-    std::vector<uint64_t> slots[2];
-    std::vector<uint64_t> words[2];              // share_warp's: kShareWords a lane, the same two sets
+    // Shuffles, votes and shares (put_and_wait): each lane puts its words in its slots of one
+    // of two sets, then waits for the warp once. Exchange k uses set k % 2, so a lane that moves
+    // on to exchange k + 1 writes the other set while slower lanes still read this one, and
+    // cannot reach exchange k + 2 (this set again) before every lane has arrived at k + 1, that
+    // is, read k. One barrier an exchange instead of two (a fiber switch per lane each).
+    std::vector<uint64_t> words[2];              // kShareWords a thread
     std::vector<uint64_t> per_lane[2];           // share_warp's scratch: 32 words a warp, each set
     std::vector<unsigned> filled[2];             // per warp: 1 + the exchange whose scratch is claimed
     unsigned current = 0;
@@ -353,13 +352,26 @@ void sync_warp() {
 
 int lane() { return int(current().current % 32); }
 
+namespace {
+// The calling lane's part of its warp's next exchange: its n words into this exchange's set, then
+// the warp's barrier (every lane has put its words). Returns the exchange's number: every lane of
+// the warp takes part in the same exchanges, so the count names it, and its parity is the set.
+unsigned put_and_wait(Launch& L, const uint64_t* mine, unsigned n) {
+    const unsigned me = L.current, exchange = L.threads[me].exchanges++;
+    std::copy(mine, mine + n, L.words[exchange & 1].begin() + std::ptrdiff_t(me * kShareWords));
+    wait_on(L, L.warp_bar[me / 32]);
+    return exchange;
+}
+// Lane `lane`'s first word of exchange set `set`, in the caller's warp.
+uint64_t word_of(const Launch& L, unsigned set, unsigned lane) {
+    return L.words[set][size_t(L.current / 32 * 32 + lane) * kShareWords];
+}
+}  // namespace
+
 uint64_t exchange(uint64_t mine, int src) {
     Launch& L = current();
-    const unsigned me = L.current, warp = me / 32, base = warp * 32;
-    std::vector<uint64_t>& slots = L.slots[L.threads[me].exchanges++ & 1];
-    slots[me] = mine;
-    wait_on(L, L.warp_bar[warp]);                // every lane has put its value
-    return src >= 0 && unsigned(src) < L.lanes_in(warp) ? slots[base + unsigned(src)] : mine;
+    const unsigned set = put_and_wait(L, &mine, 1) & 1;
+    return src >= 0 && unsigned(src) < L.lanes_in(L.current / 32) ? word_of(L, set, unsigned(src)) : mine;
 }
 
 bool full_warp() {
@@ -369,14 +381,11 @@ bool full_warp() {
 
 WarpShare share_warp(const uint64_t* mine, unsigned n) {
     Launch& L = current();
-    const unsigned me = L.current, warp = me / 32;
+    const unsigned warp = L.current / 32;
     // A GPU's mma.sync needs every lane of the warp too.
     if (n > kShareWords || L.lanes_in(warp) != 32)
         throw std::logic_error("cuda cpu mode: share_warp takes at most kShareWords words from every lane of a full warp");
-    // Every lane of the warp takes part in the same exchanges, so the count names this one.
-    const unsigned exchange = L.threads[me].exchanges++, set = exchange & 1;
-    std::copy(mine, mine + n, L.words[set].begin() + std::ptrdiff_t(me * kShareWords));
-    wait_on(L, L.warp_bar[warp]);                // every lane has put its words
+    const unsigned exchange = put_and_wait(L, mine, n), set = exchange & 1;
     const bool first = L.filled[set][warp] != exchange + 1;
     L.filled[set][warp] = exchange + 1;
     return WarpShare{L.words[set].data() + size_t(warp) * 32 * kShareWords, L.per_lane[set].data() + size_t(warp) * 32,
@@ -385,12 +394,10 @@ WarpShare share_warp(const uint64_t* mine, unsigned n) {
 
 unsigned ballot(bool pred) {
     Launch& L = current();
-    const unsigned me = L.current, warp = me / 32, base = warp * 32;
-    std::vector<uint64_t>& slots = L.slots[L.threads[me].exchanges++ & 1];
-    slots[me] = pred ? 1 : 0;
-    wait_on(L, L.warp_bar[warp]);
+    const uint64_t mine = pred ? 1 : 0;
+    const unsigned set = put_and_wait(L, &mine, 1) & 1;
     unsigned bits = 0;
-    for (unsigned i = 0; i < L.lanes_in(warp); ++i) bits |= unsigned(slots[base + i] != 0) << i;
+    for (unsigned i = 0; i < L.lanes_in(L.current / 32); ++i) bits |= unsigned(word_of(L, set, i) != 0) << i;
     return bits;
 }
 
@@ -453,8 +460,6 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
     L.n_warps = (nt + 31) / 32;
     L.shared.assign(shmem, 0);
     L.warp_bar.resize(L.n_warps);
-    L.slots[0].assign(nt, 0);
-    L.slots[1].assign(nt, 0);
     for (int set = 0; set < 2; ++set) {
         L.words[set].assign(size_t(L.n_warps) * 32 * kShareWords, 0);
         L.per_lane[set].assign(size_t(L.n_warps) * 32, 0);

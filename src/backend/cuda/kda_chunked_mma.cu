@@ -25,9 +25,9 @@
 //        tensor cores, the warp's own columns (solve_columns, outputs_tc);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
 // Only stage_chunk_tc's barriers, one before U (T's readers; up to C = 32) and one at the end of
-// a chunk are block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32 banks (a
-// couple of 2-way conflicts remain on the right-hand sides' writes, and A / Aqk's C + 1 gives
-// their fragments some).
+// a chunk are block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32
+// banks (a couple of 2-way conflicts remain on the right-hand sides' writes, and A / Aqk's C + 1
+// gives their fragments some).
 //
 // Shared memory (floats): K, Q, G rows 3 C (D + 8); U and the q products 2 C (J + 8); A and Aqk
 // 2 C (C + 1); G_L, exp(-G_L) 2 D; beta C; a flag. D = 128, J = 128: C = 16 45.7 KiB (under the
@@ -243,14 +243,14 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
 // A[t][s] u_s, then the outputs (outputs_tc). Every thread of the block calls it; it starts with
 // the barrier its inputs need (the block's up to C = 32, for invert_chunk's T; the warp's at
 // C = 64) and ends with U written and the warp's lanes past it.
-// Up to C = 32 (kChunkInverse) sA holds T and U = T R
-// is a 3xTF32 product of the warp's columns, every m tile summed before any row is overwritten
-// (the later tiles read the earlier rows of R). Its error is fp32-class, about 2.7 times the
-// substitution's on random chunks in a numpy model of the CPU mode's arithmetic (T's unit
-// diagonal goes through the split, 2^-22 of |r|). Starting the accumulators from R with T's strict
-// lower triangle in the product keeps that diagonal exact, but modelled worse (up to 10x the
-// substitution's): every term is then rounded to the ulp of |r|. At C = 64 the substitution runs per column through
-// shared memory, each half summing its s and one shuffle joining them.
+// Up to C = 32 (kChunkInverse) sA holds T, and U = T R is a 3xTF32 product of the warp's columns,
+// every m tile summed before any row is overwritten (the later tiles read the earlier rows of R).
+// Its error is fp32-class, about 2.7 times the substitution's on random chunks in a numpy model of
+// the CPU mode's arithmetic (T's unit diagonal goes through the split, 2^-22 of |r|). Starting the
+// accumulators from R with T's strict lower triangle in the product keeps that diagonal exact,
+// but modelled worse (up to 10x the substitution's): every term is then rounded to the ulp of |r|.
+// At C = 64 the substitution runs per column through shared memory, each half summing its s and
+// one shuffle joining them.
 template <int C>
 __device__ __forceinline__ void solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                               int nc, float* o, int64_t di, float scale) {
