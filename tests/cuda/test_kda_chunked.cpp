@@ -4,8 +4,8 @@
 // Tolerance: 1e-4 of max(1, |value|) (relative 1e-4 plus absolute 1e-4) on outputs and state.
 // The chunked form is the recurrence reassociated: the decay of a chunk is one exp of a summed
 // log-decay instead of a product of per-token exps, S0 is read once a chunk, and u_t comes out of
-// a C-step forward substitution (in the tensor-core kernels up to C = 32, a product with the
-// chunk's inverse, invert_chunk); the C x C products sum keys in a rotated order. Each of these is
+// a C-step forward substitution (in the tensor-core kernels a product with the chunk's inverse,
+// invert_chunk); the C x C products sum keys in a rotated order. Each of these is
 // a few ulps; the substitution chains up to 64 of them and the state sums them over every chunk,
 // so agreement is 1e-7 to 1e-6 (each case prints its worst), and 1e-4 leaves room without hiding
 // a wrong factor (a 1 % error in the decayed keys fails it by 7x, a missing beta by 27x).
@@ -123,8 +123,8 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
         // last is one partial chunk, C / 2 + 4 tokens, that decays too much to factor (the strong
         // gate: over 80 in 12 tokens), a launch's first: its C x C products are pairwise and form
         // only its rows, so the rows past it hold what the shared memory held (the CPU mode: NaNs
-        // or 3.4e38s), which the tensor-core kernels' products must keep out (at C = 32, of the
-        // inverse's off-diagonal block, invert_chunk).
+        // or 3.4e38s), which the tensor-core kernels' products must keep out (at C = 32 and 64, of
+        // the inverse's off-diagonal blocks, invert_chunk: at C = 64, 36 rows, the 32 x 32 block's).
         struct Run {
             int64_t n;
             Gate gate;
@@ -173,12 +173,14 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
 // chunk and the chunked form's reassociation loses more there (worst seen: fp32 1.9e-4, 3xTF32
 // 8.5e-5), so the bound is 1e-3. f16x3 is not run: its update scales U^T's rows and Z's columns
 // into fp16 (kda_chunked_mma_f16.cuh), which holds only while G falls.
-// The second run is one partial chunk of 20 at C = 32, pairwise, as a launch's first: its A rows
-// from 20 on were never written (the CPU mode fills shared memory with NaNs or 3.4e38s), which
-// the tensor-core kernels' inverse must keep out of its off-diagonal block (invert_chunk).
+// The second and third runs are one partial chunk each, 20 at C = 32 and 36 at C = 64, pairwise,
+// as a launch's first: their A rows from 20 / 36 on were never written (the CPU mode fills shared
+// memory with NaNs or 3.4e38s), which the tensor-core kernels' inverse must keep out of its
+// off-diagonal blocks (invert_chunk; at C = 64 the third 16-row block is partial and the fourth
+// unused).
 TEST_CASE("cuda kda_chunked (cpu mode): a log-decay that rises and falls inside a chunk, fp32 and 3xTF32") {
     const int64_t H = 1, D = 32;
-    for (const std::pair<int64_t, int>& run : {std::pair<int64_t, int>{35, 16}, {20, 32}}) {
+    for (const std::pair<int64_t, int>& run : {std::pair<int64_t, int>{35, 16}, {20, 32}, {36, 64}}) {
         const int64_t n = run.first;   // (no structured binding: clang cannot capture one in INFO)
         const int chunk = run.second;
         KdaInputs in = make_inputs(n, H, D, 77, Gate::kimi_linear);

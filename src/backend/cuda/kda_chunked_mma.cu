@@ -20,11 +20,11 @@
 //        index i is summed over, so A's logical k position t holds physical column 2t and t + 4
 //        holds 2t + 1, and B (a chunk row) is read at the same columns: one 8-byte load a lane.
 //   the right-hand sides R: beta_t (v_t - P^T_k[j][t]), and the q products I go to shared memory;
-//        U = T R, with T = (I + A)^-1 formed by the last warp before its own P^T (invert_chunk,
-//        up to C = 32; C = 64 substitutes per column), then O = I + Aqk U: both products on the
-//        tensor cores, the warp's own columns (solve_columns, outputs_tc);
+//        U = T R, with T = (I + A)^-1 formed by the last warp before its own P^T (invert_chunk),
+//        then O = I + Aqk U: both products on the tensor cores, the warp's own columns
+//        (solve_columns, outputs_tc);
 //   M = diag(exp(G_L)) M + U^T Z   (Z = exp(G_L - G_s) k_s rows): the accumulators again.
-// Only stage_chunk_tc's barriers, one before U (T's readers; up to C = 32) and one at the end of
+// Only stage_chunk_tc's barriers, one before U (T's readers) and one at the end of
 // a chunk are block-wide. Row strides D + 8 and J + 8 floats put a fragment load's 32 lanes in 32
 // banks (a couple of 2-way conflicts remain on the right-hand sides' writes, and A / Aqk's C + 1
 // gives their fragments some).
@@ -160,143 +160,152 @@ __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* 
     }
 }
 
-// Up to C = 32 the forward substitution u_t = rhs_t - sum_{s<t} A[t][s] u_s is a product, U = T R
-// with T = (I + A)^-1 (A strictly lower triangular, so T is unit lower triangular: the UT form's
+// The forward substitution u_t = rhs_t - sum_{s<t} A[t][s] u_s is a product, U = T R with
+// T = (I + A)^-1 (A strictly lower triangular, so T is unit lower triangular: the UT form's
 // inverse), formed once a chunk by one warp (invert_chunk) where every warp used to run the
 // substitution's chain for its own columns: C - 1 dependent steps, each reading its row of A, a
-// broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, and
-// at C = 32 some 500). At C = 64 solve_columns keeps the substitution (in shared memory, per
-// column): its inverse would take four diagonal blocks and six off-diagonal products.
-template <int C>
-constexpr bool kChunkInverse = C <= 32;
+// broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, some
+// 500 at C = 32 and 2 K at C = 64, where a shuffle joined each step's two halves too).
 
-// T = (I + A)^-1, written over A's lower triangle and diagonal, by the block's last warp (the
-// others return at once); its readers need a block barrier. First each 16 x 16 diagonal block of
-// T, (I + A_bb)^-1: lane c of a block holds column c and eliminates by the columns of A_bb in
-// turn (x_t -= A[t][s] x_s for s < t, s ascending): steps for different rows are independent, so
-// the chain is 15 multiply-adds deep, and every A load is a broadcast that does not wait on it.
-// At C = 32 the off-diagonal block then follows on the tensor cores (3xTF32):
-// T_10 = -T_11 (A_10 T_00). Each block of A is read whole before it is overwritten. T's rows from
-// nc on come from whatever A's rows there hold (pairwise chunks form only nc rows): row t of T
-// depends on A's rows up to t only, and reaches only row t of U, which is not stored; A_10's rows
-// from nc on are masked out of W = A_10 T_00, which is a B operand of the next product (a NaN
-// there would reach every row).
-template <int C>
-__device__ __forceinline__ void invert_chunk(float* sA, int nc) {
-    static_assert(kChunkInverse<C>, "16 x 16 diagonal blocks, one or two");
-    constexpr int ld = C + 1;
-    if (int(threadIdx.x / 32) != int(blockDim.x / 32) - 1) return;
-    const int lane = int(threadIdx.x % 32);
-    const int o = C == 32 ? 16 * (lane / 16) : 0, c = C == 32 ? lane % 16 : lane;   // block origin; column (C = 16: lanes 16 .. 31 store nothing)
-    float x[16];
+// The inverse's off-diagonal block of two n x n diagonal blocks already inverted, n = 16 or 32:
+// with T_00 at (c0, c0), T_11 and A_10 below it (rows r0 = c0 + n ..), T_10 = -T_11 (A_10 T_00),
+// on the tensor cores (3xTF32), written over A_10. W = A_10 T_00 first, an m tile (16 rows) at a
+// time, each written over the rows of A_10 it alone read; then T_10 from the last m tile to the
+// first, each written over the rows of W it alone still needs (tile mt reads W's rows up to
+// 16 mt + 15). A_10's rows from nc on are masked out of W, a B operand of the second product (a
+// NaN there would reach every row); T_11's rows from nc on reach only their own rows of T_10.
+// Nothing to do when no row of the lower block is used (nc <= r0: uniform over the warp).
+template <int ld, int n>
+__device__ __forceinline__ void inverse_off_diagonal(float* sA, int c0, int nc) {
+    const int r0 = c0 + n;
+    if (nc <= r0) return;
+    float* const a10 = sA + r0 * ld + c0;
+    const float* const t00 = sA + c0 * ld + c0;
+    const float* const t11 = sA + r0 * ld + r0;
+    __syncwarp();   // T_00 and T_11 written
 #pragma unroll
-    for (int t = 0; t < 16; ++t) x[t] = t == c ? 1.0f : 0.0f;
+    for (int mt = 0; mt < n / 16; ++mt) {   // W's rows 16 mt .. 16 mt + 15
+        float w[n / 8][4] = {};
 #pragma unroll
-    for (int s = 0; s < 15; ++s) {
-        if (o + s + 1 >= nc) break;
-#pragma unroll
-        for (int t = s + 1; t < 16; ++t) x[t] = fmaf(-sA[(o + t) * ld + o + s], x[s], x[t]);
-    }
-    __syncwarp();   // every lane has read its block of A before any of it is overwritten
-#pragma unroll
-    for (int t = 0; t < 16; ++t)
-        if (c <= t) sA[(o + t) * ld + o + c] = x[t];
-    if constexpr (C == 32) {
-        if (nc <= 16) return;   // (uniform) no row of the second block is used
-        float w[2][4] = {}, t10[2][4] = {};
-        __syncwarp();   // T_00 written
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {   // W = A_10 T_00: A_10's rows from nc on as zeros, T_00 lower
+        for (int ks = 0; ks < n / 8; ++ks) {   // T_00 is lower triangular: n tile nt needs k >= 8 nt
             uint32_t a_hi[4], a_lo[4];
-            masked_frag_a(a_hi, a_lo, sA, ld, 16, 8 * ks, [nc](int t, int) { return t < nc; });
+            masked_frag_a(a_hi, a_lo, a10, ld, 16 * mt, 8 * ks, [nc, r0](int t, int) { return r0 + t < nc; });
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
+            for (int nt = 0; nt <= ks; ++nt) {
                 uint32_t b_hi[2], b_lo[2];
-                masked_frag_b(b_hi, b_lo, sA, ld, 8 * ks, 8 * nt, [](int k, int n) { return n <= k; });
+                masked_frag_b(b_hi, b_lo, t00, ld, 8 * ks, 8 * nt, [](int k, int col) { return col <= k; });
                 mma_f32_via_tf32<true>(w[nt], a_hi, a_lo, b_hi, b_lo);
             }
         }
-        __syncwarp();   // A_10 read whole before W replaces it
-        for (int nt = 0; nt < 2; ++nt) tf32_store_c(w[nt], sA + 16 * ld + 8 * nt, ld);
-        __syncwarp();
+        __syncwarp();   // these rows of A_10 read by every lane before W replaces them
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {   // T_10 = -T_11 W
+        for (int nt = 0; nt < n / 8; ++nt) tf32_store_c(w[nt], a10 + 16 * mt * ld + 8 * nt, ld);
+    }
+    __syncwarp();   // W written
+#pragma unroll
+    for (int mt = n / 16 - 1; mt >= 0; --mt) {   // T_10's rows 16 mt .. 16 mt + 15
+        float t10[n / 8][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < 2 * mt + 2; ++ks) {   // T_11's row tile mt is 0 past column 16 mt + 15
             uint32_t a_hi[4], a_lo[4];
-            lower_frag(a_hi, a_lo, sA, ld, 16, 16 + 8 * ks);
+            lower_frag(a_hi, a_lo, t11, ld, 16 * mt, 8 * ks);
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
+            for (int nt = 0; nt < n / 8; ++nt) {
                 uint32_t b_hi[2], b_lo[2];
-                tf32_frag_b_cols<true>(b_hi, b_lo, sA + (16 + 8 * ks) * ld + 8 * nt, ld);
+                tf32_frag_b_cols<true>(b_hi, b_lo, a10 + 8 * ks * ld + 8 * nt, ld);
                 mma_f32_via_tf32<true>(t10[nt], a_hi, a_lo, b_hi, b_lo);
             }
         }
-        __syncwarp();   // W read whole before T_10 replaces it
-        for (int nt = 0; nt < 2; ++nt) {
+        __syncwarp();   // these rows of W read by every lane before T_10 replaces them
+#pragma unroll
+        for (int nt = 0; nt < n / 8; ++nt) {
             const float neg[4] = {-t10[nt][0], -t10[nt][1], -t10[nt][2], -t10[nt][3]};
-            tf32_store_c(neg, sA + 16 * ld + 8 * nt, ld);
+            tf32_store_c(neg, a10 + 16 * mt * ld + 8 * nt, ld);
         }
     }
 }
 
-// Per column of the warp (its 16 columns jw .., lane % 16 and its two lanes), with U's rows holding
-// the right-hand sides and sI the q products, each warp's own columns: u_t = rhs_t - sum_{s<t}
-// A[t][s] u_s, then the outputs (outputs_tc). Every thread of the block calls it; it starts with
-// the barrier its inputs need (the block's up to C = 32, for invert_chunk's T; the warp's at
-// C = 64) and ends with U written and the warp's lanes past it.
-// Up to C = 32 (kChunkInverse) sA holds T, and U = T R is a 3xTF32 product of the warp's columns,
-// every m tile summed before any row is overwritten (the later tiles read the earlier rows of R).
+// T = (I + A)^-1, written over A's lower triangle and diagonal, by the block's last warp (the
+// others return at once); its readers need a block barrier. First each 16 x 16 diagonal block of
+// T, (I + A_bb)^-1, two blocks at a time: lane c of a block holds column c and eliminates by the
+// columns of A_bb in turn (x_t -= A[t][s] x_s for s < t, s ascending): steps for different rows
+// are independent, so the chain is 15 multiply-adds deep, and every A load is a broadcast that does
+// not wait on it. Then the off-diagonal blocks, doubling the inverted blocks' size: at C = 32 one
+// 16 x 16 block (inverse_off_diagonal); at C = 64 two 16 x 16 blocks, then the 32 x 32 one below
+// the first 32 rows. Each block of A is read whole before it is overwritten. T's rows from nc on
+// come from whatever A's rows there hold (pairwise chunks form only nc rows): row t of T depends
+// on A's rows up to t only, and reaches only row t of U, which is not stored.
+template <int C>
+__device__ __forceinline__ void invert_chunk(float* sA, int nc) {
+    static_assert(C == 16 || C == 32 || C == 64, "16 x 16 diagonal blocks, one to four");
+    constexpr int ld = C + 1, kBlocks = C / 16;
+    if (int(threadIdx.x / 32) != int(blockDim.x / 32) - 1) return;
+    const int lane = int(threadIdx.x % 32), c = lane % 16;
+#pragma unroll
+    for (int b0 = 0; b0 < kBlocks; b0 += 2) {
+        const int b = b0 + lane / 16;                      // the lane's block (C = 16: lanes 16 .. 31 have none)
+        const int o = 16 * (b < kBlocks ? b : b0);         // its origin (those lanes read block b0's A and store nothing)
+        float x[16];
+#pragma unroll
+        for (int t = 0; t < 16; ++t) x[t] = t == c ? 1.0f : 0.0f;
+#pragma unroll
+        for (int s = 0; s < 15; ++s) {
+            if (o + s + 1 >= nc) break;
+#pragma unroll
+            for (int t = s + 1; t < 16; ++t) x[t] = fmaf(-sA[(o + t) * ld + o + s], x[s], x[t]);
+        }
+        __syncwarp();   // every lane has read its block of A before any of it is overwritten
+        if (b < kBlocks)
+#pragma unroll
+            for (int t = 0; t < 16; ++t)
+                if (c <= t) sA[(o + t) * ld + o + c] = x[t];
+    }
+    if constexpr (C >= 32) inverse_off_diagonal<ld, 16>(sA, 0, nc);
+    if constexpr (C == 64) {
+        inverse_off_diagonal<ld, 16>(sA, 32, nc);
+        inverse_off_diagonal<ld, 32>(sA, 0, nc);
+    }
+}
+
+// Per column of the warp (its 16 columns jw ..), with U's rows holding the right-hand sides and
+// sI the q products, each warp's own columns: U = T R (sA holds T, invert_chunk's), then the
+// outputs (outputs_tc). Every thread of the block calls it; it starts with the block barrier
+// T needs and ends with U written and the warp's lanes past it.
+// U = T R is a 3xTF32 product of the warp's columns, from the last m tile to the first, each
+// written over the rows of R it alone still needs (tile mt reads R's rows up to 16 mt + 15).
 // Its error is fp32-class, about 2.7 times the substitution's on random chunks in a numpy model of
 // the CPU mode's arithmetic (T's unit diagonal goes through the split, 2^-22 of |r|). Starting the
 // accumulators from R with T's strict lower triangle in the product keeps that diagonal exact,
 // but modelled worse (up to 10x the substitution's): every term is then rounded to the ulp of |r|.
-// At C = 64 the substitution runs per column through shared memory, each half summing its s and
-// one shuffle joining them.
 template <int C>
 __device__ __forceinline__ void solve_columns(float* sU, const float* sI, const float* sA, const float* sAqk, int LU,
                                               int nc, float* o, int64_t di, float scale) {
-    const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32), col = jw + lane % 16, half = lane / 16;
-    if constexpr (kChunkInverse<C>) {
-        __syncthreads();   // T (the last warp's) and every warp's right-hand sides
-        const int g = lane / 4, t4 = lane % 4;
-        float acc[C / 16][2][4];
+    const int lane = int(threadIdx.x % 32), jw = 16 * int(threadIdx.x / 32);
+    const int g = lane / 4, t4 = lane % 4;
+    __syncthreads();   // T (the last warp's) and every warp's right-hand sides
 #pragma unroll
-        for (int mt = 0; mt < C / 16; ++mt) {
+    for (int mt = C / 16 - 1; mt >= 0; --mt) {
+        if (16 * mt >= nc) continue;   // (uniform) rows that are not stored
+        float acc[2][4] = {};
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
+        for (int s0 = 0; s0 < 16 * mt + 16; s0 += 8) {
+            uint32_t a_hi[4], a_lo[4];
+            lower_frag(a_hi, a_lo, sA, C + 1, 16 * mt, s0);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-            if (16 * mt >= nc) continue;
-#pragma unroll
-            for (int s0 = 0; s0 < 16 * mt + 16; s0 += 8) {
-                uint32_t a_hi[4], a_lo[4];
-                lower_frag(a_hi, a_lo, sA, C + 1, 16 * mt, s0);
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    uint32_t b_hi[2], b_lo[2];
-                    tf32_frag_b_cols<true>(b_hi, b_lo, sU + s0 * LU + jw + 8 * nt, LU);
-                    mma_f32_via_tf32<true>(acc[mt][nt], a_hi, a_lo, b_hi, b_lo);
-                }
+            for (int nt = 0; nt < 2; ++nt) {
+                uint32_t b_hi[2], b_lo[2];
+                tf32_frag_b_cols<true>(b_hi, b_lo, sU + s0 * LU + jw + 8 * nt, LU);
+                mma_f32_via_tf32<true>(acc[nt], a_hi, a_lo, b_hi, b_lo);
             }
         }
-        __syncwarp();   // every lane has read the right-hand sides before any is overwritten (as mma.sync waits too)
+        __syncwarp();   // these rows of R read by every lane before U replaces them (as mma.sync waits too)
 #pragma unroll
-        for (int mt = 0; mt < C / 16; ++mt)
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {   // element e: token 16 mt + g + 8 (e / 2), column jw + 8 nt + 2 t4 + e % 2
-                    const int t = 16 * mt + g + 8 * (e >> 1);
-                    if (t < nc) sU[t * LU + jw + 8 * nt + 2 * t4 + (e & 1)] = acc[mt][nt][e];
-                }
-    } else {
-        __syncwarp();   // the warp's right-hand sides
-        for (int t = 1; t < nc; ++t) {
-            float acc = 0;
-            for (int s = half; s < t; s += 2) acc = fmaf(sA[t * (C + 1) + s], sU[s * LU + col], acc);
-            acc += __shfl_xor_sync(kFullMask, acc, 16);
-            if (half == 0) sU[t * LU + col] -= acc;
-            __syncwarp();
-        }
+            for (int e = 0; e < 4; ++e) {   // element e: token 16 mt + g + 8 (e / 2), column jw + 8 nt + 2 t4 + e % 2
+                const int t = 16 * mt + g + 8 * (e >> 1);
+                if (t < nc) sU[t * LU + jw + 8 * nt + 2 * t4 + (e & 1)] = acc[nt][e];
+            }
     }
     __syncwarp();   // the whole U (the warp's columns) is written before it is read across lanes
     outputs_tc(C, sU, sI, sAqk, LU, nc, o, di, scale);
@@ -333,7 +342,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     ChunkAhead<D, C> ahead;   // the next chunk's rows, in flight while this one computes (kda_chunk.cuh)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
-        if constexpr (kChunkInverse<C>) invert_chunk<C>(chunk.A, nc);   // (the last warp; read after the barrier below)
+        invert_chunk<C>(chunk.A, nc);   // (the last warp; read after the barrier below)
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T: 16 columns x 2C tokens a warp ----
         float pk[kTokTiles][4], pq[kTokTiles][4];
@@ -367,7 +376,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
                     sI[at] = pq[nt][e];
                 }
             }
-        // ---- U: T R (or the substitution at C = 64); then the outputs, O = I + Aqk U ----
+        // ---- U = T R; then the outputs, O = I + Aqk U ----
         solve_columns<C>(sU, sI, sA, sAqk, LU, nc, o + c0 * di + h * D + j0, di, scale);
 
         // ---- M = diag(exp(G_L)) M + U^T Z: the accumulators, k = the chunk's tokens ----

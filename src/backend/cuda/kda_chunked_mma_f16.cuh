@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(2 * kMmaMaxColumns)
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int nc = stage_chunk_tc<D, C, LD>(chunk, ahead, q, k, v, g, beta, c0, n, h, H, j0, J, sI);
         split_chunk_f16<D, C, LD, kSplit>(chunk, Zt, ex);
-        if constexpr (kChunkInverse<C>) invert_chunk<C>(chunk.A, nc);   // (the last warp; read after the barrier below)
+        invert_chunk<C>(chunk.A, nc);   // (the last warp; read after the barrier below)
 
         // ---- P^T = M [exp(G) k ; exp(G) q]^T, M's rows g and g + 8 scaled by their powers ----
         float mx0 = 0, mx8 = 0;
