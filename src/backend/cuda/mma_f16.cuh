@@ -66,7 +66,8 @@ __device__ __forceinline__ uint32_t f16_word(const uint16_t* p) {
 // are 32-bit loads, which the CPU mode checks):
 //   f16_frag_a       A from rows of A (k contiguous);
 //   f16_frag_b_rows  B from rows that each hold one column of B (k contiguous: B^T row-major);
-//   f16_frag_b_cols  B from rows that each hold one k of B (B row-major): two 16-bit loads a register.
+//   f16_frag_b_cols  B from rows that each hold one k of B (B row-major): two 16-bit loads a register
+//                    (f16_frag_b_cols_x2: two n tiles in one ldmatrix, from shared memory).
 __device__ __forceinline__ void f16_frag_a(uint32_t (&a)[4], const uint16_t* A, int64_t ld) {
     const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
     const uint16_t* p = A + g * ld + 2 * t;
@@ -81,6 +82,46 @@ __device__ __forceinline__ void f16_frag_b_cols(uint32_t (&b)[2], const uint16_t
     const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
     const uint16_t* p = B + 2 * t * ld + g;
     b[0] = f16_pair(p[0], p[ld]), b[1] = f16_pair(p[8 * ld], p[9 * ld]);
+}
+
+// f16_frag_b_cols for two adjacent n tiles at once, from shared memory: b[0], b[1] are B's
+// (columns 0 .. 7), b[2], b[3] B + 8's (columns 8 .. 15). Why: on the GPU it is one
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_75 on) where f16_frag_b_cols takes eight
+// 16-bit shared loads and four packs for the same four registers. ldmatrix reads four 8 x 8
+// matrices of 16-bit elements, each given by the addresses of its 8 rows (lanes 8m .. 8m + 7 name
+// matrix m's rows 0 .. 7), and, transposed, gives each lane of matrix m the pair of rows 2t, 2t + 1
+// in column g as its register m: here matrix m is k rows 8 (m % 2) .. + 7, columns 8 (m / 2) .. + 7,
+// which is B's fragment layout. Each row's 16 bytes must be 16-byte aligned: B and 2 ld bytes
+// multiples of 16 (the CPU mode checks every row). The CPU mode exchanges the 32 row addresses and
+// reads them as the hardware does, so a wrong address a lane names shows there too.
+__device__ __forceinline__ void f16_frag_b_cols_x2(uint32_t (&b)[4], const uint16_t* B, int64_t ld) {
+    const int lane = int(threadIdx.x % 32), m = lane / 8;
+    const uint16_t* row = B + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2);   // the row this lane names
+#if defined(__CUDA_ARCH__)
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(addr)
+                 : "memory");
+#elif defined(__CUDACC__)
+    (void)row;   // nvcc's host pass: never run
+    uint32_t lo[2], hi[2];
+    f16_frag_b_cols(lo, B, ld);
+    f16_frag_b_cols(hi, B + 8, ld);
+    b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
+#else
+    namespace cm = ::kinfer::cuda::cpu_mode;
+    if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
+        throw std::logic_error("cuda cpu mode: ldmatrix given a row address that is not 16-byte aligned");
+    const uint64_t mine[1] = {uint64_t(reinterpret_cast<uintptr_t>(row))};
+    const uint64_t* table = cm::share_warp(mine, 1).table;
+    const int g = lane / 4, t = lane % 4;
+    for (int mm = 0; mm < 4; ++mm) {
+        const auto* r0 = reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(8 * mm + 2 * t)]));
+        const auto* r1 = reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(8 * mm + 2 * t + 1)]));
+        b[mm] = f16_pair(r0[g], r1[g]);
+    }
+#endif
 }
 
 // The plain form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
