@@ -44,8 +44,11 @@ constexpr int kFlashF16LdV = kFlashMmaKeys + 8;   // fp16 elements a transposed 
 constexpr int kFlashF16PExp = 14;                 // the largest probability operand: 2^14
 
 __host__ __device__ inline int64_t flash_f16_ldk(int64_t dk) { return (dk + 15) / 16 * 16 + 8; }
+// The value tile's rows (value columns, transposed): dv rounded up to 16, zeros past dv, as the P V
+// product loads two 8-column tiles at a time (f16_frag_b_rows_x2).
+__host__ __device__ inline int64_t flash_f16_dvp(int64_t dv) { return (dv + 15) / 16 * 16; }
 inline size_t flash_f16_smem_bytes(int64_t dk, int64_t dv, int warps, bool split) {
-    const int64_t bq = warps * kFlashMmaRows, dvp = (dv + 7) / 8 * 8;
+    const int64_t bq = warps * kFlashMmaRows, dvp = flash_f16_dvp(dv);
     const size_t floats = size_t(bq + 2 * kFlashMmaKeys);
     const size_t halves = size_t((split ? 2 : 1) * ((bq + kFlashMmaKeys) * flash_f16_ldk(dk) + dvp * kFlashF16LdV));
     return floats * sizeof(float) + halves * sizeof(uint16_t);
@@ -97,7 +100,8 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
     mha_flash_f16_kernel(const float* __restrict__ q, const float* __restrict__ kn, const float* __restrict__ lat,
                          const float* __restrict__ vv, FlashState st, int64_t n, int64_t pos0, int64_t H, int64_t r,
                          int64_t R, int64_t dn, int64_t dr, int64_t dv, float scale, int64_t b0, int64_t bn, int first) {
-    const int64_t dk = dn + dr, ldk = flash_f16_ldk(dk), dkp = ldk - 8, dvp = (dv + 7) / 8 * 8;
+    static_assert(kVTiles % 2 == 0, "the P V product takes the value tiles in pairs");
+    const int64_t dk = dn + dr, ldk = flash_f16_ldk(dk), dkp = ldk - 8, dvp = flash_f16_dvp(dv);
     const int nw = int(blockDim.x / 32), bq = nw * kFlashMmaRows;
     KINFER_DYNAMIC_SHARED(float, smem);
     float* q_exp = smem;                           // [bq] eq of each query row
@@ -149,21 +153,22 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
         }
         __syncthreads();
         if (k0 >= w_end) continue;                 // (warp-uniform) no query of this warp sees these keys
-        const int ktiles = (nk + 7) / 8;
 
         // ---- scores: A = this warp's queries, B[k][n] = the key rows ----
+        // Every key tile, those past nk too (a partial tile's, once a block): their rows are zeros,
+        // so their scores stay +0, as when they were skipped, and the softmax leaves them out.
+        // Skipping them cost the 16-tile kernels 24 to 40 bytes of spills (ptxas).
         float s[kFlashMmaKeys / 8][4] = {};
         for (int kk = 0; kk < int(dkp / 16); ++kk) {
             uint32_t a_hi[4], a_lo[4] = {};
             f16_frag_a(a_hi, qh + w0 * ldk + 16 * kk, ldk);
             if constexpr (kSplit) f16_frag_a(a_lo, ql + w0 * ldk + 16 * kk, ldk);
 #pragma unroll
-            for (int j = 0; j < kFlashMmaKeys / 8; ++j) {
-                if (j >= ktiles) break;
-                uint32_t b_hi[2], b_lo[2] = {};
-                f16_frag_b_rows(b_hi, kh + 8 * j * ldk + 16 * kk, ldk);
-                if constexpr (kSplit) f16_frag_b_rows(b_lo, kl + 8 * j * ldk + 16 * kk, ldk);
-                mma_split_f16<kSplit>(s[j], a_hi, a_lo, b_hi, b_lo);
+            for (int jp = 0; jp < kFlashMmaKeys / 16; ++jp) {   // key tiles 2 jp, 2 jp + 1: one B load (ldmatrix)
+                uint32_t bh[4], bl[4] = {};
+                f16_frag_b_rows_x2(bh, kh + 16 * jp * ldk + 16 * kk, ldk);
+                if constexpr (kSplit) f16_frag_b_rows_x2(bl, kl + 16 * jp * ldk + 16 * kk, ldk);
+                mma_f16_pair<kSplit>(s[2 * jp], s[2 * jp + 1], true, a_hi, a_lo, bh, bl);
             }
         }
         // Unscaled: element (half, e) of tile j is row g + 8 half, key 8 j + 2 t4 + e (one ldexpf:
@@ -218,12 +223,12 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
                 if constexpr (kSplit) a_lo[f] = f16_pair(l0, l1);
             }
 #pragma unroll   // (acc is indexed by constants only once unrolled: registers, not local memory)
-            for (int a = 0; a < kVTiles; ++a) {
+            for (int a = 0; a < kVTiles; a += 2) {          // two value tiles a B load (one ldmatrix)
                 if (8 * a >= dv) break;
-                uint32_t b_hi[2], b_lo[2] = {};
-                f16_frag_b_rows(b_hi, vh + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
-                if constexpr (kSplit) f16_frag_b_rows(b_lo, vl + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
-                mma_split_f16<kSplit>(acc[a], a_hi, a_lo, b_hi, b_lo);
+                uint32_t bh[4], bl[4] = {};
+                f16_frag_b_rows_x2(bh, vh + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
+                if constexpr (kSplit) f16_frag_b_rows_x2(bl, vl + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
+                mma_f16_pair<kSplit>(acc[a], acc[a + 1], 8 * (a + 1) < dv, a_hi, a_lo, bh, bl);
             }
         }
     }

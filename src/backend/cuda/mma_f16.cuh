@@ -61,17 +61,58 @@ __device__ __forceinline__ uint32_t f16_word(const uint16_t* p) {
     return load_aligned<uint32_t>(reinterpret_cast<const uint8_t*>(p));
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_75 on), .trans with kTrans: four 8 x 8 matrices of
+// 16-bit elements from shared memory in one instruction, each named by the addresses of its 8
+// rows (lane 8m + i names row i of matrix m, 16 bytes, 16-byte aligned), into one register of
+// each lane a matrix: lane (g, t) gets of matrix m the pair in row g, columns 2t, 2t + 1 (the lower
+// column in the low half), or with kTrans the pair in column g, rows 2t, 2t + 1. That is the
+// mma fragments' pairing, so one ldmatrix makes four fragment registers where 32-bit loads take
+// four instructions and the 16-bit pairs of a transposed B eight loads and four packs. The CPU
+// mode exchanges the 32 row addresses and reads them as the hardware does (a lane reads the rows
+// other lanes named), checking each row's alignment; every lane of the warp takes part.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+#if defined(__CUDA_ARCH__)
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    if constexpr (kTrans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+#elif defined(__CUDACC__)
+    (void)row;   // nvcc's host pass, which never runs a kernel
+    r[0] = r[1] = r[2] = r[3] = 0;
+#else
+    namespace cm = ::kinfer::cuda::cpu_mode;
+    if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
+        throw std::logic_error("cuda cpu mode: ldmatrix given a row address that is not 16-byte aligned");
+    const uint64_t mine[1] = {uint64_t(reinterpret_cast<uintptr_t>(row))};
+    const uint64_t* table = cm::share_warp(mine, 1).table;
+    const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    auto named = [table](int l) { return reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(l)])); };
+    for (int m = 0; m < 4; ++m) {
+        if constexpr (kTrans) r[m] = f16_pair(named(8 * m + 2 * t)[g], named(8 * m + 2 * t + 1)[g]);
+        else r[m] = f16_pair(named(8 * m + g)[2 * t], named(8 * m + g)[2 * t + 1]);
+    }
+#endif
+}
+
 // Fragment loads from fp16 arrays (bits, in shared memory), each given its tile's origin (row 0,
-// k 0) and the distance between rows in elements (even, with the origin 4-byte aligned: the pairs
-// are 32-bit loads, which the CPU mode checks):
-//   f16_frag_a       A from rows of A (k contiguous);
-//   f16_frag_b_rows  B from rows that each hold one column of B (k contiguous: B^T row-major);
-//   f16_frag_b_cols  B from rows that each hold one k of B (B row-major): two 16-bit loads a register
-//                    (f16_frag_b_cols_x2: two n tiles in one ldmatrix, from shared memory).
+// k 0) and the distance between rows in elements:
+//   f16_frag_a          A from rows of A (k contiguous): one ldmatrix;
+//   f16_frag_b_rows     B from rows that each hold one column of B (k contiguous: B^T row-major):
+//                       two 32-bit loads (f16_frag_b_rows_x2: two n tiles in one ldmatrix);
+//   f16_frag_b_cols     B from rows that each hold one k of B (B row-major): two 16-bit loads a
+//                       register (f16_frag_b_cols_x2: two n tiles in one ldmatrix.trans).
+// The 32-bit loads want the origin 4-byte aligned and ld even; ldmatrix wants the origin 16-byte
+// aligned and 2 ld bytes a multiple of 16 (the CPU mode checks both). Each ldmatrix form names,
+// by lane, the row of its matrix m (ldmatrix_x4) that makes register m the fragment's.
 __device__ __forceinline__ void f16_frag_a(uint32_t (&a)[4], const uint16_t* A, int64_t ld) {
-    const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
-    const uint16_t* p = A + g * ld + 2 * t;
-    a[0] = f16_word(p), a[1] = f16_word(p + 8 * ld), a[2] = f16_word(p + 8), a[3] = f16_word(p + 8 * ld + 8);
+    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: rows 8 (m % 2) .., k 8 (m / 2) ..
+    ldmatrix_x4<false>(a, A + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2));
 }
 __device__ __forceinline__ void f16_frag_b_rows(uint32_t (&b)[2], const uint16_t* Bt, int64_t ld) {
     const int g = int(threadIdx.x % 32) / 4, t = int(threadIdx.x % 4);
@@ -83,45 +124,15 @@ __device__ __forceinline__ void f16_frag_b_cols(uint32_t (&b)[2], const uint16_t
     const uint16_t* p = B + 2 * t * ld + g;
     b[0] = f16_pair(p[0], p[ld]), b[1] = f16_pair(p[8 * ld], p[9 * ld]);
 }
-
-// f16_frag_b_cols for two adjacent n tiles at once, from shared memory: b[0], b[1] are B's
-// (columns 0 .. 7), b[2], b[3] B + 8's (columns 8 .. 15). Why: on the GPU it is one
-// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_75 on) where f16_frag_b_cols takes eight
-// 16-bit shared loads and four packs for the same four registers. ldmatrix reads four 8 x 8
-// matrices of 16-bit elements, each given by the addresses of its 8 rows (lanes 8m .. 8m + 7 name
-// matrix m's rows 0 .. 7), and, transposed, gives each lane of matrix m the pair of rows 2t, 2t + 1
-// in column g as its register m: here matrix m is k rows 8 (m % 2) .. + 7, columns 8 (m / 2) .. + 7,
-// which is B's fragment layout. Each row's 16 bytes must be 16-byte aligned: B and 2 ld bytes
-// multiples of 16 (the CPU mode checks every row). The CPU mode exchanges the 32 row addresses and
-// reads them as the hardware does, so a wrong address a lane names shows there too.
+// Two adjacent n tiles: b[0], b[1] are columns 0 .. 7's fragment (f16_frag_b_rows of Bt, or
+// f16_frag_b_cols of B), b[2], b[3] columns 8 .. 15's.
+__device__ __forceinline__ void f16_frag_b_rows_x2(uint32_t (&b)[4], const uint16_t* Bt, int64_t ld) {
+    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: columns (rows of Bt) 8 (m / 2) .., k 8 (m % 2) ..
+    ldmatrix_x4<false>(b, Bt + (lane % 8 + 8 * (m / 2)) * ld + 8 * (m % 2));
+}
 __device__ __forceinline__ void f16_frag_b_cols_x2(uint32_t (&b)[4], const uint16_t* B, int64_t ld) {
-    const int lane = int(threadIdx.x % 32), m = lane / 8;
-    const uint16_t* row = B + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2);   // the row this lane names
-#if defined(__CUDA_ARCH__)
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr)
-                 : "memory");
-#elif defined(__CUDACC__)
-    (void)row;   // nvcc's host pass: never run
-    uint32_t lo[2], hi[2];
-    f16_frag_b_cols(lo, B, ld);
-    f16_frag_b_cols(hi, B + 8, ld);
-    b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
-#else
-    namespace cm = ::kinfer::cuda::cpu_mode;
-    if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
-        throw std::logic_error("cuda cpu mode: ldmatrix given a row address that is not 16-byte aligned");
-    const uint64_t mine[1] = {uint64_t(reinterpret_cast<uintptr_t>(row))};
-    const uint64_t* table = cm::share_warp(mine, 1).table;
-    const int g = lane / 4, t = lane % 4;
-    for (int mm = 0; mm < 4; ++mm) {
-        const auto* r0 = reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(8 * mm + 2 * t)]));
-        const auto* r1 = reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(8 * mm + 2 * t + 1)]));
-        b[mm] = f16_pair(r0[g], r1[g]);
-    }
-#endif
+    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: k (rows of B) 8 (m % 2) .., columns 8 (m / 2) ..
+    ldmatrix_x4<true>(b, B + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2));
 }
 
 // The plain form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
@@ -184,6 +195,17 @@ __device__ __forceinline__ void mma_split_f16(float (&c)[4], const uint32_t (&a_
         mma_f16(c, a_hi, b_lo);
     }
     mma_f16(c, a_hi, b_hi);
+}
+
+// mma_split_f16 on two adjacent n tiles whose B fragments came from one ldmatrix
+// (f16_frag_b_rows_x2 / f16_frag_b_cols_x2: bh, and bl under kSplit): c0 += A B0 and, where both
+// (warp-uniform: the second tile is in use), c1 += A B1.
+template <bool kSplit>
+__device__ __forceinline__ void mma_f16_pair(float (&c0)[4], float (&c1)[4], bool both, const uint32_t (&a_hi)[4],
+                                             const uint32_t (&a_lo)[4], const uint32_t (&bh)[4], const uint32_t (&bl)[4]) {
+    const uint32_t h0[2] = {bh[0], bh[1]}, l0[2] = {bl[0], bl[1]}, h1[2] = {bh[2], bh[3]}, l1[2] = {bl[2], bl[3]};
+    mma_split_f16<kSplit>(c0, a_hi, a_lo, h0, l0);
+    if (both) mma_split_f16<kSplit>(c1, a_hi, a_lo, h1, l1);
 }
 
 // x times 2^e (scale, a power of two), split into fp16 parts (hi, and lo under kSplit; lo stays 0
