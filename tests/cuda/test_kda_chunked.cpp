@@ -173,14 +173,15 @@ TEST_CASE("cuda kda_chunked (cpu mode): outputs and state equal the CPU recurren
 // chunk and the chunked form's reassociation loses more there (worst seen: fp32 1.9e-4, 3xTF32
 // 8.5e-5), so the bound is 1e-3. f16x3 is not run: its update scales U^T's rows and Z's columns
 // into fp16 (kda_chunked_mma_f16.cuh), which holds only while G falls.
-// The second and third runs are one partial chunk each, 20 at C = 32 and 36 at C = 64, pairwise,
-// as a launch's first: their A rows from 20 / 36 on were never written (the CPU mode fills shared
+// The other runs are one partial chunk each, 20 at C = 32 and 36 and 52 at C = 64, pairwise, as a
+// launch's first: their A rows from 20 / 36 / 52 on were never written (the CPU mode fills shared
 // memory with NaNs or 3.4e38s), which the tensor-core kernels' inverse must keep out of its
-// off-diagonal blocks (invert_chunk; at C = 64 the third 16-row block is partial and the fourth
-// unused).
+// off-diagonal blocks (invert_chunk). At C = 64, 36 rows leave the third 16-row block partial and
+// the fourth unused; 52 the fourth partial, under the third's off-diagonal block and the 32 x 32
+// one.
 TEST_CASE("cuda kda_chunked (cpu mode): a log-decay that rises and falls inside a chunk, fp32 and 3xTF32") {
     const int64_t H = 1, D = 32;
-    for (const std::pair<int64_t, int>& run : {std::pair<int64_t, int>{35, 16}, {20, 32}, {36, 64}}) {
+    for (const std::pair<int64_t, int>& run : {std::pair<int64_t, int>{35, 16}, {20, 32}, {36, 64}, {52, 64}}) {
         const int64_t n = run.first;   // (no structured binding: clang cannot capture one in INFO)
         const int chunk = run.second;
         KdaInputs in = make_inputs(n, H, D, 77, Gate::kimi_linear);

@@ -160,13 +160,6 @@ __device__ __forceinline__ void outputs_tc(int C, const float* sU, const float* 
     }
 }
 
-// The forward substitution u_t = rhs_t - sum_{s<t} A[t][s] u_s is a product, U = T R with
-// T = (I + A)^-1 (A strictly lower triangular, so T is unit lower triangular: the UT form's
-// inverse), formed once a chunk by one warp (invert_chunk) where every warp used to run the
-// substitution's chain for its own columns: C - 1 dependent steps, each reading its row of A, a
-// broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, some
-// 500 at C = 32 and 2 K at C = 64, where a shuffle joined each step's two halves too).
-
 // The inverse's off-diagonal block of two n x n diagonal blocks already inverted, n = 16 or 32:
 // with T_00 at (c0, c0), T_11 and A_10 below it (rows r0 = c0 + n ..), T_10 = -T_11 (A_10 T_00),
 // on the tensor cores (3xTF32), written over A_10. W = A_10 T_00 first, an m tile (16 rows) at a
@@ -225,7 +218,13 @@ __device__ __forceinline__ void inverse_off_diagonal(float* sA, int c0, int nc) 
     }
 }
 
-// T = (I + A)^-1, written over A's lower triangle and diagonal, by the block's last warp (the
+// T = (I + A)^-1 (A strictly lower triangular, so T is unit lower triangular: the UT form's
+// inverse), which makes the forward substitution u_t = rhs_t - sum_{s<t} A[t][s] u_s a product,
+// U = T R (solve_columns). It is formed once a chunk by one warp where every warp used to run the
+// substitution's chain for its own columns: C - 1 dependent steps, each reading its row of A, a
+// broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, some
+// 500 at C = 32 and 2 K at C = 64, where a shuffle joined each step's two halves too).
+// Written over A's lower triangle and diagonal, by the block's last warp (the
 // others return at once); its readers need a block barrier. First each 16 x 16 diagonal block of
 // T, (I + A_bb)^-1, two blocks at a time: lane c of a block holds column c and eliminates by the
 // columns of A_bb in turn (x_t -= A[t][s] x_s for s < t, s ascending): steps for different rows
@@ -255,10 +254,11 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
             for (int t = s + 1; t < 16; ++t) x[t] = fmaf(-sA[(o + t) * ld + o + s], x[s], x[t]);
         }
         __syncwarp();   // every lane has read its block of A before any of it is overwritten
-        if (b < kBlocks)
+        if (b < kBlocks) {
 #pragma unroll
             for (int t = 0; t < 16; ++t)
                 if (c <= t) sA[(o + t) * ld + o + c] = x[t];
+        }
     }
     if constexpr (C >= 32) inverse_off_diagonal<ld, 16>(sA, 0, nc);
     if constexpr (C == 64) {
@@ -274,7 +274,9 @@ __device__ __forceinline__ void invert_chunk(float* sA, int nc) {
 // U = T R is a 3xTF32 product of the warp's columns, from the last m tile to the first, each
 // written over the rows of R it alone still needs (tile mt reads R's rows up to 16 mt + 15).
 // Its error is fp32-class, about 2.7 times the substitution's on random chunks in a numpy model of
-// the CPU mode's arithmetic (T's unit diagonal goes through the split, 2^-22 of |r|). Starting the
+// the CPU mode's arithmetic at C <= 32 (T's unit diagonal goes through the split, 2^-22 of |r|;
+// C = 64's second level of off-diagonal products is not modelled: test_kda_chunked's figures at
+// C = 64 stayed in the substitution's order). Starting the
 // accumulators from R with T's strict lower triangle in the product keeps that diagonal exact,
 // but modelled worse (up to 10x the substitution's): every term is then rounded to the ulp of |r|.
 template <int C>

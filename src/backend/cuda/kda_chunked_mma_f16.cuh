@@ -1,6 +1,6 @@
 // The chunked KDA with its state products on fp16 tensor cores (mma.sync m16n8k16, mma_f16.cuh),
 // included by kda_chunked_mma.cu, whose TF32 kernel this follows step for step: the same block,
-// warps, state tiles, staging, substitution and outputs. Taken with KINFER_CUDA_KDA=f16x3 (both
+// warps, state tiles, staging, inverse (U = T R) and outputs. Taken with KINFER_CUDA_KDA=f16x3 (both
 // operands of each product split into two fp16 parts, three products: fp32-class, as 3xTF32) or
 // f16 (each rounded to fp16 once, one product: about 2^-11 of each term, as single TF32).
 //

@@ -26,9 +26,11 @@
 //
 // Shared memory: floats first (the query rows' 2^-eq, the key rows' 2^-ek and the value rows' ev),
 // then fp16 bits, hi (and lo): the block's queries 16 W x ldk and the key tile 32 x ldk (ldk: dk
-// rounded up to 16, + 8: an odd multiple of 8, so a fragment's 32-bit words fall in 32 banks), the
-// value tile transposed (value dim rows of 32 keys + 8: the B fragment takes two keys of one
-// column as one word). K3 (dk 192, dv 128) with 4 warps: 95.5 KiB split, 48 KiB single.
+// rounded up to 16, + 8), the value tile transposed (dv rounded up to 16 rows of 32 keys + 8: the
+// B fragment takes two keys of one column as one word). Every fragment comes by ldmatrix
+// (mma_f16.cuh), whose 8-row phases read 16 bytes a row: rows an odd multiple of 16 bytes apart
+// (ldk, 40) fall in 8 different 16-byte bank groups. K3 (dk 192, dv 128) with 4 warps: 95.5 KiB
+// split, 48 KiB single.
 #pragma once
 #include "backend/cuda/mla_mha_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -155,9 +157,10 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
         if (k0 >= w_end) continue;                 // (warp-uniform) no query of this warp sees these keys
 
         // ---- scores: A = this warp's queries, B[k][n] = the key rows ----
-        // Every key tile, those past nk too (a partial tile's, once a block): their rows are zeros,
-        // so their scores stay +0, as when they were skipped, and the softmax leaves them out.
-        // Skipping them cost the 16-tile kernels 24 to 40 bytes of spills (ptxas).
+        // Every key tile, those past nk too (a partial tile's, once a block; their rows are zeros):
+        // flash_tile_softmax sets every key from nk on to -inf whatever its score holds (a NaN from
+        // a non-finite q included), so the results are those of skipping them, which cost the
+        // 16-tile kernels 24 to 40 bytes of spills (ptxas).
         float s[kFlashMmaKeys / 8][4] = {};
         for (int kk = 0; kk < int(dkp / 16); ++kk) {
             uint32_t a_hi[4], a_lo[4] = {};
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
                 uint32_t bh[4], bl[4] = {};
                 f16_frag_b_rows_x2(bh, kh + 16 * jp * ldk + 16 * kk, ldk);
                 if constexpr (kSplit) f16_frag_b_rows_x2(bl, kl + 16 * jp * ldk + 16 * kk, ldk);
-                mma_f16_pair<kSplit>(s[2 * jp], s[2 * jp + 1], true, a_hi, a_lo, bh, bl);
+                mma_f16_pair<kSplit, true>(s[2 * jp], s[2 * jp + 1], true, a_hi, a_lo, bh, bl);
             }
         }
         // Unscaled: element (half, e) of tile j is row g + 8 half, key 8 j + 2 t4 + e (one ldexpf:
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kFlashMmaMaxWarps * 32)
                 uint32_t bh[4], bl[4] = {};
                 f16_frag_b_rows_x2(bh, vh + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
                 if constexpr (kSplit) f16_frag_b_rows_x2(bl, vl + 8 * a * kFlashF16LdV + 16 * kk, kFlashF16LdV);
-                mma_f16_pair<kSplit>(acc[a], acc[a + 1], 8 * (a + 1) < dv, a_hi, a_lo, bh, bl);
+                mma_f16_pair<kSplit, true>(acc[a], acc[a + 1], 8 * (a + 1) < dv, a_hi, a_lo, bh, bl);
             }
         }
     }

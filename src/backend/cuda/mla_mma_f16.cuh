@@ -19,12 +19,12 @@
 //
 // Block and warps as mla_mma.cuh. Shared memory: floats first (the partial scores 2 x 16 x 20, the
 // rescale 16, the heads' q scales 16), then fp16 bits: q hi (and lo) and the tile's rows, 16 x ld
-// each (ld: R rounded up to 16, + 8: the fragment loads' 32-bit words fall in 32 banks), the
-// probabilities hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM),
-// 40 KiB single. ptxas: 114 / 115 registers, no spills. The pages must be 16-byte aligned for
-// the tile's 16-byte loads (cudaMalloc's are); the tile's rows (2 ld bytes apart, a multiple of
-// 16) are 16-byte aligned for ldmatrix, which loads the value product's B fragments two n tiles
-// at a time (f16_frag_b_cols_x2).
+// each (ld: R rounded up to 16, + 8: the scores' B fragment words fall in 32 banks, and ldmatrix's
+// rows, an odd multiple of 16 bytes apart, in 8 different 16-byte bank groups), the probabilities
+// hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM), 40 KiB
+// single. ptxas: 114 / 115 registers, no spills. The pages must be 16-byte aligned for the tile's
+// 16-byte loads (cudaMalloc's are). The A fragments (q, the probabilities) come by ldmatrix, and
+// the value product's B fragments by ldmatrix.trans two n tiles at a time (f16_frag_b_cols_x2).
 #pragma once
 #include "backend/cuda/mla_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -145,11 +145,9 @@ __global__ void __launch_bounds__(kMmaThreads)
             for (int nt = 0; nt < 16; nt += 2) {             // two n tiles a B load (one ldmatrix)
                 const int64_t col = 128 * warp + 8 * nt;
                 if (col >= r) break;                         // warp-uniform
-                uint32_t b4[4];
-                f16_frag_b_cols_x2(b4, rows + col, ld);      // (columns past r: within the row, not used)
-                const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
-                mma_split_a_f16<kSplit>(run.acc[nt], p_hi, p_lo, b0);
-                if (col + 8 < r) mma_split_a_f16<kSplit>(run.acc[nt + 1], p_hi, p_lo, b1);
+                uint32_t b[4];
+                f16_frag_b_cols_x2(b, rows + col, ld);       // (columns past r: within the row, not used)
+                mma_f16_pair<kSplit, false>(run.acc[nt], run.acc[nt + 1], col + 8 < r, p_hi, p_lo, b, b);
             }
         }
         __syncthreads();   // the next tile overwrites rows, sS and the probabilities

@@ -69,10 +69,14 @@ __device__ __forceinline__ uint32_t f16_word(const uint16_t* p) {
 // mma fragments' pairing, so one ldmatrix makes four fragment registers where 32-bit loads take
 // four instructions and the 16-bit pairs of a transposed B eight loads and four packs. The CPU
 // mode exchanges the 32 row addresses and reads them as the hardware does (a lane reads the rows
-// other lanes named), checking each row's alignment; every lane of the warp takes part.
+// other lanes named), checking each row's alignment, and holds the warp at a __syncwarp until
+// every lane has read (one instruction of the warp: no lane's later store may reach another
+// lane's read); every lane of the warp takes part.
 template <bool kTrans>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
+#error "ldmatrix needs sm_75 or newer (the build targets sm_90)"
+#elif defined(__CUDA_ARCH__)
     const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
     if constexpr (kTrans)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -97,6 +101,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
         if constexpr (kTrans) r[m] = f16_pair(named(8 * m + 2 * t)[g], named(8 * m + 2 * t + 1)[g]);
         else r[m] = f16_pair(named(8 * m + g)[2 * t], named(8 * m + g)[2 * t + 1]);
     }
+    __syncwarp();
 #endif
 }
 
@@ -197,15 +202,23 @@ __device__ __forceinline__ void mma_split_f16(float (&c)[4], const uint32_t (&a_
     mma_f16(c, a_hi, b_hi);
 }
 
-// mma_split_f16 on two adjacent n tiles whose B fragments came from one ldmatrix
-// (f16_frag_b_rows_x2 / f16_frag_b_cols_x2: bh, and bl under kSplit): c0 += A B0 and, where both
-// (warp-uniform: the second tile is in use), c1 += A B1.
-template <bool kSplit>
+// The products of two adjacent n tiles whose B fragments came from one ldmatrix
+// (f16_frag_b_rows_x2 / f16_frag_b_cols_x2): c0 += A B0 and, where both (warp-uniform: the second
+// tile is in use), c1 += A B1. kSplitB: B is split too (bh, and bl under kSplit: mma_split_f16);
+// otherwise B is exact in fp16 (bh; bl is not read: mma_split_a_f16).
+template <bool kSplit, bool kSplitB>
 __device__ __forceinline__ void mma_f16_pair(float (&c0)[4], float (&c1)[4], bool both, const uint32_t (&a_hi)[4],
                                              const uint32_t (&a_lo)[4], const uint32_t (&bh)[4], const uint32_t (&bl)[4]) {
-    const uint32_t h0[2] = {bh[0], bh[1]}, l0[2] = {bl[0], bl[1]}, h1[2] = {bh[2], bh[3]}, l1[2] = {bl[2], bl[3]};
-    mma_split_f16<kSplit>(c0, a_hi, a_lo, h0, l0);
-    if (both) mma_split_f16<kSplit>(c1, a_hi, a_lo, h1, l1);
+    const uint32_t h0[2] = {bh[0], bh[1]}, h1[2] = {bh[2], bh[3]};
+    if constexpr (kSplitB) {
+        const uint32_t l0[2] = {bl[0], bl[1]}, l1[2] = {bl[2], bl[3]};
+        mma_split_f16<kSplit>(c0, a_hi, a_lo, h0, l0);
+        if (both) mma_split_f16<kSplit>(c1, a_hi, a_lo, h1, l1);
+    } else {
+        (void)bl;
+        mma_split_a_f16<kSplit>(c0, a_hi, a_lo, h0);
+        if (both) mma_split_a_f16<kSplit>(c1, a_hi, a_lo, h1);
+    }
 }
 
 // x times 2^e (scale, a power of two), split into fp16 parts (hi, and lo under kSplit; lo stays 0
