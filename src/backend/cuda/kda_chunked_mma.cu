@@ -223,9 +223,9 @@ __device__ __forceinline__ void inverse_off_diagonal(float* sA, int c0, int nc) 
 // U = T R (solve_columns). It is formed once a chunk by one warp where every warp used to run the
 // substitution's chain for its own columns: C - 1 dependent steps, each reading its row of A, a
 // broadcast shared load a term (about 120 loads a lane a chunk at C = 16, 8 warps of them, some
-// 500 at C = 32 and 2 K at C = 64, where a shuffle joined each step's two halves too).
-// Written over A's lower triangle and diagonal, by the block's last warp (the
-// others return at once); its readers need a block barrier. First each 16 x 16 diagonal block of
+// 500 at C = 32 and 2 K at C = 64, where a shuffle joined each step's two halves too). T is
+// written over A's lower triangle and diagonal by the block's last warp (the others return at
+// once); its readers need a block barrier. First each 16 x 16 diagonal block of
 // T, (I + A_bb)^-1, two blocks at a time: lane c of a block holds column c and eliminates by the
 // columns of A_bb in turn (x_t -= A[t][s] x_s for s < t, s ascending): steps for different rows
 // are independent, so the chain is 15 multiply-adds deep, and every A load is a broadcast that does
