@@ -193,7 +193,8 @@ void mma_layout(backend::Backend& gpu) {
                 8 * 4 * 128);
 
     // fp16 (m16n8k16, mma_f16.cuh): the tensor cores (A by ldmatrix, B's fragments loaded from its
-    // columns, from its rows, and by ldmatrix both n tiles from its rows and from its columns) and
+    // columns, from its rows, and by ldmatrix both n tiles from its rows and from its columns, and
+    // two k16 steps from its columns) and
     // the plain form against a host product of the fp16-rounded operands (exact products, fp32 sums:
     // 1e-6 of sum |a b|), and the identity as A, which puts B's elements in place one by one (the
     // fragment layout, exactly).
@@ -205,10 +206,10 @@ void mma_layout(backend::Backend& gpu) {
             std::vector<float> A(16 * 16), B(8 * 16);
             for (int i = 0; i < 256; ++i) A[size_t(i)] = trial == 8 ? float(i / 16 == i % 16) : nd16(rng);
             for (int i = 0; i < 128; ++i) B[size_t(i)] = trial == 8 ? float(i) : nd16(rng) * 300.0f;
-            Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 7 * 128 * 4, "C");
+            Dev dA(gpu, A.data(), A.size() * 4, "A"), dB(gpu, B.data(), B.size() * 4, "B"), dC(gpu, nullptr, 9 * 128 * 4, "C");
             cuda::gpu::mma_f16_check(dA.f(), dB.f(), dC.f(), nullptr);
             settle(gpu);
-            std::vector<float> C(7 * 128);
+            std::vector<float> C(9 * 128);
             gpu.download(C.data(), dC.buf.ptr, C.size() * 4);
             for (int r = 0; r < 16; ++r)
                 for (int c = 0; c < 8; ++c) {
@@ -219,12 +220,12 @@ void mma_layout(backend::Backend& gpu) {
                         want += a * b;
                         mag += std::fabs(a * b);
                     }
-                    for (int f = 0; f < 7; ++f) bad16 += !(std::fabs(C[size_t(128 * f + 8 * r + c)] - want) <= 1e-6 * mag);
+                    for (int f = 0; f < 9; ++f) bad16 += !(std::fabs(C[size_t(128 * f + 8 * r + c)] - want) <= 1e-6 * mag);
                 }
         }
         failures += bad16 != 0;
         std::printf("%-4s fp16 mma.sync and the plain form against the host product: %d of %d elements off\n",
-                    bad16 ? "FAIL" : "ok", bad16, 9 * 7 * 128);
+                    bad16 ? "FAIL" : "ok", bad16, 9 * 9 * 128);
     }
 
     // TF32 (m16n8k8, mma_tf32.cuh): the tensor cores against the plain form, single and 3xTF32,

@@ -122,7 +122,8 @@ float f16_host(float x) { return quant::fp16_to_fp32(quant::fp32_to_fp16(x)); }
 // output (r, c) is B's k = r of column c, for every r and c, with B's fragments loaded from its
 // columns (f16_frag_b_rows), from its rows (f16_frag_b_cols), and two n tiles at once by ldmatrix's
 // layout from its rows (f16_frag_b_cols_x2) and its columns (f16_frag_b_rows_x2), the second tile
-// holding B's columns reversed; A by ldmatrix (f16_frag_a). In CPU mode mma_f16 is the plain form,
+// holding B's columns reversed, and two k16 steps at once from its columns (f16_frag_b_rows_k2,
+// the second step's columns reversed); A by ldmatrix (f16_frag_a). In CPU mode mma_f16 is the plain form,
 // so this checks the loaders against the plain form's layout; kinfer_gpu_check holds the tensor
 // cores (and ldmatrix) to the same.
 TEST_CASE("cuda mma_f16 (cpu mode): the m16n8k16 fragments and fp16 rounding") {
@@ -134,7 +135,7 @@ TEST_CASE("cuda mma_f16 (cpu mode): the m16n8k16 fragments and fp16 rounding") {
         std::vector<float> A(16 * 16), B(8 * 16);   // B: column c's 16 k values at 16 c
         for (auto& a : A) a = nd(rng);
         for (auto& b : B) b = nd(rng) * 300.0f;
-        std::vector<float> out(7 * 128, 7.0f);
+        std::vector<float> out(9 * 128, 7.0f);
         cuda::emu::mma_f16_check(A.data(), B.data(), out.data(), nullptr);
         int bad = 0;
         for (int r = 0; r < 16; ++r)
@@ -145,19 +146,19 @@ TEST_CASE("cuda mma_f16 (cpu mode): the m16n8k16 fragments and fp16 rounding") {
                     rounded += a * b;
                     mag += std::fabs(a * b);
                 }
-                for (int f = 0; f < 7; ++f) bad += !(std::fabs(out[size_t(128 * f + 8 * r + c)] - rounded) <= 1e-6 * mag);
+                for (int f = 0; f < 9; ++f) bad += !(std::fabs(out[size_t(128 * f + 8 * r + c)] - rounded) <= 1e-6 * mag);
             }
         CHECK(bad == 0);
     }
     std::vector<float> A(16 * 16, 0.0f), B(8 * 16);
     for (int r = 0; r < 16; ++r) A[size_t(16 * r + r)] = 1.0f;
     for (int i = 0; i < 8 * 16; ++i) B[size_t(i)] = float(i) + 0.25f * float(i % 3);   // distinct, fp16-exact
-    std::vector<float> out(7 * 128);
+    std::vector<float> out(9 * 128);
     cuda::emu::mma_f16_check(A.data(), B.data(), out.data(), nullptr);
     int misplaced = 0;
     for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 8; ++c)
-            for (int f : {0, 2, 3, 4, 5, 6}) misplaced += out[size_t(128 * f + 8 * r + c)] != B[size_t(16 * c + r)];
+            for (int f : {0, 2, 3, 4, 5, 6, 7, 8}) misplaced += out[size_t(128 * f + 8 * r + c)] != B[size_t(16 * c + r)];
     CHECK(misplaced == 0);
     // Rounding to nearest even, as cvt.rn.f16.f32: 1 + 2^-11 and 1 + 3 * 2^-11 are ties, to 1 and
     // to 1 + 2^-9 (the even neighbours).

@@ -263,11 +263,13 @@ int kda_chunked_default_chunk(int64_t D);
 // all four are the plain form; on a GPU the first and third are PTX's mma.sync.
 void mma_tf32_check(const float* A, const float* B, float* out, void* stream);
 // mma_f16.cuh's product on one warp, likewise: A 16 x 16 (row-major) times B, 8 columns of 16, both
-// rounded to fp16, into out[7][16][8]: by the tensor cores (PTX's m16n8k16 on a GPU; A by
+// rounded to fp16, into out[9][16][8]: by the tensor cores (PTX's m16n8k16 on a GPU; A by
 // ldmatrix), by the plain form, by the tensor cores with B's fragments loaded from a row-major copy
 // (f16_frag_b_cols), then both n tiles of a copy that holds B's columns and the same in reverse
 // order loaded by one ldmatrix (on a GPU), row-major (f16_frag_b_cols_x2: out[3], out[4]) and by
-// columns (f16_frag_b_rows_x2: out[5], out[6]), the reversed tiles' products put back in order.
+// columns (f16_frag_b_rows_x2: out[5], out[6]), and both k16 steps of a copy by columns whose k
+// 16 .. 31 hold B's columns reversed (f16_frag_b_rows_k2: out[7], out[8]); the reversed products
+// put back in order.
 void mma_f16_check(const float* A, const float* B, float* out, void* stream);
 
 // The KDA decay gate in place on g [n][H*D]: K3 (lower_bound) lb * sigmoid(-a f), Kimi Linear

@@ -308,11 +308,13 @@ void attend(Rows rows, const float* Q, float* lat, const MlaArgs& a, float* scra
 // row-major copy (f16_frag_b_cols), and by mma_f16 with both n tiles of 16-column copies loaded by
 // one ldmatrix each: row-major (f16_frag_b_cols_x2) and by columns (f16_frag_b_rows_x2). Columns
 // 0 .. 7 of each copy are B's, 8 .. 15 B's in reverse order, whose product is stored back in B's
-// order. Each product stored by the C layout into a 16 x 8 row-major matrix of out.
+// order. Then two k16 steps of one n tile by one ldmatrix (f16_frag_b_rows_k2), from a copy by
+// columns whose k 0 .. 15 are B's and k 16 .. 31 B's columns in reverse order. Each product
+// stored by the C layout into a 16 x 8 row-major matrix of out.
 __global__ void __launch_bounds__(32) mma_f16_check_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                            float* __restrict__ out) {
     // A [16][16], B's columns [8][16], B row-major [16][8], then 16 columns row-major [16][16] and
-    // by columns [16][16] (16-byte aligned rows)
+    // by columns [16][16], and 32 k by columns [8][32] (16-byte aligned rows)
     KINFER_DYNAMIC_SHARED(uint16_t, sm);
     const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
     for (int i = lane; i < 16 * 16 + 8 * 16; i += 32) sm[i] = f16_round(i < 256 ? A[i] : B[i - 256]);
@@ -321,24 +323,28 @@ __global__ void __launch_bounds__(32) mma_f16_check_kernel(const float* __restri
         const int col = i % 16 < 8 ? i % 16 : 15 - i % 16, col_t = i / 16 < 8 ? i / 16 : 15 - i / 16;
         sm[512 + i] = f16_round(B[16 * col + i / 16]);
         sm[768 + i] = f16_round(B[16 * col_t + i % 16]);
+        const int n = i / 32, k = i % 32;   // [8][32]: column n, k
+        sm[1024 + i] = f16_round(B[16 * (k < 16 ? n : 7 - n) + k % 16]);
     }
     __syncwarp();
-    uint32_t a[4], b[2], bc[2], bx[4], by[4];
+    uint32_t a[4], b[2], bc[2], bx[4], by[4], bk[4];
     f16_frag_a(a, sm, 16);
     f16_frag_b_rows(b, sm + 256, 16);
     f16_frag_b_cols(bc, sm + 384, 8);
     f16_frag_b_cols_x2(bx, sm + 512, 16);
     f16_frag_b_rows_x2(by, sm + 768, 16);
-    const uint32_t b_tiles[4][2] = {{bx[0], bx[1]}, {bx[2], bx[3]}, {by[0], by[1]}, {by[2], by[3]}};
-    float c[7][4] = {};
+    f16_frag_b_rows_k2(bk, sm + 1024, 32);
+    const uint32_t b_tiles[6][2] = {{bx[0], bx[1]}, {bx[2], bx[3]}, {by[0], by[1]},
+                                    {by[2], by[3]}, {bk[0], bk[1]}, {bk[2], bk[3]}};
+    float c[9][4] = {};
     mma_f16(c[0], a, b);
     mma_f16_plain(c[1], a, b);
     mma_f16(c[2], a, bc);
-    for (int f = 3; f < 7; ++f) mma_f16(c[f], a, b_tiles[f - 3]);
-    for (int f = 0; f < 7; ++f)
+    for (int f = 3; f < 9; ++f) mma_f16(c[f], a, b_tiles[f - 3]);
+    for (int f = 0; f < 9; ++f)
         for (int e = 0; e < 4; ++e) {
             const int col = 2 * t + e % 2;
-            out[128 * f + 8 * (g + 8 * (e / 2)) + (f == 4 || f == 6 ? 7 - col : col)] = c[f][e];
+            out[128 * f + 8 * (g + 8 * (e / 2)) + (f == 4 || f == 6 || f == 8 ? 7 - col : col)] = c[f][e];
         }
 }
 
@@ -346,8 +352,8 @@ __global__ void __launch_bounds__(32) mma_f16_check_kernel(const float* __restri
 
 void mma_f16_check(const float* A, const float* B, float* out, void* stream) {
     auto* kernel = &mma_f16_check_kernel;
-    KINFER_LAUNCH(kernel, dim3(1), dim3(32), (16 * 16 + 2 * 8 * 16 + 2 * 16 * 16) * sizeof(uint16_t), as_stream(stream),
-                  A, B, out);
+    KINFER_LAUNCH(kernel, dim3(1), dim3(32), (16 * 16 + 2 * 8 * 16 + 2 * 16 * 16 + 8 * 32) * sizeof(uint16_t),
+                  as_stream(stream), A, B, out);
 }
 
 void mla_attend_absorbed(const float* cache, const float* Q, float* lat, const MlaArgs& a, float* scratch,

@@ -19,12 +19,13 @@
 //
 // Block and warps as mla_mma.cuh. Shared memory: floats first (the partial scores 2 x 16 x 20, the
 // rescale 16, the heads' q scales 16), then fp16 bits: q hi (and lo) and the tile's rows, 16 x ld
-// each (ld: R rounded up to 16, + 8: the scores' B fragment words fall in 32 banks, and ldmatrix's
-// rows, an odd multiple of 16 bytes apart, in 8 different 16-byte bank groups), the probabilities
-// hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an SM), 40 KiB
-// single. ptxas: 114 / 115 registers, no spills. The pages must be 16-byte aligned for the tile's
-// 16-byte loads (cudaMalloc's are). The A fragments (q, the probabilities) come by ldmatrix, and
-// the value product's B fragments by ldmatrix.trans two n tiles at a time (f16_frag_b_cols_x2).
+// each (ld: R rounded up to 16, + 8: ldmatrix's rows, an odd multiple of 16 bytes apart, fall in 8
+// different 16-byte bank groups, and an odd last k step's 32-bit words in 32 banks), the
+// probabilities hi (and lo) 16 x 24. At K3's R = 576: 59 KiB split (opted in; three blocks an
+// SM), 40 KiB single. ptxas: 113 / 114 registers, no spills. The pages must be 16-byte aligned for the tile's
+// 16-byte loads (cudaMalloc's are). The A fragments (q, the probabilities) come by ldmatrix, the
+// scores' B fragments two k16 steps at a time (f16_frag_b_rows_k2), and the value product's by
+// ldmatrix.trans two n tiles at a time (f16_frag_b_cols_x2).
 #pragma once
 #include "backend/cuda/mla_mma.cuh"
 #include "backend/cuda/mma_f16.cuh"
@@ -106,13 +107,26 @@ __global__ void __launch_bounds__(kMmaThreads)
         __syncthreads();   // also publishes q and its scales on the first tile
 
         // ---- scores: A = scaled q (heads), B[k][n] = rows[n][k]; half the k steps this warp ----
+        // Two k steps a B load (one ldmatrix) while two remain, then a last one alone; the k steps
+        // add into cc in order either way.
         float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int ks = ks0; ks < ks1; ++ks) {
-            uint32_t a_hi[4], a_lo[4], b[2];
+        auto step = [&](int ks, const uint32_t (&b)[2]) {
+            uint32_t a_hi[4], a_lo[4];
             f16_frag_a(a_hi, sqh + 16 * ks, ld);
             if constexpr (kSplit) f16_frag_a(a_lo, sql + 16 * ks, ld);
-            f16_frag_b_rows(b, rows + nrow * ld + 16 * ks, ld);
             mma_split_a_f16<kSplit>(cc, a_hi, a_lo, b);
+        };
+        int ks = ks0;
+        for (; ks + 1 < ks1; ks += 2) {
+            uint32_t b[4];
+            f16_frag_b_rows_k2(b, rows + nrow * ld + 16 * ks, ld);
+            step(ks, {b[0], b[1]});
+            step(ks + 1, {b[2], b[3]});
+        }
+        if (ks < ks1) {
+            uint32_t b[2];
+            f16_frag_b_rows(b, rows + nrow * ld + 16 * ks, ld);
+            step(ks, b);
         }
         tf32_store_c(cc, sS + kh * kMmaHeads * kMmaLdP + nrow, kMmaLdP);
         __syncthreads();

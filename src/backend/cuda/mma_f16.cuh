@@ -109,7 +109,8 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
 // k 0) and the distance between rows in elements:
 //   f16_frag_a          A from rows of A (k contiguous): one ldmatrix;
 //   f16_frag_b_rows     B from rows that each hold one column of B (k contiguous: B^T row-major):
-//                       two 32-bit loads (f16_frag_b_rows_x2: two n tiles in one ldmatrix);
+//                       two 32-bit loads (f16_frag_b_rows_x2: two n tiles in one ldmatrix;
+//                       f16_frag_b_rows_k2: two k16 steps of one n tile in one ldmatrix);
 //   f16_frag_b_cols     B from rows that each hold one k of B (B row-major): two 16-bit loads a
 //                       register (f16_frag_b_cols_x2: two n tiles in one ldmatrix.trans).
 // The 32-bit loads want the origin 4-byte aligned and ld even; ldmatrix wants the origin 16-byte
@@ -138,6 +139,12 @@ __device__ __forceinline__ void f16_frag_b_rows_x2(uint32_t (&b)[4], const uint1
 __device__ __forceinline__ void f16_frag_b_cols_x2(uint32_t (&b)[4], const uint16_t* B, int64_t ld) {
     const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: k (rows of B) 8 (m % 2) .., columns 8 (m / 2) ..
     ldmatrix_x4<true>(b, B + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2));
+}
+// One n tile over two k16 steps: b[0], b[1] are k 0 .. 15's fragment (f16_frag_b_rows of Bt),
+// b[2], b[3] k 16 .. 31's (of Bt + 16).
+__device__ __forceinline__ void f16_frag_b_rows_k2(uint32_t (&b)[4], const uint16_t* Bt, int64_t ld) {
+    const int lane = int(threadIdx.x % 32);   // matrix m: columns (rows of Bt) 0 .. 7, k 8 m ..
+    ldmatrix_x4<false>(b, Bt + (lane % 8) * ld + 8 * (lane / 8));
 }
 
 // The plain form: each lane gathers rows g and g + 8 of A and columns 2t and 2t + 1 of B from the
