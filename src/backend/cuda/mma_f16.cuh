@@ -96,7 +96,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
     const uint64_t mine[1] = {uint64_t(reinterpret_cast<uintptr_t>(row))};
     const uint64_t* table = cm::share_warp(mine, 1).table;
     const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    auto named = [table](int l) { return reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(l)])); };
+    auto named = [table](int l) {   // the row lane l named
+        return reinterpret_cast<const uint16_t*>(uintptr_t(table[cm::kShareWords * unsigned(l)]));
+    };
     for (int m = 0; m < 4; ++m) {
         if constexpr (kTrans) r[m] = f16_pair(named(8 * m + 2 * t)[g], named(8 * m + 2 * t + 1)[g]);
         else r[m] = f16_pair(named(8 * m + g)[2 * t], named(8 * m + g)[2 * t + 1]);
@@ -133,11 +135,11 @@ __device__ __forceinline__ void f16_frag_b_cols(uint32_t (&b)[2], const uint16_t
 // Two adjacent n tiles: b[0], b[1] are columns 0 .. 7's fragment (f16_frag_b_rows of Bt, or
 // f16_frag_b_cols of B), b[2], b[3] columns 8 .. 15's.
 __device__ __forceinline__ void f16_frag_b_rows_x2(uint32_t (&b)[4], const uint16_t* Bt, int64_t ld) {
-    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: columns (rows of Bt) 8 (m / 2) .., k 8 (m % 2) ..
+    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: rows of Bt 8 (m / 2) .., k 8 (m % 2) ..
     ldmatrix_x4<false>(b, Bt + (lane % 8 + 8 * (m / 2)) * ld + 8 * (m % 2));
 }
 __device__ __forceinline__ void f16_frag_b_cols_x2(uint32_t (&b)[4], const uint16_t* B, int64_t ld) {
-    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: k (rows of B) 8 (m % 2) .., columns 8 (m / 2) ..
+    const int lane = int(threadIdx.x % 32), m = lane / 8;   // matrix m: rows (k) 8 (m % 2) .., columns 8 (m / 2) ..
     ldmatrix_x4<true>(b, B + (lane % 8 + 8 * (m % 2)) * ld + 8 * (m / 2));
 }
 // One n tile over two k16 steps: b[0], b[1] are k 0 .. 15's fragment (f16_frag_b_rows of Bt),
