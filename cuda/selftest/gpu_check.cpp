@@ -706,9 +706,9 @@ void kda_chunked_speed(backend::Backend& gpu, backend::CpuBackend& cpu) {
                         "recurrence; target 5)%s\n", f.name, C, (long long)n, s * 1e3, double(n) / s / 1e6, s_rec / s,
                         err == cudaSuccess ? "" : cudaGetErrorString(err));
         }
-    // The tensor-core forms at 156 / 166 registers a thread run one 256-thread block an SM, 96
-    // heads on 132 SMs; value slices give more, smaller blocks (each redoes the chunk's C x C
-    // products).
+    // The tensor-core forms at C = 16 (3xTF32 236 registers a thread, f16x3 234: ptxas, D = 128)
+    // run one 256-thread block an SM, 96 heads on 132 SMs; value slices give more, smaller blocks
+    // (each redoes the chunk's C x C products).
     for (const Form* f : {&forms[1], &forms[3]})
         for (int slices : {2, 4}) {
             const double s = timed([&] { run_form(*f, 16, n, slices); });
