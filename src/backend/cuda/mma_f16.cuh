@@ -114,7 +114,8 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
 //                       two 32-bit loads (f16_frag_b_rows_x2: two n tiles in one ldmatrix;
 //                       f16_frag_b_rows_k2: two k16 steps of one n tile in one ldmatrix);
 //   f16_frag_b_cols     B from rows that each hold one k of B (B row-major): two 16-bit loads a
-//                       register (f16_frag_b_cols_x2: two n tiles in one ldmatrix.trans).
+//                       register (f16_frag_b_cols_x2: two n tiles in one ldmatrix.trans, what the
+//                       kernels take; this one stays as mma_f16_check's plain reference).
 // The 32-bit loads want the origin 4-byte aligned and ld even; ldmatrix wants the origin 16-byte
 // aligned and 2 ld bytes a multiple of 16 (the CPU mode checks both). Each ldmatrix form names,
 // by lane, the row of its matrix m (ldmatrix_x4) that makes register m the fragment's.

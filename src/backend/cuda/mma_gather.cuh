@@ -6,10 +6,10 @@
 // 8t + 4 + src (column 2t + 1).
 //
 // On a GPU (and under nvcc) the gather is 16 shuffles of 64-bit words (mma_s8_k16_plain's words
-// have zero high halves: twice the shuffle instructions it needs, only in mmq.cu's check kernel). In the CPU execution mode each shuffle is a
-// pass through the warp's 32 fibers, and those passes were three quarters of the tensor-core
-// kernels' CPU-mode test time; there the same 16 values come from one exchange of three words a
-// lane (cpu_mode::share_warp). test_cpu_mode holds the two to the same values.
+// have zero high halves: twice the shuffle instructions it needs, only in mmq.cu's check kernel).
+// In the CPU execution mode each shuffle is a pass through the warp's 32 fibers, and those passes
+// were three quarters of the tensor-core kernels' CPU-mode test time; there the same 16 values
+// come from one exchange of three words a lane (cpu_mode::share_warp). test_cpu_mode holds the two to the same values.
 #pragma once
 #include "backend/cuda/compat.h"
 
