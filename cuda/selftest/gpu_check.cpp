@@ -264,7 +264,7 @@ void mma_layout(backend::Backend& gpu) {
                 "exact %.1e)\n", bad32 ? "FAIL" : "ok", bad32, 8 * 128, worst_tc, worst_split);
 }
 
-// Puts the backend back on the prefill GEMM it had (fp16, or int8 under KINFER_CUDA_GEMM=int8) when
+// Puts the backend back on the prefill GEMM it had (fp16, or what KINFER_CUDA_GEMM chose) when
 // a part ends, also by an exception.
 struct DefaultGemmAfter {
     backend::cuda::CudaBackend* be;
@@ -277,8 +277,9 @@ struct DefaultGemmAfter {
 // The fp16 GEMM's tokens past fp16's range (gemm.cu's convert_rows_f16_scaled / unscale_tokens):
 // every third token times 1e5 (|x| up to ~5e5, inf as plain fp16), against the CPU backend (its
 // Q8_K scales are fp32); then 50 tasks of 32 of those tokens in one matmul_tasks call (a grouped
-// GEMM, its unscaling in two launches of at most 48 tasks) against the single GEMM. The large
-// tokens and the others are each held to their own largest |y|.
+// GEMM, its unscaling in two launches of at most 48 tasks) against the single GEMM; then both on
+// the fused GEMM against the fp16 one. The large tokens and the others are each held to their own
+// largest |y|.
 void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
     const DefaultGemmAfter reset{cuda_be};
@@ -332,6 +333,17 @@ void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
     // The same fp16 operands; cuBLAS's grouped kernel may sum in another order than the single one.
     by_size("grouped gemm, 50 tasks, vs the single gemm", down(gpu, dyg, size_t(tasks_n * task_tokens * rows)), ref, tokens,
             1e-4, 1e-5);
+    if (!cuda_be) return;
+    // The fused GEMM (KINFER_CUDA_GEMM=fused) multiplies its stores by the scales: the same
+    // operands as the fp16 form's, the fp32 sums in another order.
+    cuda_be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fused);
+    std::vector<int64_t> every(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) every[size_t(t)] = t;
+    gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
+    by_size("fused gemm vs the fp16 gemm", down(gpu, dy, size_t(n * rows)), all, every, 1e-4, 1e-5);
+    gpu.matmul_tasks({&in, 1}, tasks);
+    by_size("fused grouped gemm, 50 tasks, vs the fp16 single gemm", down(gpu, dyg, size_t(tasks_n * task_tokens * rows)), ref,
+            tokens, 1e-4, 1e-5);
 }
 
 // The prefill GEMM (from kGemmMinTokens tokens on, CudaBackend::matmul takes dequantized
@@ -339,14 +351,17 @@ void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
 // and its speed. Dequantization and GEMM are timed together, as a prefill pays for both.
 // The quantized types with an int8 form run a second time on the int8 tensor-core GEMM (mmq.cu,
 // KINFER_CUDA_GEMM=int8): the same check against the CPU (closer: the CPU's own integer sums) and
-// its time beside the fp16 one ("gemm" column).
+// its time beside the fp16 one ("gemm" column); every quantized type a third time on the fused
+// GEMM (gemm_fused.cu, KINFER_CUDA_GEMM=fused: fp16's operands, no dequantized copy), held to the
+// fp16 form's results.
 void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
     const DefaultGemmAfter reset{cuda_be};
     using Gemm = backend::cuda::CudaBackend::PrefillGemm;
     const int64_t rows = 7168, cols = 3584, n = 512;
     std::printf("\n# prefill GEMM, %lld rows x %lld cols, %lld tokens (fp16: dequantize + cuBLAS, fp32 accumulate; "
-                "int8: mmq.cu on int8 tensor cores)\n", (long long)rows, (long long)cols, (long long)n);
+                "int8: mmq.cu on int8 tensor cores; fused: gemm_fused.cu, weights decoded in the kernel)\n",
+                (long long)rows, (long long)cols, (long long)n);
     std::printf("%-8s %8s %8s %8s %10s %10s %6s\n", "type", "rows", "cols", "tokens", "ms", "TFLOP/s", "gemm");
     const quant::Type types[] = {quant::Type::Q4_K, quant::Type::MXFP4, quant::Type::Q8_0, quant::Type::Q6_K,
                                  quant::Type::Q5_K, quant::Type::Q4_0,  quant::Type::Q5_0, quant::Type::IQ4_NL,
@@ -367,8 +382,10 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
         double ymax = 0;
         for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
         const bool int8 = cuda_be && cuda::gpu::matvec_q8_supported(t, dW.buf.ptr, rb, cols);
-        for (const Gemm form : {Gemm::fp16, Gemm::int8}) {
-            if (form == Gemm::int8 && !int8) continue;
+        const bool fused = cuda_be && cuda::gpu::fused_gemm_supported(t);
+        std::vector<float> fp16_got;   // the fp16 form's outputs, the fused form's reference
+        for (const Gemm form : {Gemm::fp16, Gemm::int8, Gemm::fused}) {
+            if ((form == Gemm::int8 && !int8) || (form == Gemm::fused && !fused)) continue;
             if (cuda_be) cuda_be->set_prefill_gemm(form);
             gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
             const std::vector<float> all = down(gpu, dy, size_t(n * rows));
@@ -379,12 +396,16 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
             // on the CPU: the CPU's rounding dominates, the matvec check's bound covers it. int8: the
             // CPU's integer sums, the float steps' order only (test_mmq's 1e-5 of sum |w x|; here
             // against the largest |y|, with room for K = 3584).
-            const bool i8 = form == Gemm::int8;
-            check((std::string("gemm ") + tr.name + (i8 ? " int8" : "") + " vs cpu matmul, 512 tokens").c_str(), got, want,
+            // fused: fp16's operands bit for bit, the fp32 sums in another order.
+            const bool i8 = form == Gemm::int8, fu = form == Gemm::fused;
+            const char* label = i8 ? "int8" : fu ? "fused" : "fp16";
+            check((std::string("gemm ") + tr.name + " " + label + " vs cpu matmul, 512 tokens").c_str(), got, want,
                   i8 ? 1e-4 : 2e-2, (i8 ? 1e-4 : 2e-2) * ymax);
+            if (form == Gemm::fp16) fp16_got = got;
+            if (fu) check((std::string("gemm ") + tr.name + " fused vs fp16, 512 tokens").c_str(), got, fp16_got, 1e-5, 1e-5 * ymax);
             const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0); });
             std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f %6s\n", tr.name, (long long)rows, (long long)cols, (long long)n,
-                        s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12, i8 ? "int8" : "fp16");
+                        s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12, label);
         }
     }
     if (cuda_be) cuda_be->set_prefill_gemm(Gemm::fp16);
@@ -393,7 +414,8 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     const int64_t thr = kinfer::cuda::gpu::kGemmMinTokens;
     std::printf("\n# Q4_K %lld x %lld by token count (n < %lld: matvec, from %lld: GEMM)\n", (long long)rows,
                 (long long)cols, (long long)thr, (long long)thr);
-    std::printf("%8s %8s %10s %10s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s", "int8 ms", "TFLOP/s");
+    std::printf("%8s %8s %10s %10s %10s %10s %10s %10s\n", "tokens", "path", "ms", "TFLOP/s", "int8 ms", "TFLOP/s", "fused ms",
+                "TFLOP/s");
     const quant::Traits& tr = quant::traits(quant::Type::Q4_K);
     const size_t rb = quant::row_size(tr, cols);
     const std::vector<uint8_t> W = random_rows(quant::Type::Q4_K, rows, cols, 90, uniq);
@@ -404,15 +426,17 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
     Dev dxl(gpu, xl.data(), xl.size() * 4, "x"), dyl(gpu, nullptr, size_t(nmax * rows) * 4, "y");
     for (int64_t nt : {thr / 2, thr - 1, thr, 2 * thr, int64_t(128), int64_t(512), nmax}) {
         const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
-        double s8 = 0;   // the int8 GEMM at the same count (below the threshold: the matvec again)
+        double s8 = 0, sf = 0;   // the int8 and fused GEMMs at the same count (below the threshold: the matvecs again)
         if (cuda_be) {
             cuda_be->set_prefill_gemm(Gemm::int8);
             s8 = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
+            cuda_be->set_prefill_gemm(Gemm::fused);
+            sf = time_it(gpu, 10, [&] { gpu.matmul(Mg, dxl.f(), nt, dyl.f(), 0, 0); });
             cuda_be->set_prefill_gemm(Gemm::fp16);
         }
         const double flop = 2.0 * double(rows) * double(cols) * double(nt);
-        std::printf("%8lld %8s %10.3f %10.1f %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3, flop / s / 1e12,
-                    s8 * 1e3, s8 > 0 ? flop / s8 / 1e12 : 0.0);
+        std::printf("%8lld %8s %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3,
+                    flop / s / 1e12, s8 * 1e3, s8 > 0 ? flop / s8 / 1e12 : 0.0, sf * 1e3, sf > 0 ? flop / sf / 1e12 : 0.0);
     }
 }
 
@@ -959,16 +983,17 @@ void grouped_experts(backend::Backend& gpu) {
             for (int64_t i = rows; i < 8 * rows; ++i) got[size_t(m * 8 * rows + i)] = want[size_t(m * 8 * rows + i)] = 0;
         check("grouped == one by one, 1 and 8 tokens mixed", got, want, 0, 1e-30);
     }
-    // 64 tokens a second time with KINFER_CUDA_GEMM=int8: one mmq_group launch against one mmq_matmul
-    // a task, the same block code, so the same bits.
+    // 64 tokens a second time with KINFER_CUDA_GEMM=int8 and a third with fused: one mmq_group
+    // (fused_gemm_grouped) launch against one mmq_matmul (fused_gemm_matmul) a task, the same block
+    // code, so the same bits.
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
     const DefaultGemmAfter reset{cuda_be};
     using Gemm = backend::cuda::CudaBackend::PrefillGemm;
-    for (int64_t n : {int64_t(1), int64_t(8), int64_t(64), int64_t(-64)}) {
-        const bool int8 = n < 0;
-        if (int8 && !cuda_be) continue;
-        n = std::abs(n);
-        if (cuda_be) cuda_be->set_prefill_gemm(int8 ? Gemm::int8 : Gemm::fp16);
+    const std::pair<int64_t, Gemm> runs[] = {{1, Gemm::fp16}, {8, Gemm::fp16}, {64, Gemm::fp16}, {64, Gemm::int8}, {64, Gemm::fused}};
+    for (const auto& [n, form] : runs) {
+        const bool int8 = form == Gemm::int8, fused = form == Gemm::fused;
+        if (form != Gemm::fp16 && !cuda_be) continue;
+        if (cuda_be) cuda_be->set_prefill_gemm(form);
         const std::vector<float> x = randn(size_t(n * cols), 71);
         Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y"),
             dy1(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y1");
@@ -982,8 +1007,9 @@ void grouped_experts(backend::Backend& gpu) {
         const std::vector<float> one = down(gpu, dy1, size_t(2 * experts * n * rows));
         double ymax = 0;
         for (float v : one) ymax = std::max(ymax, double(std::fabs(v)));
-        const bool gemm = n >= 32 && !int8;
-        check(("grouped == one by one, " + std::to_string(n) + " tokens" + (int8 ? " (int8 GEMM)" : "")).c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
+        const bool gemm = n >= 32 && form == Gemm::fp16;   // cuBLAS's grouped kernel may sum in another order
+        const char* label = int8 ? " int8 GEMM" : fused ? " fused GEMM" : "";
+        check(("grouped == one by one, " + std::to_string(n) + " tokens" + label).c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
               one, gemm ? 1e-4 : 0, gemm ? 1e-5 * ymax : 1e-30);
         const double s_group = time_it(gpu, 20, [&] { gpu.matmul_tasks({&in, 1}, tasks); });
         const double s_one = time_it(gpu, 20, [&] {
@@ -991,7 +1017,7 @@ void grouped_experts(backend::Backend& gpu) {
         });
         const double gb = double(rb) * double(rows * 2 * experts) / 1e9, tf = 2.0 * double(rows * cols) * 2 * experts * n / 1e12;
         std::printf("     %lld token(s)%s: grouped %.1f us (%.0f GB/s, %.1f TFLOP/s), one by one %.1f us (%.0f GB/s, %.1f TFLOP/s)\n",
-                    (long long)n, int8 ? " int8 GEMM" : "", s_group * 1e6, gb / s_group, tf / s_group, s_one * 1e6, gb / s_one, tf / s_one);
+                    (long long)n, label, s_group * 1e6, gb / s_group, tf / s_group, s_one * 1e6, gb / s_one, tf / s_one);
     }
 }
 

@@ -452,62 +452,68 @@ TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks of two int8 formats
 // Against the CPU backend (Q8_K activations: fp32 scales, in range), the large tokens and the
 // others each within 2 % of their own largest |y| (test_gemm's measured gap is 1.1 %); then 50
 // tasks of 32 of those tokens (two unscale launches) against the single matmul, bit for bit.
+// Then the same on the fused GEMM (KINFER_CUDA_GEMM=fused, gemm_fused.cu: its grouped launches
+// take 48 tasks, so two here), which multiplies the scales back in its own store.
 TEST_CASE("CudaBackend on the emulated runtime: prefill tokens past fp16's range, alone and as 50 grouped tasks") {
     backend::Backends bk(1);
     bk.add_device("emu-cuda:64MiB");
     auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
     REQUIRE(cu != nullptr);
-    cu->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::fp16);
-    const int64_t K = 512, rows = 16, n = 64, n_tasks = 50, task_n = 32;
-    const size_t rb = quant::row_size(quant::traits(quant::Type::Q4_K), K);
-    const std::vector<uint8_t> q = pattern_weights(quant::Type::Q4_K, rows, K, 5);
-    std::vector<float> x(size_t(n * K));
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int((i * 40507u + 11) % 23) - 11) * 0.3f;
-    auto large = [](int64_t t) { return t % 3 == 1; };
-    for (int64_t t = 0; t < n; ++t)
-        if (large(t))
-            for (int64_t i = 0; i < K; ++i) x[size_t(t * K + i)] *= 1e5f;
-    backend::Buffer bw = cu->alloc(q.size(), "w"), bx = cu->alloc(x.size() * 4, "x"),
-                    by = cu->alloc(size_t(n * rows) * 4, "y"), bg = cu->alloc(size_t(n_tasks * task_n * rows) * 4, "y grouped");
-    cu->upload(bw.ptr, q.data(), q.size());
-    cu->upload(bx.ptr, x.data(), x.size() * 4);
-    const backend::Mat W{quant::Type::Q4_K, K, rows, bw.ptr, rb, 0, "w"};
-    const auto* xd = reinterpret_cast<const float*>(bx.ptr);
-    cu->matmul(W, xd, n, reinterpret_cast<float*>(by.ptr), K, rows);
-    std::vector<float> got(size_t(n * rows)), want(got.size());
-    cu->download(got.data(), by.ptr, got.size() * 4);
-    backend::CpuBackend cpu(1);
-    cpu.matmul(backend::Mat{quant::Type::Q4_K, K, rows, q.data(), rb, 0, "w"}, x.data(), n, want.data(), K, rows);
-    for (const bool big : {true, false}) {
-        double ymax = 0, worst = 0;
+    using Gemm = backend::cuda_emu::CudaBackend::PrefillGemm;
+    for (const Gemm form : {Gemm::fp16, Gemm::fused}) {
+        INFO((form == Gemm::fused ? "the fused GEMM" : "the fp16 GEMM"));
+        cu->set_prefill_gemm(form);
+        const int64_t K = 512, rows = 16, n = 64, n_tasks = 50, task_n = 32;
+        const size_t rb = quant::row_size(quant::traits(quant::Type::Q4_K), K);
+        const std::vector<uint8_t> q = pattern_weights(quant::Type::Q4_K, rows, K, 5);
+        std::vector<float> x(size_t(n * K));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = float(int((i * 40507u + 11) % 23) - 11) * 0.3f;
+        auto large = [](int64_t t) { return t % 3 == 1; };
         for (int64_t t = 0; t < n; ++t)
-            if (large(t) == big)
-                for (int64_t r = 0; r < rows; ++r) ymax = std::max(ymax, double(std::fabs(want[size_t(t * rows + r)])));
-        int bad = 0;
-        for (int64_t t = 0; t < n; ++t)
-            if (large(t) == big)
-                for (int64_t r = 0; r < rows; ++r) {
-                    const double d = std::fabs(double(got[size_t(t * rows + r)]) - double(want[size_t(t * rows + r)]));
-                    bad += !(d <= 2e-2 * ymax);
-                    worst = std::max(worst, d / ymax);
-                }
-        INFO((big ? "tokens times 1e5" : "the other tokens"), ": largest |y| ", ymax, ", worst |d| / that ", worst);
-        CHECK(ymax > (big ? 1e5 : 1.0));
-        CHECK(bad == 0);
+            if (large(t))
+                for (int64_t i = 0; i < K; ++i) x[size_t(t * K + i)] *= 1e5f;
+        backend::Buffer bw = cu->alloc(q.size(), "w"), bx = cu->alloc(x.size() * 4, "x"),
+                        by = cu->alloc(size_t(n * rows) * 4, "y"), bg = cu->alloc(size_t(n_tasks * task_n * rows) * 4, "y grouped");
+        cu->upload(bw.ptr, q.data(), q.size());
+        cu->upload(bx.ptr, x.data(), x.size() * 4);
+        const backend::Mat W{quant::Type::Q4_K, K, rows, bw.ptr, rb, 0, "w"};
+        const auto* xd = reinterpret_cast<const float*>(bx.ptr);
+        cu->matmul(W, xd, n, reinterpret_cast<float*>(by.ptr), K, rows);
+        std::vector<float> got(size_t(n * rows)), want(got.size());
+        cu->download(got.data(), by.ptr, got.size() * 4);
+        backend::CpuBackend cpu(1);
+        cpu.matmul(backend::Mat{quant::Type::Q4_K, K, rows, q.data(), rb, 0, "w"}, x.data(), n, want.data(), K, rows);
+        for (const bool big : {true, false}) {
+            double ymax = 0, worst = 0;
+            for (int64_t t = 0; t < n; ++t)
+                if (large(t) == big)
+                    for (int64_t r = 0; r < rows; ++r) ymax = std::max(ymax, double(std::fabs(want[size_t(t * rows + r)])));
+            int bad = 0;
+            for (int64_t t = 0; t < n; ++t)
+                if (large(t) == big)
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const double d = std::fabs(double(got[size_t(t * rows + r)]) - double(want[size_t(t * rows + r)]));
+                        bad += !(d <= 2e-2 * ymax);
+                        worst = std::max(worst, d / ymax);
+                    }
+            INFO((big ? "tokens times 1e5" : "the other tokens"), ": largest |y| ", ymax, ", worst |d| / that ", worst);
+            CHECK(ymax > (big ? 1e5 : 1.0));
+            CHECK(bad == 0);
+        }
+        std::vector<backend::MatTask> tasks;
+        auto* gd = reinterpret_cast<float*>(bg.ptr);
+        for (int64_t i = 0; i < n_tasks; ++i) tasks.push_back({W, 0, (i * 7) % (n - task_n + 1), task_n, gd + i * task_n * rows, 0});
+        const backend::MatInput in{xd, n, K, 0};
+        cu->matmul_tasks({&in, 1}, tasks);
+        std::vector<float> grouped(size_t(n_tasks * task_n * rows));
+        cu->download(grouped.data(), bg.ptr, grouped.size() * 4);
+        int differ = 0;
+        for (int64_t i = 0; i < n_tasks; ++i)
+            differ += std::memcmp(grouped.data() + i * task_n * rows, got.data() + tasks[size_t(i)].row0 * rows,
+                                  size_t(task_n * rows) * 4) != 0;
+        CHECK(differ == 0);
+        for (backend::Buffer* b : {&bw, &bx, &by, &bg}) cu->free(*b);
     }
-    std::vector<backend::MatTask> tasks;
-    auto* gd = reinterpret_cast<float*>(bg.ptr);
-    for (int64_t i = 0; i < n_tasks; ++i) tasks.push_back({W, 0, (i * 7) % (n - task_n + 1), task_n, gd + i * task_n * rows, 0});
-    const backend::MatInput in{xd, n, K, 0};
-    cu->matmul_tasks({&in, 1}, tasks);
-    std::vector<float> grouped(size_t(n_tasks * task_n * rows));
-    cu->download(grouped.data(), bg.ptr, grouped.size() * 4);
-    int differ = 0;
-    for (int64_t i = 0; i < n_tasks; ++i)
-        differ += std::memcmp(grouped.data() + i * task_n * rows, got.data() + tasks[size_t(i)].row0 * rows,
-                              size_t(task_n * rows) * 4) != 0;
-    CHECK(differ == 0);
-    for (backend::Buffer* b : {&bw, &bx, &by, &bg}) cu->free(*b);
 }
 
 // The expert store's I/O thread records copy events (upload_after_compute) while the op thread

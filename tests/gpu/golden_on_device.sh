@@ -17,6 +17,8 @@
 #           a step: the slot form reads nothing back);
 #   int8    "all" with KINFER_CUDA_GEMM=int8: the prefill's GEMMs of the quantized types on the int8
 #           tensor cores (mmq.cu), on the CPU's int8 activations.
+#   fused   "all" with KINFER_CUDA_GEMM=fused: the prefill's GEMMs of the quantized types on the fp16
+#           tensor cores with the weights decoded inside the kernel (gemm_fused.cu).
 #   tc      "all" with KINFER_CUDA_KDA=tf32x3 and KINFER_CUDA_MLA=tf32x3: the prefill's chunked KDA
 #           and the grouped absorbed MLA kernel with their products on the TF32 tensor cores as
 #           3xTF32 splits (kda_chunked_mma.cu, mla_mma.cuh);
@@ -84,11 +86,12 @@ flags[tiled]="--device $dev -ngl 99 --mla-tiled-from 0"
 flags[mha]="--device $dev -ngl 99 --mla decompressed"
 flags[graphs]="--device $dev -ngl 99 --cuda-graphs"
 flags[int8]="--device $dev -ngl 99"; envs[int8]="KINFER_CUDA_GEMM=int8"
+flags[fused]="--device $dev -ngl 99"; envs[fused]="KINFER_CUDA_GEMM=fused"
 flags[tc]="--device $dev -ngl 99"; envs[tc]="KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3"
 flags[tc-mha]="--device $dev -ngl 99 --mla decompressed"; envs[tc-mha]="${envs[tc]}"
 flags[tc-f16]="--device $dev -ngl 99 ${flags[cpu-f16]}"; envs[tc-f16]="KINFER_CUDA_KDA=f16x3 KINFER_CUDA_MLA=f16x2"
 flags[tc-f16-mha]="--device $dev -ngl 99 ${flags[cpu-f16-mha]}"; envs[tc-f16-mha]="${envs[tc-f16]}"
-for f in all tier slots graphs int8 tc; do twin[$f]=cpu; done
+for f in all tier slots graphs int8 fused tc; do twin[$f]=cpu; done
 twin[tiled]=cpu-tiled; twin[mha]=cpu-mha; twin[tc-mha]=cpu-mha; twin[tc-f16]=cpu-f16; twin[tc-f16-mha]=cpu-f16-mha
 for m in "${models[@]}"; do
     name=$(basename "$m" .gguf)
@@ -106,7 +109,7 @@ for m in "${models[@]}"; do
     }
     # The CPU runs record their expert choices (the same path: recording only reads them).
     for f in cpu cpu-tiled cpu-mha cpu-f16 cpu-f16-mha; do run $f --routing-record "$out/$name.$f.route"; done
-    for f in all tier slots tiled mha graphs int8 tc tc-mha tc-f16 tc-f16-mha; do run $f; done
+    for f in all tier slots tiled mha graphs int8 fused tc tc-mha tc-f16 tc-f16-mha; do run $f; done
     check() {   # form [NAME [TOKEN]]: NAME's logits against the form's reference, its greedy ids against
                 # its twin's; with TOKEN, also the form's own rows before TOKEN (untouched by a flip there)
         python3 - "$out" "$name" "$want" "$floor" "$1" "${2:-$1}" "${twin[$1]:-cpu}" "${3:--1}" <<'PY'
@@ -145,7 +148,7 @@ print(f"{'ok  ' if ok else 'off '} {name:22s} {as_name:17s} max |d logit| vs {re
 sys.exit(0 if ok else 1)
 PY
     }
-    for f in cpu all tier slots graphs int8 tc tiled mha tc-mha tc-f16 tc-f16-mha; do
+    for f in cpu all tier slots graphs int8 fused tc tiled mha tc-mha tc-f16 tc-f16-mha; do
         check $f && continue
         [ $f = cpu ] && { echo "FAIL $name cpu"; bad=1; continue; }
         # A random model's router can hold a near tie that fp32 rounding decides: then one token

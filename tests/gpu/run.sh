@@ -29,16 +29,17 @@
 #     per quant type against the device's own HBM peak (Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, MXFP4: the int8-activation form and the fp32
 #     one side by side); int8 mma.sync against its plain form and a host product (mma.cuh's
 #     fragment layout on the hardware); the prefill GEMM (dequantized fp16 / bf16
-#     tiles + cuBLAS, and for the quantized types the int8 tensor-core GEMM beside it) against the
-#     CPU and its TFLOP/s per type at 7168 x 3584 x 512 tokens, and
-#     Q4_K by token count around the matvec / GEMM threshold, both GEMMs; KDA recurrent and chunked (C 16 / 32 / 64,
+#     tiles + cuBLAS, and for the quantized types the int8 tensor-core GEMM and the fused one,
+#     weights decoded in the kernel, beside it) against the CPU and its TFLOP/s per type at
+#     7168 x 3584 x 512 tokens, and Q4_K by token count around the matvec / GEMM threshold, all
+#     three GEMMs; KDA recurrent and chunked (C 16 / 32 / 64,
 #     checked against the CPU on 256 tokens) tokens/s on a 96 x 128 layer at 8K tokens,
 #     MLA absorbed decode time at 4K / 64K / 1M cached positions (the per-head and the grouped
 #     pass-1 kernels side by side); the paged latent cache (store
 #     bytes equal to the CPU's, loads equal, MLA decode through the pages at 4K / 64K per type);
 #     the decompressed (MHA) MLA prefill form against the CPU at 4K, timed against the absorbed
 #     form on a 512-token chunk at 4K / 32K; the grouped expert matvec (16 K3 experts' gate + up)
-#     equal to one launch per task, and both timed (at 64 tokens also on the int8 GEMM); the
+#     equal to one launch per task, and both timed (at 64 tokens also on the int8 and fused GEMMs); the
 #     embedding gather bit for bit the CPU's;
 #     MoE decode by slot (choices on the device) against grouped on the host, equal and timed;
 #  5. the GPU expert tier end to end (k3-tiny-a, experts paged through a 25 % cache), logits
@@ -51,8 +52,8 @@
 #  8. `kinfer --list-devices` (each GPU with its free memory);
 #  9. golden logits of every tiny model (with the kit's golden data: the Q4_K_M and MXFP4_MOE
 #     ones, 4 of the 8) with every layer on the GPU, with the experts through a
-#     25 % device cache, by slot with the embedding table on the GPU too, with the int8 prefill
-#     GEMM (KINFER_CUDA_GEMM=int8), with the chunked KDA and the grouped MLA kernel on TF32
+#     25 % device cache, by slot with the embedding table on the GPU too, with the int8 and the
+#     fused prefill GEMMs (KINFER_CUDA_GEMM=int8 / fused), with the chunked KDA and the grouped MLA kernel on TF32
 #     tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3), the absorbed decode over an f16
 #     cache and the chunked KDA on fp16 ones (KINFER_CUDA_MLA=f16x2, KINFER_CUDA_KDA=f16x3), and
 #     in the tiled and the decompressed (MHA) MLA forms
@@ -64,7 +65,7 @@
 #     without; at most 300 s);
 # 11. compute-sanitizer's memcheck, racecheck and synccheck over one k3-tiny-a eval on the device,
 #     the default forms and the tensor-core ones (the int8 prefill GEMM with the TF32 chunked KDA
-#     and grouped MLA; the tiled MLA over an f16 cache on fp16 ones; racecheck sees the
+#     and grouped MLA; the fused GEMM with the tiled MLA over an f16 cache on fp16 ones; racecheck sees the
 #     shared-memory hazards the CPU mode cannot).
 #
 # Every step after the build runs on its own, under a time limit: a failing or hanging step is
@@ -342,11 +343,11 @@ sanitize() {
     local form gemm kda mla cache what
     for tool in memcheck racecheck synccheck; do
         # The default forms, then the tensor-core ones: the int8 GEMM with the TF32 chunked KDA and
-        # MLA; then the fp16 ones: the chunked KDA (KINFER_CUDA_KDA=f16x3) and the tiled MLA over
-        # an f16 cache (KINFER_CUDA_MLA=f16x2): the prefill in the decompressed form (its key
-        # expansion and its flash kernel on fp16 tensor cores), the decode's absorbed kernel on
-        # them too.
-        for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fp16 f16x3 f16x2 f16"; do
+        # MLA; then the fp16 ones: the fused GEMM (weights decoded in the kernel), the chunked KDA
+        # (KINFER_CUDA_KDA=f16x3) and the tiled MLA over an f16 cache (KINFER_CUDA_MLA=f16x2): the
+        # prefill in the decompressed form (its key expansion and its flash kernel on fp16 tensor
+        # cores), the decode's absorbed kernel on them too.
+        for form in "fp16 fp32 fp32 f32" "int8 tf32x3 tf32x3 f32" "fused f16x3 f16x2 f16"; do
             read -r gemm kda mla cache <<<"$form"
             what="$tool, $gemm prefill GEMM, $kda KDA, $mla MLA, $cache cache"
             if KINFER_CUDA_GEMM=$gemm KINFER_CUDA_KDA=$kda KINFER_CUDA_MLA=$mla "$cs" --tool "$tool" --error-exitcode 9 --print-limit 20 "$bin" eval -m "$m" \

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench
-# (pp512 / tg128) on the CPU and with every layer on DEVICE (prefill again on the int8 GEMM), on k3-bench (Q4_K_M, made here from
-# its recipe) and on a Kimi-Linear-48B-shaped random model (make_wide_model.py's kl-wide: every
-# width of the real model, 4 layers, 32 experts top-8 (fewer, for the time it takes to make);
-# MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
+# (pp512 / tg128) on the CPU and with every layer on DEVICE (prefill again on the int8 and the
+# fused GEMMs), on k3-bench (Q4_K_M, made here from its recipe) and on a Kimi-Linear-48B-shaped
+# random model (make_wide_model.py's kl-wide: every width of the real model, 4 layers, 32 experts
+# top-8 (fewer, for the time it takes to make); MXFP4_MOE), then decode with the routed experts through a device cache of 10 / 25 / 50 / 100 %
 # of them (the store pages the misses from pinned host memory), and decode with the routed
 # experts grouped on the host (--moe grouped) against the default by slot, and decode as CUDA
 # graphs (--cuda-graphs) against the launches one by one. The recipes are read from
@@ -55,6 +55,9 @@ for m in "$work/k3-bench-Q4_K_M.gguf" "$work/kl-wide-MXFP4_MOE.gguf"; do
     echo "-- $(basename "$m"): prefill on $dev with the GEMMs of the quantized types on the int8 tensor cores"
     echo "   (KINFER_CUDA_GEMM=int8, mmq.cu) instead of dequantized fp16 tiles and cuBLAS (the line above)"
     KINFER_CUDA_GEMM=int8 "$bin" bench -m "$m" -p "$P" -n 0 -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 1
+    echo "-- $(basename "$m"): prefill on $dev with them on the fp16 tensor cores, the weights decoded inside the"
+    echo "   GEMM (KINFER_CUDA_GEMM=fused, gemm_fused.cu): no dequantized copy"
+    KINFER_CUDA_GEMM=fused "$bin" bench -m "$m" -p "$P" -n 0 -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 1
     echo "-- $(basename "$m"): prefill and decode on $dev with the chunked KDA's and the grouped MLA kernel's"
     echo "   products on the TF32 tensor cores (KINFER_CUDA_KDA / KINFER_CUDA_MLA=tf32x3) instead of fp32 FMAs"
     KINFER_CUDA_KDA=tf32x3 KINFER_CUDA_MLA=tf32x3 "$bin" bench -m "$m" -p "$P" -n "$N" -t "$threads" -r 2 --device "$dev" -ngl 99 | tail -n 2

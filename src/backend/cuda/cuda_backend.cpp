@@ -116,8 +116,10 @@ CudaBackend::Math CudaBackend::math_from_env(const char* var, const char* what, 
 CudaBackend::CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     if (const char* g = std::getenv("KINFER_CUDA_GEMM"); g && *g) {
         if (std::strcmp(g, "int8") == 0) prefill_gemm_ = PrefillGemm::int8;
+        else if (std::strcmp(g, "fused") == 0) prefill_gemm_ = PrefillGemm::fused;
         else if (std::strcmp(g, "fp16") != 0)
-            fail("{}: KINFER_CUDA_GEMM='{}': expected int8 or fp16 (the prefill GEMM of the quantized types)", name_, g);
+            fail("{}: KINFER_CUDA_GEMM='{}': expected fp16, int8 or fused (the prefill GEMM of the quantized types)", name_,
+                 g);
     }
     kda_math_ = math_from_env("KINFER_CUDA_KDA", "the chunked KDA of prefill", true);
     mla_math_ = math_from_env("KINFER_CUDA_MLA", "the MLA attention kernels", false);
@@ -178,7 +180,9 @@ std::string CudaBackend::describe() const {
     cudaGetDeviceProperties(&p, device_);
     return fmt::format("{}: {}, {} ({} free), compute capability {}.{}{}", name_, p.name, gib(total_bytes()),
                        gib(free_bytes()), p.major, p.minor,
-                       prefill_gemm_ == PrefillGemm::int8 ? ", prefill GEMM on int8 tensor cores" : "");
+                       prefill_gemm_ == PrefillGemm::int8    ? ", prefill GEMM on int8 tensor cores"
+                       : prefill_gemm_ == PrefillGemm::fused ? ", prefill GEMM fused (weights decoded in the kernel)"
+                                                             : "");
 }
 
 // ---- memory ----
@@ -602,6 +606,19 @@ void CudaBackend::matmul(const Mat& W, const float* x, int64_t n, float* y, int6
         check(cudaGetLastError(), "matmul");
         return;
     }
+    if (fused_matmul(W, n)) {
+        // Prefill with KINFER_CUDA_GEMM=fused: the activations converted, then the weights decoded
+        // inside the fp16 tensor-core GEMM (gemm_fused.cu).
+        void* ws = gemm_workspace(kern::fused_gemm_workspace_bytes(W.cols, n));
+        try {
+            kern::fused_gemm_matmul(W.type, W.data, W.row_bytes, W.rows, W.cols, x, ldx, n, y, ldy, ws, gemm_ws_.bytes,
+                                    compute_);
+        } catch (const std::exception& e) {
+            fail("{}: matmul {} ({} x {}, {} tokens): {}", name_, W.name, W.rows, W.cols, n, e.what());
+        }
+        check(cudaGetLastError(), "matmul");
+        return;
+    }
     // Prefill: dequantized tiles and cuBLAS (gemm.cu), on the compute stream.
     void* ws = gemm_workspace(kern::gemm_workspace_bytes(W.type, W.rows, W.cols, n));
     try {
@@ -618,10 +635,15 @@ bool CudaBackend::int8_matmul(const Mat& W, int64_t n) const {
            kern::matvec_q8_supported(W.type, W.data, W.row_bytes, W.cols);
 }
 
+bool CudaBackend::fused_matmul(const Mat& W, int64_t n) const {
+    return n >= kern::kGemmMinTokens && prefill_gemm_ == PrefillGemm::fused && kern::fused_gemm_supported(W.type);
+}
+
 // Tasks go in groups of the same weight type, width and row size: those of a prefill's size
 // (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as
 // many as the workspace holds; with KINFER_CUDA_GEMM=int8 the int8 types' as one mmq_group launch
-// for up to kMatvecGroupMax tasks), the others (the routed experts' shares of a chunk, decode's
+// for up to kMatvecGroupMax tasks, with KINFER_CUDA_GEMM=fused the quantized types' as one
+// fused_gemm_grouped launch for as many), the others (the routed experts' shares of a chunk, decode's
 // projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
 // experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
@@ -720,6 +742,17 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     runs(large_f, large_f.size(), [&](std::span<const size_t> run, const Mat& W0) {
         std::vector<kern::GemmTask> group;
         for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
+        if (fused_matmul(W0, kern::kGemmMinTokens)) {
+            void* ws = gemm_workspace(kern::fused_gemm_grouped_workspace_bytes(W0.cols, group.data(), int64_t(group.size())));
+            try {
+                kern::fused_gemm_grouped(W0.type, W0.row_bytes, W0.cols, group.data(), int64_t(group.size()), ws,
+                                         gemm_ws_.bytes, compute_);
+            } catch (const std::exception& ex) {
+                fail("{}: matmul_tasks ({} fused GEMMs of {} columns, first {}): {}", name_, group.size(), W0.cols, W0.name,
+                     ex.what());
+            }
+            return;
+        }
         void* ws = gemm_workspace(kern::gemm_grouped_workspace_bytes(W0.type, W0.cols, group.data(), int64_t(group.size())));
         try {
             kern::gemm_matmul_grouped(static_cast<kern::Blas*>(blas()), W0.type, W0.row_bytes, W0.cols, group.data(),

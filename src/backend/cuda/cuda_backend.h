@@ -84,12 +84,14 @@ public:
     // Graphs launched and built (instantiated rather than updated) so far.
     uint64_t graphs_launched() const { return graph_launches_; }
     uint64_t graphs_built() const { return graph_builds_; }
-    // The prefill GEMM (kGemmMinTokens tokens on) of the weight types with an int8 form
-    // (matvec_q8_supported): fp16 dequantizes tiles for cuBLAS (gemm.cu), int8 multiplies their
-    // levels on the int8 tensor cores with the activations quantized as the CPU quantizes them
-    // (mmq.cu). fp16 unless KINFER_CUDA_GEMM=int8 when the backend opens: which is faster where is
-    // not measured on a GPU yet (kinfer_gpu_check times both).
-    enum class PrefillGemm { fp16, int8 };
+    // The prefill GEMM (kGemmMinTokens tokens on) of the quantized weight types: fp16 dequantizes
+    // tiles for cuBLAS (gemm.cu); int8, for the types with an int8 form (matvec_q8_supported),
+    // multiplies their levels on the int8 tensor cores with the activations quantized as the CPU
+    // quantizes them (mmq.cu); fused multiplies fp16's operands on the fp16 tensor cores with the
+    // weights decoded inside the kernel (gemm_fused.cu), no dequantized copy. fp16 unless
+    // KINFER_CUDA_GEMM says int8 or fused when the backend opens: which is faster where is not
+    // measured on a GPU yet (kinfer_gpu_check times all three).
+    enum class PrefillGemm { fp16, int8, fused };
     void set_prefill_gemm(PrefillGemm g) { prefill_gemm_ = g; }
     PrefillGemm prefill_gemm() const { return prefill_gemm_; }
     // The arithmetic of two kernels with a tensor-core form: fp32 FMAs on the CUDA cores, or TF32
@@ -245,6 +247,8 @@ private:
     // Whether a matmul of n tokens with W takes the int8 kernels: matvec_q8 below kGemmMinTokens,
     // mmq from there on when prefill_gemm_ says int8.
     bool int8_matmul(const Mat& W, int64_t n) const;
+    // Whether it takes the fused fp16 GEMM: from kGemmMinTokens on when prefill_gemm_ says fused.
+    bool fused_matmul(const Mat& W, int64_t n) const;
     // A Math from environment variable var (unset or empty: fp32; fp32, tf32x3, tf32, f16, and
     // f16x3 for the KDA (kda) or f16x2 for the MLA); anything else is an error.
     Math math_from_env(const char* var, const char* what, bool kda) const;

@@ -192,6 +192,27 @@ size_t gemm_grouped_workspace_bytes(quant::Type type, int64_t cols, const GemmTa
 void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t cols, const GemmTask* tasks,
                          int64_t count, void* workspace, size_t ws_bytes, void* stream);
 
+// ---- prefill GEMM on fp16 tensor cores, the weights decoded in the kernel (gemm_fused.cu) ----
+// gemm_matmul's product for the quantized types of matvec_supported (not F32 / F16 / BF16, which
+// gemm_matmul uses where they are) without its dequantized copy: each 64-token tile reads the
+// quantized rows once and decodes them into shared memory as fp16. Both operands are gemm_matmul's
+// bit for bit (the weights as dequant_rows rounds them, the activations as
+// convert_rows_f16_scaled converts and scales them), the sums fp32 in another order. CudaBackend
+// takes it when KINFER_CUDA_GEMM=fused. Not measured on a GPU.
+bool fused_gemm_supported(quant::Type t);
+// The workspace fused_gemm_matmul wants: one chunk's fp16 activations and their scales (at most
+// kGemmMaxTokens tokens; a smaller workspace takes smaller chunks).
+size_t fused_gemm_workspace_bytes(int64_t cols, int64_t n);
+void fused_gemm_matmul(quant::Type type, const void* W, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                       int64_t ldx, int64_t n, float* y, int64_t ldy, void* workspace, size_t ws_bytes, void* stream);
+// The grouped form (a MoE layer's experts): every task's activations converted into the workspace,
+// then up to kMatvecGroupMax tasks a launch while they fit; a task that does not fit alone, or has
+// more than kGemmMaxTokens tokens, goes through fused_gemm_matmul. Each task's results are the bits
+// fused_gemm_matmul gives it alone.
+size_t fused_gemm_grouped_workspace_bytes(int64_t cols, const GemmTask* tasks, int64_t count);
+void fused_gemm_grouped(quant::Type type, size_t row_bytes, int64_t cols, const GemmTask* tasks, int64_t count,
+                        void* workspace, size_t ws_bytes, void* stream);
+
 // ---- rows and element-wise ------------------------------------------------------------------
 // y = x / sqrt(mean(x^2) + eps) [* w] per row of d; rows ld apart; y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t d, float eps, int64_t ld, void* stream);

@@ -5,6 +5,7 @@
 #include "backend/cuda/elementwise.cu"
 #include "backend/cuda/embed.cu"
 #include "backend/cuda/gemm.cu"
+#include "backend/cuda/gemm_fused.cu"
 #include "backend/cuda/kda.cu"
 #include "backend/cuda/latent.cu"
 #include "backend/cuda/matvec.cu"
