@@ -14,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 namespace {
@@ -297,6 +298,46 @@ __global__ void deadlock_kernel() {
 TEST_CASE("cuda cpu mode: a barrier the live threads can never complete is an error, not a hang") {
     auto* k = &deadlock_kernel;
     CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, dim3(1), dim3(32), 0, nullptr), doctest::Contains("deadlock"), std::logic_error);
+}
+
+// Every lane takes part in one shuffle, then `quit` of warp 1 (mode 1: returns, 2: throws) leaves
+// before the second, which the others reach; mode 0 has no lane leave. The sums go to out.
+__global__ void leave_before_shuffle_kernel(int quit, int mode, int* out) {
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    int v = __shfl_xor_sync(kFullMask, lane, 1);
+    if (mode && warp == 1 && lane == quit) {
+        if (mode == 1) return;
+        throw std::runtime_error("a kernel's own error");
+    }
+    v += __shfl_xor_sync(kFullMask, v, 16);
+    out[threadIdx.x] = v;
+}
+
+// On a GPU a full-mask shuffle with an exited lane is undefined; here the shuffle completed
+// without the lane's word, and the others read a zero or a stale one (a kernel whose own check
+// had thrown in one lane then crashed in another's ldmatrix, hiding the check's message). Now
+// such an exchange throws, and a lane's own exception is the one the launch reports. Leaving
+// after the last exchange is fine, as is the last lane of an exchange running to its end while
+// the others are still to read it (every lane here does, under each schedule).
+TEST_CASE("cuda cpu mode: a warp exchange a lane left before is an error; a lane's own exception is the one reported") {
+    namespace cm = kinfer::cuda::cpu_mode;
+    for (const auto sched : {cm::Schedule::forward, cm::Schedule::reverse, cm::Schedule::warps, cm::Schedule::warps_reverse}) {
+        INFO("schedule ", int(sched));
+        const cm::Schedule before = cm::schedule();
+        cm::set_schedule(sched);
+        std::vector<int> out(64, -1);
+        auto* k = &leave_before_shuffle_kernel;
+        KINFER_LAUNCH(k, dim3(2), dim3(64), 0, nullptr, 0, 0, out.data());
+        for (int t = 0; t < 64; ++t) CHECK(out[size_t(t)] == ((t % 32) ^ 1) + ((t % 32) ^ 17));
+        for (const int quit : {0, 5, 31}) {
+            INFO("lane ", quit);
+            CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, dim3(2), dim3(64), 0, nullptr, quit, 1, out.data()),
+                                 doctest::Contains("never reached"), std::logic_error);
+            CHECK_THROWS_WITH_AS(KINFER_LAUNCH(k, dim3(2), dim3(64), 0, nullptr, quit, 2, out.data()),
+                                 doctest::Contains("a kernel's own error"), std::runtime_error);
+        }
+        cm::set_schedule(before);
+    }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -152,6 +153,9 @@ struct Launch {
     std::vector<uint64_t> words[2];              // kShareWords a thread
     std::vector<uint64_t> per_lane[2];           // share_warp's scratch: 32 words a warp, each set
     std::vector<unsigned> filled[2];             // per warp: 1 + the exchange whose scratch is claimed
+    // Per warp: the fewest exchanges a lane that has left the kernel (returned or thrown) took
+    // part in; an exchange numbered that or later is missing that lane (put_and_wait).
+    std::vector<unsigned> left_after;
     unsigned current = 0;
     std::exception_ptr error;
     unsigned lanes_in(unsigned warp) const { return std::min(32u, n_threads - warp * 32u); }
@@ -225,6 +229,8 @@ void fiber_main() {
             if (!L.error) L.error = std::current_exception();
         }
         L.threads[L.current].done = true;
+        unsigned& first_missed = L.left_after[L.current / 32];
+        first_missed = std::min(first_missed, L.threads[L.current].exchanges);
         leave(L.block_bar);
         leave(L.warp_bar[L.current / 32]);
         f.clean = true;
@@ -286,6 +292,7 @@ void run_block(Launch& L) {
         t.exchanges = 0;
     }
     for (auto& f : L.filled) std::fill(f.begin(), f.end(), 0u);   // the block's exchanges count from 0
+    std::fill(L.left_after.begin(), L.left_after.end(), ~0u);
     const bool reverse = L.reverse;
     unsigned left = L.n_threads;
     // Resumes thread t up to its next barrier, if it can go on; false if it cannot.
@@ -356,10 +363,18 @@ namespace {
 // The calling lane's part of its warp's next exchange: its n words into this exchange's set, then
 // the warp's barrier (every lane has put its words). Returns the exchange's number: every lane of
 // the warp takes part in the same exchanges, so the count names it, and its parity is the set.
+// A lane that left the kernel before an exchange (it returned, or threw: the launch's error is
+// then that exception, which the others' reach the tests as) would have the exchange complete
+// without its words, which the others would read as zeros or stale ones: on a GPU a full-mask
+// shuffle with an exited lane is undefined. Such an exchange throws instead (checked after the
+// wait, when the lanes that will take part have all arrived or left).
 unsigned put_and_wait(Launch& L, const uint64_t* mine, unsigned n) {
     const unsigned me = L.current, exchange = L.threads[me].exchanges++;
     std::copy(mine, mine + n, L.words[exchange & 1].begin() + std::ptrdiff_t(me * kShareWords));
     wait_on(L, L.warp_bar[me / 32]);
+    if (L.left_after[me / 32] <= exchange)
+        throw std::logic_error("cuda cpu mode: a shuffle, vote or warp exchange that a lane of the warp never reached (it "
+                               "returned or threw before it): a full-mask exchange needs every lane");
     return exchange;
 }
 // Lane `lane`'s first word of exchange set `set`, in the caller's warp.
@@ -465,6 +480,7 @@ void run(const std::function<void()>& body, dim3 grid, dim3 block, size_t shmem)
         L.per_lane[set].assign(size_t(L.n_warps) * 32, 0);
         L.filled[set].resize(L.n_warps);
     }
+    L.left_after.resize(L.n_warps);
     L.threads.resize(nt);
     for (unsigned t = 0; t < nt; ++t) {
         fiber(t);
