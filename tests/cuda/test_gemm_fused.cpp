@@ -9,10 +9,10 @@
 // ones, where the sum runs near that value's product). In CPU mode the kernel's sums (mma_f16_plain:
 // k in order, fp32) are the CPU-mode GEMM's (blas.cu: k in order, fp32), so gemm_matmul gives the
 // same bits; on a GPU both orders are the hardware's.
-//  - every quantized type of matvec_supported: two row tiles and two token tiles, both partial,
-//    widths of whole chunks of 128 and, for the 32-element types, a last chunk of 32, 64 or 96
-//    (and a width below one chunk); K3's 7168 for Q4_K and MXFP4; outputs ldy apart, the gaps
-//    untouched; gemm_matmul on the same inputs: the same bits;
+//  - every quantized type of matvec_supported: two row tiles of 64 and two token tiles of 128,
+//    both partial, widths of whole chunks of 128 and, for the 32-element types, a last chunk of
+//    32, 64 or 96 (and a width below one chunk, on one partial token tile); K3's 7168 for Q4_K and
+//    MXFP4; outputs ldy apart, the gaps untouched; gemm_matmul on the same inputs: the same bits;
 //  - tokens past fp16's range (scaled by a power of two, multiplied back), and a workspace that
 //    holds fewer tokens than the call (chunks: the same bits);
 //  - fused_gemm_grouped: tasks of different rows and token counts (an empty one, one strided
@@ -127,7 +127,7 @@ TEST_CASE("cuda fused_gemm_matmul (cpu mode): every quantized type against the e
         struct Shape {
             int64_t cols, rows, n;
         };
-        std::vector<Shape> shapes = {{512, 70, 67}};
+        std::vector<Shape> shapes = {{512, 70, 131}};
         if (!sb) shapes.insert(shapes.end(), {{160, 70, 67}, {224, 70, 67}, {352, 70, 67}, {96, 70, 67}});
         if (type == quant::Type::Q4_K || type == quant::Type::MXFP4) shapes.push_back({7168, 40, 40});
         for (const Shape& shape : shapes) {
@@ -154,7 +154,7 @@ TEST_CASE("cuda fused_gemm_matmul (cpu mode): every quantized type against the e
 
 TEST_CASE("cuda fused_gemm_matmul (cpu mode): tokens past fp16's range, and token chunks of a small workspace") {
     const quant::Type type = quant::Type::Q4_K;
-    const int64_t rows = 66, cols = 256, n = 67;
+    const int64_t rows = 66, cols = 256, n = 150;
     const size_t rb = quant::row_size(quant::traits(type), cols);
     const Aligned W = make_weights(type, rows, cols, 8300);
     std::vector<float> x = randn(size_t(n * cols), 8301);
@@ -166,7 +166,7 @@ TEST_CASE("cuda fused_gemm_matmul (cpu mode): tokens past fp16's range, and toke
     INFO("worst error / bound ", v.worst);
     CHECK(v.bad == 0);
     CHECK(std::fabs(y[size_t(5 * rows)]) > 1e4f);   // the scaled token's outputs multiplied back
-    // A workspace for 20 tokens: four chunks, the same bits.
+    // A workspace for 20 tokens: eight chunks, the same bits.
     const size_t small = emu::fused_gemm_workspace_bytes(cols, 20);
     CHECK(run_fused(type, W.p, rb, rows, cols, x, cols, n, rows, small) == y);
 }
@@ -178,12 +178,12 @@ TEST_CASE("cuda fused_gemm_grouped (cpu mode): every task the bits of fused_gemm
         const size_t rb = quant::row_size(tr, cols);
         INFO("type ", std::string(tr.name));
         constexpr int kTasks = 5;
-        const int64_t rows[kTasks] = {65, 0, 17, 64, 30}, n[kTasks] = {33, 5, 70, 1, 40};   // task 1 has no rows
+        const int64_t rows[kTasks] = {65, 0, 17, 64, 30}, n[kTasks] = {33, 5, 140, 1, 40};   // task 1 has no rows
         const int64_t first[kTasks] = {1, 0, 2, 9, 0}, ldx[kTasks] = {0, 0, 0, 0, cols + 3};   // task 4: its own strided input
         std::vector<Aligned> W;
         for (int i = 0; i < kTasks; ++i)
             W.push_back(make_weights(type, rows[i], cols, 8400 + uint32_t(i) + 10 * uint32_t(type)));
-        const std::vector<float> x = randn(size_t(72 * cols), 8500), x4 = randn(size_t(40 * (cols + 3)), 8501);
+        const std::vector<float> x = randn(size_t(150 * cols), 8500), x4 = randn(size_t(40 * (cols + 3)), 8501);
         std::vector<std::vector<float>> alone(kTasks);
         std::vector<emu::GemmTask> tasks;
         for (int i = 0; i < kTasks; ++i) {
@@ -195,7 +195,8 @@ TEST_CASE("cuda fused_gemm_grouped (cpu mode): every task the bits of fused_gemm
             tasks.push_back({W[size_t(i)].p, rows[i], in.data() + first[i] * ld, ldx[i], n[i], nullptr, rows[i] + 1});
         }
         const size_t all = emu::fused_gemm_grouped_workspace_bytes(cols, tasks.data(), kTasks);
-        // All in one launch; flushed after every task or two; the largest (70 tokens) alone.
+        // All in one launch; flushed after every task or two; the largest (140 tokens: two token
+        // tiles) alone, in chunks.
         const size_t for40 = emu::fused_gemm_workspace_bytes(cols, 40), for33 = emu::fused_gemm_workspace_bytes(cols, 33);
         for (const size_t ws_bytes : {all, for40, for33}) {
             INFO("workspace ", ws_bytes, " of ", all);

@@ -6,19 +6,21 @@
 // and has cuBLAS read it back: about 4 bytes an element besides the 0.56 a 4-bit weight takes to
 // read, and a MoE layer's grouped GEMM fills 256 MiB of workspace with whole experts before one
 // cuBLAS call. mmq.cu reads the weights once but multiplies int8 activations (the CPU's rounding of
-// them). This one reads the quantized weights once a 64-token tile, decodes them into shared memory
+// them). This one reads the quantized weights once a 128-token tile, decodes them into shared memory
 // as fp16 (block_decode.cuh's values, the bits dequant_rows writes) and multiplies them on fp16
 // tensor cores (mma_f16.cuh) with the activations gemm.cu's fp16 GEMM takes (convert_rows_f16_scaled,
 // its per-token power of two folded into the store here instead of unscale_tokens' pass). So both
 // operands are gemm.cu's, bit for bit; only the order of the fp32 sums differs (test_gemm_fused).
 // Which of the three wins at which token count is for a GPU to say (kinfer_gpu_check's gemm table).
 //
-// A block is 64 weight rows x 64 tokens, 4 warps of 32 x 32 (2 x 4 m16n8 tiles). The width goes in
-// chunks of 128 elements (half a super-block, or four 32-element blocks; the last chunk of a
-// 32-element type may be 32, 64 or 96):
+// A block is 64 weight rows x 128 tokens, 8 warps of 32 x 32 (2 x 4 m16n8 tiles). Decoding a weight
+// costs several times the tensor-core work of its 16-wide k step for one 8-token tile, so the
+// tile is wide in tokens: each weight is decoded once for 128 tokens, and a MoE expert's share of a
+// prefill chunk (tens of tokens) once in all. The width goes in chunks of 128 elements (half a
+// super-block, or four 32-element blocks; the last chunk of a 32-element type may be 32, 64 or 96):
 //  1. the block decodes its 64 rows' chunk into fp16 in shared memory (a thread a (row, piece):
 //     block_decode.cuh's pieces, whose ranges of kChunks * 128 / kElems cover 128 elements in order)
-//     and copies its 64 tokens' fp16 activations with 16-byte loads;
+//     and copies its 128 tokens' fp16 activations with 16-byte loads;
 //  2. each warp multiplies k16 steps: A (its two 16-row tiles) and B (its four 8-token tiles, two a
 //     load) by ldmatrix, fp32 accumulation.
 // Rows past the matrix decode its last row again and tokens past the tile read its last token again:
@@ -38,17 +40,19 @@ namespace kinfer::cuda::KINFER_CUDA_NS {
 namespace {
 
 constexpr int kFusedRows = 64;        // weight rows a block
-constexpr int kFusedTokens = 64;      // tokens a block
+constexpr int kFusedTokens = 128;     // tokens a block
 constexpr int kFusedK = 128;          // elements of a chunk
 constexpr int kFusedLd = kFusedK + 8; // a shared row's fp16 elements: 272 bytes, 16-byte aligned (ldmatrix), and
                                       // 68 words, so the 8 rows one ldmatrix matrix reads start 4 banks apart
-constexpr int kFusedThreads = 128;
+constexpr int kFusedThreads = 256;    // 8 warps: 2 of rows x 4 of tokens
 
+// 52,224 bytes: past the 48 KiB a launch takes without an opt-in (the launchers opt in), 4 blocks
+// an SM.
 struct FusedShared {
     uint16_t w[kFusedRows][kFusedLd];     // the chunk's weights, fp16 bits
     uint16_t x[kFusedTokens][kFusedLd];   // the chunk's activations, fp16 bits
 };
-static_assert(sizeof(FusedShared) <= kDynamicNoOptIn, "the fused GEMM's shared memory must fit without an opt-in");
+static_assert(sizeof(FusedShared) <= kDynamicOptInMax, "the fused GEMM's shared memory must fit an SM");
 
 // decode()'s put for one piece: element j of its block into the chunk's row at j + at (at: where
 // the block starts in the chunk, -128 for the second half of a super-block), rounded as
@@ -74,7 +78,7 @@ __device__ __forceinline__ void fused_block(const uint8_t* __restrict__ W, size_
     KINFER_DYNAMIC_SHARED(FusedShared, sm);
     FusedShared& s = *sm;
     const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    const int wr = 32 * (warp / 2), wt = 32 * (warp % 2);
+    const int wr = 32 * (warp / 4), wt = 32 * (warp % 4);
     float acc[2][4][4] = {};
     for (int64_t k0 = 0; k0 < cols; k0 += kFusedK) {
         const int kw = cols - k0 < kFusedK ? int(cols - k0) : kFusedK;
@@ -200,6 +204,13 @@ void with_fused_dec(quant::Type type, int64_t cols, const char* what, F&& f) {
 size_t fused_scale_at(int64_t cols, int64_t n) { return (size_t(n * cols) * 2 + 255) / 256 * 256; }
 size_t fused_act_bytes(int64_t cols, int64_t n) { return fused_scale_at(cols, n) + (size_t(n) * 4 + 255) / 256 * 256; }
 
+// The opt-in to FusedShared's bytes, on each device, so at every launch (kda_chunked.cu's reason).
+template <class Kernel>
+void opt_in(Kernel* kernel) {
+    static_assert(sizeof(FusedShared) > kDynamicNoOptIn, "no opt-in needed: drop this");
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(FusedShared)));
+}
+
 void launch_group(quant::Type type, size_t row_bytes, int64_t cols, const FusedGroup& in, void* stream) {
     FusedGroup g;
     const int64_t blocks = compact_group(in, g, [](const FusedTask& t) {
@@ -209,6 +220,7 @@ void launch_group(quant::Type type, size_t row_bytes, int64_t cols, const FusedG
     if (blocks > 2147483647) throw std::invalid_argument("cuda fused_gemm_grouped: more than 2^31 - 1 blocks");
     with_fused_dec(type, cols, "fused_gemm_grouped", [&](auto dec) {
         auto* kernel = &fused_group_kernel<decltype(dec)>;
+        opt_in(kernel);
         KINFER_LAUNCH(kernel, dim3(unsigned(blocks)), dim3(kFusedThreads), sizeof(FusedShared), as_stream(stream), g,
                       row_bytes, cols);
     });
@@ -245,6 +257,7 @@ void fused_gemm_matmul(quant::Type type, const void* W, size_t row_bytes, int64_
         auto* x16 = reinterpret_cast<uint16_t*>(ws);
         auto* scale = reinterpret_cast<float*>(ws + fused_scale_at(cols, tokens));
         auto* kernel = &fused_gemm_kernel<decltype(dec)>;
+        opt_in(kernel);
         for (int64_t t0 = 0; t0 < n; t0 += tokens) {
             const int64_t nt = std::min(n - t0, tokens);
             convert_rows_f16_scaled(x + t0 * ldx, ldx, nt, cols, x16, cols, scale, stream);

@@ -194,7 +194,7 @@ void gemm_matmul_grouped(Blas* blas, quant::Type type, size_t row_bytes, int64_t
 
 // ---- prefill GEMM on fp16 tensor cores, the weights decoded in the kernel (gemm_fused.cu) ----
 // gemm_matmul's product for the quantized types of matvec_supported (not F32 / F16 / BF16, which
-// gemm_matmul uses where they are) without its dequantized copy: each 64-token tile reads the
+// gemm_matmul uses where they are) without its dequantized copy: each 128-token tile reads the
 // quantized rows once and decodes them into shared memory as fp16. Both operands are gemm_matmul's
 // bit for bit (the weights as dequant_rows rounds them, the activations as
 // convert_rows_f16_scaled converts and scales them), the sums fp32 in another order. CudaBackend
