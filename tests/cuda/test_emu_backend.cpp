@@ -516,6 +516,62 @@ TEST_CASE("CudaBackend on the emulated runtime: prefill tokens past fp16's range
     }
 }
 
+// matmul_tasks on the fused GEMM (KINFER_CUDA_GEMM=fused): 50 tasks of 32 tokens or more of one
+// Q4_K weight (more than one fused_gemm_grouped launch takes), one of a Q4_1 weight and one of
+// an F16 weight (no fused form: gemm.cu's grouped GEMM on the rows where they lie) on one input,
+// and small tasks beside them (the grouped matvecs), each the bits of its own matmul.
+TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks on the fused GEMM, each task its matmul's bits") {
+    backend::Backends bk(1);
+    bk.add_device("emu-cuda:64MiB");
+    auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+    REQUIRE(cu != nullptr);
+    cu->set_prefill_gemm(backend::cuda_emu::CudaBackend::PrefillGemm::fused);
+    const int64_t K = 256, rows = 8, n = 90;
+    std::vector<backend::Buffer> bufs;
+    auto weight = [&](quant::Type t, uint32_t seed) {
+        const std::vector<uint8_t> q = pattern_weights(t, rows, K, seed);
+        bufs.push_back(cu->alloc(q.size(), "w"));
+        cu->upload(bufs.back().ptr, q.data(), q.size());
+        return backend::Mat{t, K, rows, bufs.back().ptr, quant::row_size(quant::traits(t), K), 0, quant::traits(t).name};
+    };
+    const backend::Mat A = weight(quant::Type::Q4_K, 3), B = weight(quant::Type::Q4_1, 4), C = weight(quant::Type::F16, 5);
+    std::vector<float> x(size_t(n * K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 29) - 14) * 0.25f;
+    struct T {
+        const backend::Mat* W;
+        int64_t row0, n;
+    };
+    std::vector<T> ts = {{&B, 3, 40}, {&C, 0, 33}, {&A, 5, 4}, {&C, 7, 2}};
+    for (int i = 0; i < 50; ++i) ts.push_back({&A, i, 32 + i % 9});
+    int64_t total = 0;
+    for (const T& t : ts) total += t.n;
+    backend::Buffer bx = cu->alloc(x.size() * 4, "x"), by = cu->alloc(size_t(2 * total * rows) * 4, "y");
+    cu->upload(bx.ptr, x.data(), x.size() * 4);
+    const auto* xd = reinterpret_cast<const float*>(bx.ptr);
+    auto* yd = reinterpret_cast<float*>(by.ptr);
+    const backend::MatInput in{xd, n, K, 0};
+    std::vector<backend::MatTask> tasks;
+    int64_t at = 0;
+    for (const T& t : ts) {
+        tasks.push_back({*t.W, 0, t.row0, t.n, yd + at * rows, 0});
+        at += t.n;
+    }
+    cu->matmul_tasks({&in, 1}, tasks);
+    at = 0;
+    for (const T& t : ts) {
+        cu->matmul(*t.W, xd + t.row0 * K, t.n, yd + (total + at) * rows, K, rows);
+        at += t.n;
+    }
+    std::vector<float> y(size_t(2 * total * rows));
+    cu->download(y.data(), by.ptr, y.size() * 4);
+    CHECK(std::memcmp(y.data(), y.data() + total * rows, size_t(total * rows) * 4) == 0);
+    bool finite = true;
+    for (float v : y) finite = finite && std::isfinite(v);
+    CHECK(finite);
+    for (backend::Buffer* b : {&bx, &by}) cu->free(*b);
+    for (backend::Buffer& b : bufs) cu->free(b);
+}
+
 // The expert store's I/O thread records copy events (upload_after_compute) while the op thread
 // waits on them (wait, copy_done, copy_host_wait): the backend's event table is shared. Two
 // threads at it for a few hundred copies, every copy's bytes landing. (Without the table's lock
