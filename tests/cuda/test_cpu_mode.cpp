@@ -2,6 +2,7 @@
 // host threads with CUDA's block, warp, barrier, shuffle, vote, atomic and shared-memory
 // semantics. Each case would fail if the emulation got that part wrong (a missing barrier reads
 // stale values, a wrong shuffle source gives a wrong sum).
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/compat.h"
 #include "backend/cuda/mma_gather.cuh"
 #include "backend/cuda/reduce.cuh"
@@ -338,6 +339,38 @@ TEST_CASE("cuda cpu mode: a warp exchange a lane left before is an error; a lane
         }
         cm::set_schedule(before);
     }
+}
+
+// Thread t copies 16 bytes of src into its slot of dynamic shared memory with cp.async; with
+// `early` it reads the slot back before waiting (a race on a GPU: the copy lands some time
+// before the wait), then after the wait and a barrier it reads its neighbour's slot. `leak`: thread
+// 3 returns without waiting.
+__global__ void async_copy_kernel(const uint4* src, int early, int leak, uint32_t* before, uint32_t* after) {
+    KINFER_DYNAMIC_SHARED(uint4, slot);
+    const int t = int(threadIdx.x), n = int(blockDim.x);
+    kinfer::cuda::emu::cp_async16(&slot[t], &src[t]);
+    if (leak && t == 3) return;
+    if (early) before[t] = slot[t].x;
+    kinfer::cuda::emu::cp_async_wait_all();
+    __syncthreads();
+    after[t] = slot[(t + 1) % n].x;
+}
+
+TEST_CASE("cuda cpu mode: cp.async lands at the wait (read before it, a slot holds the launch's fill); unwaited is an error") {
+    const int n = 64;
+    std::vector<uint4> src(n);
+    for (int t = 0; t < n; ++t) src[size_t(t)] = uint4{uint32_t(100 + t), 0, 0, 0};
+    std::vector<uint32_t> before(n, 7), after(n, 7);
+    auto* k = &async_copy_kernel;
+    KINFER_LAUNCH(k, dim3(1), dim3(n), n * sizeof(uint4), nullptr, src.data(), 1, 0, before.data(), after.data());
+    for (int t = 0; t < n; ++t) {
+        // The fill (0xff bytes, 0x7f under the warp-by-warp schedules), not the copy.
+        CHECK((before[size_t(t)] == 0xffffffffu || before[size_t(t)] == 0x7f7f7f7fu));
+        CHECK(after[size_t(t)] == uint32_t(100 + (t + 1) % n));
+    }
+    CHECK_THROWS_WITH_AS(
+        KINFER_LAUNCH(k, dim3(1), dim3(n), n * sizeof(uint4), nullptr, src.data(), 0, 1, before.data(), after.data()),
+        doctest::Contains("never waited for"), std::logic_error);
 }
 
 }  // namespace

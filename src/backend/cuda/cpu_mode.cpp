@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -134,6 +135,12 @@ struct Thread {
     uint64_t wait_generation = 0;
     bool done = false;
     unsigned exchanges = 0;                      // shuffles, votes and shares so far: which slot set is next
+    struct Copy {
+        void* dst;
+        const void* src;
+        size_t bytes;
+    };
+    std::vector<Copy> copies;                    // async_copy's, not yet waited for
 };
 
 struct Launch {
@@ -225,9 +232,12 @@ void fiber_main() {
         f.clean = false;
         try {
             L.body();
+            if (!L.threads[L.current].copies.empty())
+                throw std::logic_error("cuda cpu mode: a thread returned with cp.async copies it never waited for");
         } catch (...) {
             if (!L.error) L.error = std::current_exception();
         }
+        L.threads[L.current].copies.clear();
         L.threads[L.current].done = true;
         unsigned& first_missed = L.left_after[L.current / 32];
         first_missed = std::min(first_missed, L.threads[L.current].exchanges);
@@ -355,6 +365,17 @@ void sync_block() {
 void sync_warp() {
     Launch& L = current();
     wait_on(L, L.warp_bar[L.current / 32]);
+}
+
+void async_copy(void* dst, const void* src, size_t bytes) {
+    Launch& L = current();
+    L.threads[L.current].copies.push_back({dst, src, bytes});
+}
+
+void async_wait() {
+    Launch& L = current();
+    for (const Thread::Copy& c : L.threads[L.current].copies) std::memcpy(c.dst, c.src, c.bytes);
+    L.threads[L.current].copies.clear();
 }
 
 int lane() { return int(current().current % 32); }

@@ -18,14 +18,16 @@
 // tile is wide in tokens: each weight is decoded once for 128 tokens, and a MoE expert's share of a
 // prefill chunk (tens of tokens) once in all. The width goes in chunks of 128 elements (half a
 // super-block, or four 32-element blocks; the last chunk of a 32-element type may be 32, 64 or 96):
-//  1. the block decodes its 64 rows' chunk into fp16 in shared memory (a thread a (row, piece):
-//     block_decode.cuh's pieces, whose ranges of kChunks * 128 / kElems cover 128 elements in order)
-//     and copies its 128 tokens' fp16 activations with 16-byte loads;
+//  1. the block starts the copies of its 128 tokens' fp16 activations (cp.async, 16 bytes each:
+//     they need no registers and run while the block decodes), decodes its 64 rows' chunk into
+//     fp16 in shared memory (a thread a (row, piece): block_decode.cuh's pieces, whose ranges of
+//     kChunks * 128 / kElems cover 128 elements in order), then waits for the copies;
 //  2. each warp multiplies k16 steps: A (its two 16-row tiles) and B (its four 8-token tiles, two a
 //     load) by ldmatrix, fp32 accumulation.
 // Rows past the matrix decode its last row again and tokens past the tile read its last token again:
 // their outputs are never stored, and a row or token of the product depends on its own operand
 // alone. Past the width nothing is read: the k steps stop at the chunk's width.
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/block_decode.cuh"
 #include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
@@ -82,6 +84,12 @@ __device__ __forceinline__ void fused_block(const uint8_t* __restrict__ W, size_
     float acc[2][4][4] = {};
     for (int64_t k0 = 0; k0 < cols; k0 += kFusedK) {
         const int kw = cols - k0 < kFusedK ? int(cols - k0) : kFusedK;
+        // The activations, 8 elements a copy, in flight while the weights are decoded.
+        const int per_row = kw / 8;
+        for (int i = int(threadIdx.x); i < kFusedTokens * per_row; i += kFusedThreads) {
+            const int tt = i / per_row, j = i % per_row;
+            cp_async16(&s.x[tt][8 * j], x16 + int64_t(tt < nt ? tt : nt - 1) * cols + k0 + 8 * j);
+        }
         // The weights: piece p of the chunk is piece P = first + p of the row, of block P / kChunks.
         const int pieces = kw * D::kChunks / D::kElems;
         const int64_t first = k0 / D::kElems * D::kChunks + k0 % D::kElems * D::kChunks / D::kElems;
@@ -91,14 +99,7 @@ __device__ __forceinline__ void fused_block(const uint8_t* __restrict__ W, size_
             PutChunkF16 put{s.w[r], int(b * D::kElems - k0)};
             D::decode(W + size_t(r < nr ? r : nr - 1) * row_bytes + size_t(b) * D::kBytes, int(P % D::kChunks), put);
         }
-        // The activations, 8 elements a load.
-        const int per_row = kw / 8;
-        for (int i = int(threadIdx.x); i < kFusedTokens * per_row; i += kFusedThreads) {
-            const int tt = i / per_row, j = i % per_row;
-            const uint16_t* src = x16 + int64_t(tt < nt ? tt : nt - 1) * cols + k0 + 8 * j;
-            const uint4 v = load_aligned<uint4>(reinterpret_cast<const uint8_t*>(src));
-            store_aligned(reinterpret_cast<uint8_t*>(&s.x[tt][8 * j]), v);
-        }
+        cp_async_wait_all();
         __syncthreads();
         for (int k = 0; k < kw; k += 16) {
             uint32_t a[2][4], b[2][4];   // b[p]: n tiles 2p (registers 0, 1) and 2p + 1 (2, 3)
