@@ -15,13 +15,14 @@
 //     decoders, the dp4a matvec's) at the byte positions of the activations each level pairs with,
 //     so both operands are k-contiguous rows (mma.cuh's fragments), with each 32-element group's
 //     integer scale (16-element for Q6_K) and the float scales beside them; and copies its 64
-//     tokens' activation bytes and scales;
+//     tokens' activation bytes (cp.async, started before the weights' decoding) and scales;
 //  2. each warp multiplies a 32-element group at a time (Q6_K: two of 16, with the k16 form) into
 //     exact int32 sums; the super-block types add them times the group's integer scale (still
 //     exact), then per chunk y += d_x (d_w sum - dmin_w sum_g m_g bsum_g) (the mins only for
 //     Q4_K / Q5_K); the 32-element types y += sum (d_w d_x) (+ m_w s_x for Q4_1 / Q5_1) per group.
 // The integer sums are the CPU's (the same int8 activations and levels): results agree with the
 // CPU backend to fp32 rounding of a few float steps (test_mmq), as the dp4a matvec's do.
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/group_task.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
@@ -157,15 +158,18 @@ __device__ void load_w(P, MmqShared& s, const uint8_t* W, size_t row_bytes, int 
 }
 
 // The activations' part of a chunk: tokens tt < nt of the block (rows xq_stride apart), else
-// zeros; the quants by 16-byte copies, then the scales.
-template <class F>
-__device__ void load_x(MmqShared& s, const uint8_t* xq, size_t xq_stride, int64_t cols, int nt, int64_t k0, int kw) {
+// zeros. The quants by 16-byte cp.async copies (load_x_quants, started before the weights are
+// decoded; the block waits for them before its barrier), then the scales (load_x_scales).
+__device__ void load_x_quants(MmqShared& s, const uint8_t* xq, size_t xq_stride, int nt, int64_t k0, int kw) {
     const int per_row = kw / 16;
     for (int i = int(threadIdx.x); i < kMmqTokens * per_row; i += kMmqThreads) {
         const int tt = i / per_row, j = i % per_row;
-        const uint4 v = tt < nt ? load_aligned<uint4>(xq + size_t(tt) * xq_stride + size_t(k0) + 16 * size_t(j)) : uint4{0, 0, 0, 0};
-        put16(&s.x[tt][16 * j], v);
+        if (tt < nt) cp_async16(&s.x[tt][16 * j], xq + size_t(tt) * xq_stride + size_t(k0) + 16 * size_t(j));
+        else put16(&s.x[tt][16 * j], uint4{0, 0, 0, 0});
     }
+}
+template <class F>
+__device__ void load_x_scales(MmqShared& s, const uint8_t* xq, size_t xq_stride, int64_t cols, int nt, int64_t k0, int kw) {
     if constexpr (F::kSuperBlock) {
         for (int i = int(threadIdx.x); i < kMmqTokens * 8; i += kMmqThreads) {
             const int tt = i / 8, g = i % 8;
@@ -213,8 +217,10 @@ __device__ __forceinline__ void mmq_block(const uint8_t* __restrict__ W, size_t 
     float acc[2][4][4] = {};
     for (int64_t k0 = 0; k0 < cols; k0 += kMmqK) {
         const int kw = cols - k0 < kMmqK ? int(cols - k0) : kMmqK;
+        load_x_quants(s, xq, xq_stride, nt, k0, kw);
         load_w(F{}, s, W, row_bytes, nr, k0, kw, table);
-        load_x<F>(s, xq, xq_stride, cols, nt, k0, kw);
+        load_x_scales<F>(s, xq, xq_stride, cols, nt, k0, kw);
+        cp_async_wait_all();
         __syncthreads();
         [[maybe_unused]] int isb[2][4][4] = {};   // super-block types: sum over groups of scale x exact sum
         for (int q = 0; q < kw / 32; ++q) {
