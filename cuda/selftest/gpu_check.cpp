@@ -20,6 +20,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -77,6 +78,13 @@ std::vector<uint8_t> random_rows(quant::Type t, int64_t rows, int64_t cols, uint
     for (int64_t r = 0; r < uniq; ++r) tr.quantize(wf.data() + r * cols, W.data() + size_t(r) * rb, cols);
     for (int64_t r = uniq; r < rows; ++r) std::memcpy(W.data() + size_t(r) * rb, W.data() + size_t(r % uniq) * rb, rb);
     return W;
+}
+
+// n floats of d set to NaN, so that a check of outputs a kernel should have written cannot pass
+// on what an earlier run (or an earlier allocation at the same address) left there.
+void poison(backend::Backend& be, const Dev& d, size_t n) {
+    const std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+    be.upload(d.buf.ptr, nan.data(), n * 4);
 }
 
 std::vector<float> down(backend::Backend& be, const Dev& d, size_t n) {
@@ -315,13 +323,13 @@ void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
             check((what + (big ? ", tokens times 1e5" : ", the other tokens")).c_str(), g, r, rel, abs_of_max * ymax);
         }
     };
-    std::vector<int64_t> tokens(static_cast<size_t>(n));
-    for (int64_t t = 0; t < n; ++t) tokens[size_t(t)] = t;
-    by_size("gemm q4_K vs cpu matmul", all, want, tokens, 2e-2, 2e-2);
+    std::vector<int64_t> every(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) every[size_t(t)] = t;
+    by_size("gemm q4_K vs cpu matmul", all, want, every, 2e-2, 2e-2);
 
     std::vector<backend::MatTask> tasks;
     std::vector<float> ref;
-    tokens.clear();
+    std::vector<int64_t> tokens;
     for (int64_t i = 0; i < tasks_n; ++i) {
         const int64_t row0 = (i % 2) * (n - task_tokens);
         tasks.push_back({Mg, 0, row0, task_tokens, dyg.f() + i * task_tokens * rows, 0});
@@ -335,10 +343,11 @@ void gemm_range(backend::Backend& gpu, backend::CpuBackend& cpu) {
             1e-4, 1e-5);
     if (!cuda_be) return;
     // The fused GEMM (KINFER_CUDA_GEMM=fused) multiplies its stores by the scales: the same
-    // operands as the fp16 form's, the fp32 sums in another order.
+    // operands as the fp16 form's, the fp32 sums in another order. Its outputs NaN first: dy and
+    // dyg hold the fp16 form's.
     cuda_be->set_prefill_gemm(backend::cuda::CudaBackend::PrefillGemm::fused);
-    std::vector<int64_t> every(static_cast<size_t>(n));
-    for (int64_t t = 0; t < n; ++t) every[size_t(t)] = t;
+    poison(gpu, dy, size_t(n * rows));
+    poison(gpu, dyg, size_t(tasks_n * task_tokens * rows));
     gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0);
     by_size("fused gemm vs the fp16 gemm", down(gpu, dy, size_t(n * rows)), all, every, 1e-4, 1e-5);
     gpu.matmul_tasks({&in, 1}, tasks);
@@ -402,7 +411,10 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
             check((std::string("gemm ") + tr.name + " " + label + " vs cpu matmul, 512 tokens").c_str(), got, want,
                   i8 ? 1e-4 : 2e-2, (i8 ? 1e-4 : 2e-2) * ymax);
             if (form == Gemm::fp16) fp16_got = got;
-            if (fu) check((std::string("gemm ") + tr.name + " fused vs fp16, 512 tokens").c_str(), got, fp16_got, 1e-5, 1e-5 * ymax);
+            if (fu) {
+                const std::string what = std::string("gemm ") + tr.name + " fused vs fp16, 512 tokens";
+                check(what.c_str(), got, fp16_got, 1e-5, 1e-5 * ymax);
+            }
             const double s = time_it(gpu, 10, [&] { gpu.matmul(Mg, dx.f(), n, dy.f(), 0, 0); });
             std::printf("%-8s %8lld %8lld %8lld %10.3f %10.1f %6s\n", tr.name, (long long)rows, (long long)cols, (long long)n,
                         s * 1e3, 2.0 * double(rows) * double(cols) * double(n) / s / 1e12, label);
@@ -435,8 +447,9 @@ void gemm_table(backend::Backend& gpu, backend::CpuBackend& cpu) {
             cuda_be->set_prefill_gemm(Gemm::fp16);
         }
         const double flop = 2.0 * double(rows) * double(cols) * double(nt);
-        std::printf("%8lld %8s %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm", s * 1e3,
-                    flop / s / 1e12, s8 * 1e3, s8 > 0 ? flop / s8 / 1e12 : 0.0, sf * 1e3, sf > 0 ? flop / sf / 1e12 : 0.0);
+        std::printf("%8lld %8s %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n", (long long)nt, nt < thr ? "matvec" : "gemm",
+                    s * 1e3, flop / s / 1e12, s8 * 1e3, s8 > 0 ? flop / s8 / 1e12 : 0.0, sf * 1e3,
+                    sf > 0 ? flop / sf / 1e12 : 0.0);
     }
 }
 
@@ -989,14 +1002,19 @@ void grouped_experts(backend::Backend& gpu) {
     auto* cuda_be = dynamic_cast<backend::cuda::CudaBackend*>(&gpu);
     const DefaultGemmAfter reset{cuda_be};
     using Gemm = backend::cuda::CudaBackend::PrefillGemm;
-    const std::pair<int64_t, Gemm> runs[] = {{1, Gemm::fp16}, {8, Gemm::fp16}, {64, Gemm::fp16}, {64, Gemm::int8}, {64, Gemm::fused}};
-    for (const auto& [n, form] : runs) {
+    const std::pair<int64_t, Gemm> runs[] = {{1, Gemm::fp16}, {8, Gemm::fp16}, {64, Gemm::fp16}, {64, Gemm::int8},
+                                             {64, Gemm::fused}};
+    for (const auto& run : runs) {
+        const int64_t n = run.first;   // (not a structured binding: the lambdas below capture it)
+        const Gemm form = run.second;
         const bool int8 = form == Gemm::int8, fused = form == Gemm::fused;
         if (form != Gemm::fp16 && !cuda_be) continue;
         if (cuda_be) cuda_be->set_prefill_gemm(form);
         const std::vector<float> x = randn(size_t(n * cols), 71);
         Dev dx(gpu, x.data(), x.size() * 4, "x"), dy(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y"),
             dy1(gpu, nullptr, size_t(2 * experts * n * rows) * 4, "y1");
+        poison(gpu, dy, size_t(2 * experts * n * rows));   // (the last form's outputs may sit at the same address)
+        poison(gpu, dy1, size_t(2 * experts * n * rows));
         std::vector<backend::MatTask> tasks;
         std::vector<backend::Mat> mats;
         for (int64_t m = 0; m < 2 * experts; ++m) mats.push_back({t, cols, rows, dW.buf.ptr + size_t(m * rows) * rb, rb, 0, "expert"});
@@ -1009,8 +1027,8 @@ void grouped_experts(backend::Backend& gpu) {
         for (float v : one) ymax = std::max(ymax, double(std::fabs(v)));
         const bool gemm = n >= 32 && form == Gemm::fp16;   // cuBLAS's grouped kernel may sum in another order
         const char* label = int8 ? " int8 GEMM" : fused ? " fused GEMM" : "";
-        check(("grouped == one by one, " + std::to_string(n) + " tokens" + label).c_str(), down(gpu, dy, size_t(2 * experts * n * rows)),
-              one, gemm ? 1e-4 : 0, gemm ? 1e-5 * ymax : 1e-30);
+        check(("grouped == one by one, " + std::to_string(n) + " tokens" + label).c_str(),
+              down(gpu, dy, size_t(2 * experts * n * rows)), one, gemm ? 1e-4 : 0, gemm ? 1e-5 * ymax : 1e-30);
         const double s_group = time_it(gpu, 20, [&] { gpu.matmul_tasks({&in, 1}, tasks); });
         const double s_one = time_it(gpu, 20, [&] {
             for (int64_t m = 0; m < 2 * experts; ++m) gpu.matmul(mats[size_t(m)], dx.f(), n, dy1.f() + m * n * rows, 0, 0);

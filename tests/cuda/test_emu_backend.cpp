@@ -473,7 +473,8 @@ TEST_CASE("CudaBackend on the emulated runtime: prefill tokens past fp16's range
             if (large(t))
                 for (int64_t i = 0; i < K; ++i) x[size_t(t * K + i)] *= 1e5f;
         backend::Buffer bw = cu->alloc(q.size(), "w"), bx = cu->alloc(x.size() * 4, "x"),
-                        by = cu->alloc(size_t(n * rows) * 4, "y"), bg = cu->alloc(size_t(n_tasks * task_n * rows) * 4, "y grouped");
+                        by = cu->alloc(size_t(n * rows) * 4, "y"),
+                        bg = cu->alloc(size_t(n_tasks * task_n * rows) * 4, "y grouped");
         cu->upload(bw.ptr, q.data(), q.size());
         cu->upload(bx.ptr, x.data(), x.size() * 4);
         const backend::Mat W{quant::Type::Q4_K, K, rows, bw.ptr, rb, 0, "w"};
@@ -502,7 +503,8 @@ TEST_CASE("CudaBackend on the emulated runtime: prefill tokens past fp16's range
         }
         std::vector<backend::MatTask> tasks;
         auto* gd = reinterpret_cast<float*>(bg.ptr);
-        for (int64_t i = 0; i < n_tasks; ++i) tasks.push_back({W, 0, (i * 7) % (n - task_n + 1), task_n, gd + i * task_n * rows, 0});
+        for (int64_t i = 0; i < n_tasks; ++i)
+            tasks.push_back({W, 0, (i * 7) % (n - task_n + 1), task_n, gd + i * task_n * rows, 0});
         const backend::MatInput in{xd, n, K, 0};
         cu->matmul_tasks({&in, 1}, tasks);
         std::vector<float> grouped(size_t(n_tasks * task_n * rows));

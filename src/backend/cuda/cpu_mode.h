@@ -111,11 +111,12 @@ struct WarpShare {
                              // for all (a result every lane would otherwise compute for itself)
 };
 WarpShare share_warp(const uint64_t* mine, unsigned n);
-// cp.async (async_copy.cuh): the calling thread's copy of `bytes` from src to dst is queued and
-// made at its next async_wait, as a GPU makes it at some point before then, so a kernel that
-// reads the destination before waiting finds what was there (a launch's shared memory starts
-// filled: see dynamic shared memory above). A thread that returns with copies it never waited
-// for is an error.
+// cp.async (async_copy.cuh): a GPU makes the calling thread's copy of `bytes` from src to dst at
+// some point between the call and the thread's wait. Under the forward schedules it is made at
+// the wait (async_wait), the latest, so a kernel that reads the destination before waiting finds
+// what was there (a launch's shared memory starts filled: see dynamic shared memory above); under
+// the reverse ones at the call, the earliest, so a copy into a buffer other threads still read
+// spoils what they read. A thread that returns with copies it never waited for is an error.
 void async_copy(void* dst, const void* src, size_t bytes);
 void async_wait();
 // Whether the calling thread's warp has all 32 lanes (a block's last warp may have fewer).

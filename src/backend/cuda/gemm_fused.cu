@@ -47,6 +47,8 @@ constexpr int kFusedK = 128;          // elements of a chunk
 constexpr int kFusedLd = kFusedK + 8; // a shared row's fp16 elements: 272 bytes, 16-byte aligned (ldmatrix), and
                                       // 68 words, so the 8 rows one ldmatrix matrix reads start 4 banks apart
 constexpr int kFusedThreads = 256;    // 8 warps: 2 of rows x 4 of tokens
+constexpr int kFusedBlocksPerSm = 4;  // what the shared memory allows; the launch bounds hold the
+                                      // registers to it (64 a thread: ptxas needs 57-64, no spills)
 
 // 52,224 bytes: past the 48 KiB a launch takes without an opt-in (the launchers opt in), 4 blocks
 // an SM.
@@ -95,9 +97,9 @@ __device__ __forceinline__ void fused_block(const uint8_t* __restrict__ W, size_
         const int64_t first = k0 / D::kElems * D::kChunks + k0 % D::kElems * D::kChunks / D::kElems;
         for (int i = int(threadIdx.x); i < kFusedRows * pieces; i += kFusedThreads) {
             const int r = i / pieces;
-            const int64_t P = first + i % pieces, b = P / D::kChunks;
-            PutChunkF16 put{s.w[r], int(b * D::kElems - k0)};
-            D::decode(W + size_t(r < nr ? r : nr - 1) * row_bytes + size_t(b) * D::kBytes, int(P % D::kChunks), put);
+            const int64_t P = first + i % pieces, blk = P / D::kChunks;
+            PutChunkF16 put{s.w[r], int(blk * D::kElems - k0)};
+            D::decode(W + size_t(r < nr ? r : nr - 1) * row_bytes + size_t(blk) * D::kBytes, int(P % D::kChunks), put);
         }
         cp_async_wait_all();
         __syncthreads();
@@ -139,7 +141,7 @@ __device__ __forceinline__ void fused_block(const uint8_t* __restrict__ W, size_
 }
 
 template <class D>
-__global__ void __launch_bounds__(kFusedThreads)
+__global__ void __launch_bounds__(kFusedThreads, kFusedBlocksPerSm)
     fused_gemm_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int64_t cols,
                       const uint16_t* __restrict__ x16, const float* __restrict__ scale, int64_t n, float* __restrict__ y,
                       int64_t ldy) {
@@ -168,7 +170,8 @@ static_assert(sizeof(FusedGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a 
 // / row_tiles: fused_block as fused_gemm_kernel calls it, so a task's results are the bits it gets
 // alone.
 template <class D>
-__global__ void __launch_bounds__(kFusedThreads) fused_group_kernel(FusedGroup g, size_t row_bytes, int64_t cols) {
+__global__ void __launch_bounds__(kFusedThreads, kFusedBlocksPerSm)
+    fused_group_kernel(FusedGroup g, size_t row_bytes, int64_t cols) {
     const int64_t u = blockIdx.x;
     const int i = group_task(g, u);
     const FusedTask& task = g.task[i];
@@ -205,7 +208,9 @@ void with_fused_dec(quant::Type type, int64_t cols, const char* what, F&& f) {
 size_t fused_scale_at(int64_t cols, int64_t n) { return (size_t(n * cols) * 2 + 255) / 256 * 256; }
 size_t fused_act_bytes(int64_t cols, int64_t n) { return fused_scale_at(cols, n) + (size_t(n) * 4 + 255) / 256 * 256; }
 
-// The opt-in to FusedShared's bytes, on each device, so at every launch (kda_chunked.cu's reason).
+// The opt-in to FusedShared's bytes. The attribute belongs to the kernel on the current device,
+// and a process may drive several GPUs (--device cuda0,cuda1), so it is set at every launch (a
+// host call, no stream work); a refusal shows as the launch's error.
 template <class Kernel>
 void opt_in(Kernel* kernel) {
     static_assert(sizeof(FusedShared) > kDynamicNoOptIn, "no opt-in needed: drop this");
