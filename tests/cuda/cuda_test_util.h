@@ -33,6 +33,26 @@ inline backend::CpuBackend& cpu() {
     return be;
 }
 
+// Bytes whose data starts 256-byte aligned, as a device allocation's (the kernels' 16-byte loads
+// and cp.async need 16).
+struct AlignedBytes {
+    std::vector<uint8_t> mem;
+    uint8_t* p;
+    explicit AlignedBytes(size_t bytes) : mem(bytes + 256, 0) {
+        p = mem.data() + (256 - reinterpret_cast<uintptr_t>(mem.data()) % 256) % 256;
+    }
+};
+
+// rows x cols weights of `type` quantized from randn(seed), quant::row_size apart.
+inline AlignedBytes quantized_randn(quant::Type type, int64_t rows, int64_t cols, uint32_t seed) {
+    const quant::Traits& tr = quant::traits(type);
+    const size_t rb = quant::row_size(tr, cols);
+    AlignedBytes W(rb * size_t(rows));
+    const std::vector<float> wf = randn(size_t(rows * cols), seed);
+    for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.p + size_t(r) * rb, cols);
+    return W;
+}
+
 // |got[i] - want[i]| <= rel * |want[i]| + abs for every i; fails naming the worst element.
 inline void check_close(const std::vector<float>& got, const std::vector<float>& want, double rel, double abs,
                         const char* what) {

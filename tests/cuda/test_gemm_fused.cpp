@@ -41,23 +41,8 @@ constexpr quant::Type kFusedTypes[] = {quant::Type::Q8_0, quant::Type::Q4_0, qua
                                        quant::Type::Q5_1, quant::Type::IQ4_NL, quant::Type::MXFP4, quant::Type::Q4_K,
                                        quant::Type::Q5_K, quant::Type::Q6_K, quant::Type::IQ4_XS};
 
-// Bytes whose data starts 256-byte aligned, as a device allocation's.
-struct Aligned {
-    std::vector<uint8_t> mem;
-    uint8_t* p;
-    explicit Aligned(size_t bytes) : mem(bytes + 256, 0) {
-        p = mem.data() + (256 - reinterpret_cast<uintptr_t>(mem.data()) % 256) % 256;
-    }
-};
-
-Aligned make_weights(quant::Type type, int64_t rows, int64_t cols, uint32_t seed) {
-    const quant::Traits& tr = quant::traits(type);
-    const size_t rb = quant::row_size(tr, cols);
-    Aligned W(rb * size_t(rows));
-    const std::vector<float> wf = randn(size_t(rows * cols), seed);
-    for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.p + size_t(r) * rb, cols);
-    return W;
-}
+using Aligned = kinfer::cuda::testing::AlignedBytes;
+using kinfer::cuda::testing::quantized_randn;
 
 // y[t * ldy + r] = scale_t sum_i w16[r][i] x16[t][i] in double, and the bound
 // 4 sqrt(K) 2^-24 scale_t sum |w16 x16| (+ 1e-30), from the operands the kernels themselves make.
@@ -134,7 +119,7 @@ TEST_CASE("cuda fused_gemm_matmul (cpu mode): every quantized type against the e
             const int64_t cols = shape.cols, rows = shape.rows, n = shape.n, ldy = rows + 3, ldx = cols + 5;
             INFO("type ", std::string(tr.name), ", cols ", cols);
             const size_t rb = quant::row_size(tr, cols);
-            const Aligned W = make_weights(type, rows, cols, 8100 + uint32_t(type) + uint32_t(cols));
+            const Aligned W = quantized_randn(type, rows, cols, 8100 + uint32_t(type) + uint32_t(cols));
             const std::vector<float> x = randn(size_t(n * ldx), 8200 + uint32_t(cols));
             const Exact e = exact(type, W.p, rb, rows, cols, x, ldx, n);
             const std::vector<float> y = run_fused(type, W.p, rb, rows, cols, x, ldx, n, ldy);
@@ -156,7 +141,7 @@ TEST_CASE("cuda fused_gemm_matmul (cpu mode): tokens past fp16's range, and toke
     const quant::Type type = quant::Type::Q4_K;
     const int64_t rows = 66, cols = 256, n = 150;
     const size_t rb = quant::row_size(quant::traits(type), cols);
-    const Aligned W = make_weights(type, rows, cols, 8300);
+    const Aligned W = quantized_randn(type, rows, cols, 8300);
     std::vector<float> x = randn(size_t(n * cols), 8301);
     for (int64_t i = 0; i < cols; ++i) x[size_t(5 * cols + i)] *= 1e6f;   // token 5: past 65504, scaled by 2^-k
     x[size_t(40 * cols + 7)] = 7e4f;                                         // token 40: one value past it
@@ -182,7 +167,7 @@ TEST_CASE("cuda fused_gemm_grouped (cpu mode): every task the bits of fused_gemm
         const int64_t first[kTasks] = {1, 0, 2, 9, 0}, ldx[kTasks] = {0, 0, 0, 0, cols + 3};   // task 4: its own strided input
         std::vector<Aligned> W;
         for (int i = 0; i < kTasks; ++i)
-            W.push_back(make_weights(type, rows[i], cols, 8400 + uint32_t(i) + 10 * uint32_t(type)));
+            W.push_back(quantized_randn(type, rows[i], cols, 8400 + uint32_t(i) + 10 * uint32_t(type)));
         const std::vector<float> x = randn(size_t(150 * cols), 8500), x4 = randn(size_t(40 * (cols + 3)), 8501);
         std::vector<std::vector<float>> alone(kTasks);
         std::vector<emu::GemmTask> tasks;
@@ -226,7 +211,7 @@ TEST_CASE("cuda fused_gemm_grouped (cpu mode): a task of more than 4096 tokens, 
     std::vector<std::vector<float>> alone(3), y(3);
     std::vector<emu::GemmTask> tasks;
     for (int i = 0; i < 3; ++i) {
-        W.push_back(make_weights(type, rows[i], cols, 8610 + uint32_t(i)));
+        W.push_back(quantized_randn(type, rows[i], cols, 8610 + uint32_t(i)));
         alone[size_t(i)] = run_fused(type, W[size_t(i)].p, rb, rows[i], cols, x, cols, n[i], rows[i]);
         y[size_t(i)].assign(size_t(n[i] * rows[i]), -7.0f);
         tasks.push_back({W[size_t(i)].p, rows[i], x.data(), 0, n[i], y[size_t(i)].data(), 0});

@@ -28,22 +28,8 @@ constexpr quant::Type kInt8Types[] = {quant::Type::Q4_K, quant::Type::Q5_K, quan
                                       quant::Type::Q8_0, quant::Type::Q5_0, quant::Type::Q4_0, quant::Type::IQ4_NL,
                                       quant::Type::MXFP4, quant::Type::Q4_1, quant::Type::Q5_1};
 
-// A buffer whose data starts 16-byte aligned (the kernels' loads need it).
-struct Aligned {
-    std::vector<uint8_t> mem;
-    uint8_t* p;
-    explicit Aligned(size_t bytes) : mem(bytes + 16, 0) { p = mem.data() + (16 - reinterpret_cast<uintptr_t>(mem.data()) % 16) % 16; }
-};
-
-// rows x cols weights of `type` (rb bytes apart, 16-byte aligned), random.
-Aligned make_weights(quant::Type type, int64_t rows, int64_t cols, uint32_t seed) {
-    const quant::Traits& tr = quant::traits(type);
-    const size_t rb = quant::row_size(tr, cols);
-    Aligned W(rb * size_t(rows));
-    const std::vector<float> wf = randn(size_t(rows * cols), seed);
-    for (int64_t r = 0; r < rows; ++r) tr.quantize(wf.data() + r * cols, W.p + size_t(r) * rb, cols);
-    return W;
-}
+using Aligned = kinfer::cuda::testing::AlignedBytes;
+using kinfer::cuda::testing::quantized_randn;
 
 }  // namespace
 
@@ -92,7 +78,7 @@ TEST_CASE("cuda mmq_matmul (cpu mode): every int8 type against the CPU backend, 
             const int64_t cols = shape.cols, rows = shape.rows, n = shape.n, ldy = rows + 3;
             INFO("type ", std::string(tr.name), ", cols ", cols);
             const size_t rb = quant::row_size(tr, cols), xb = cuda::emu::q8_act_row_bytes(type, cols);
-            const Aligned W = make_weights(type, rows, cols, 7100 + uint32_t(type) + uint32_t(cols));
+            const Aligned W = quantized_randn(type, rows, cols, 7100 + uint32_t(type) + uint32_t(cols));
             REQUIRE(cuda::emu::matvec_q8_supported(type, W.p, rb, cols));
             const std::vector<float> x = randn(size_t(n * cols), 7200 + uint32_t(cols));
             Aligned xq(xb * size_t(n));
@@ -131,7 +117,8 @@ TEST_CASE("cuda mmq_group (cpu mode): every task the bits of mmq_matmul alone") 
         INFO("type ", std::string(tr.name));
         const int64_t rows[4] = {65, 0, 17, 64}, n[4] = {33, 5, 70, 1};   // task 1 has no rows: it takes no block
         std::vector<Aligned> W;
-        for (int i = 0; i < 4; ++i) W.push_back(make_weights(type, rows[i], cols, 7300 + uint32_t(i) + 10 * uint32_t(type)));
+        for (int i = 0; i < 4; ++i)
+            W.push_back(quantized_randn(type, rows[i], cols, 7300 + uint32_t(i) + 10 * uint32_t(type)));
         const int64_t ntok = 72;
         const std::vector<float> x = randn(size_t(ntok * cols), 7400);
         Aligned xq(xb * size_t(ntok));

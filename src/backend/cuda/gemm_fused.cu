@@ -166,21 +166,15 @@ struct FusedGroup {
 };
 static_assert(sizeof(FusedGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a launch takes at most 4 KiB of parameters");
 
-// Block u is task group_task(g, u)'s (row tile, token tile) (u - first[i]) % row_tiles,
-// / row_tiles: fused_block as fused_gemm_kernel calls it, so a task's results are the bits it gets
-// alone.
+// Block u computes task_tile(g, u): fused_block as fused_gemm_kernel calls it, so a task's results
+// are the bits it gets alone.
 template <class D>
 __global__ void __launch_bounds__(kFusedThreads, kFusedBlocksPerSm)
     fused_group_kernel(FusedGroup g, size_t row_bytes, int64_t cols) {
-    const int64_t u = blockIdx.x;
-    const int i = group_task(g, u);
-    const FusedTask& task = g.task[i];
-    const int64_t row_tiles = (task.rows + kFusedRows - 1) / kFusedRows, local = u - g.first[i];
-    const int64_t r0 = local % row_tiles * kFusedRows, t0 = local / row_tiles * kFusedTokens;
-    const int nr = task.rows - r0 < kFusedRows ? int(task.rows - r0) : kFusedRows;
-    const int nt = task.n - t0 < kFusedTokens ? int(task.n - t0) : kFusedTokens;
-    fused_block<D>(static_cast<const uint8_t*>(task.W) + size_t(r0) * row_bytes, row_bytes, nr, cols, task.x + t0 * cols,
-                   task.scale + t0, nt, task.y + t0 * task.ldy + r0, task.ldy);
+    const TaskTile tile = task_tile<kFusedRows, kFusedTokens>(g, blockIdx.x);
+    const FusedTask& task = g.task[tile.task];
+    fused_block<D>(static_cast<const uint8_t*>(task.W) + size_t(tile.r0) * row_bytes, row_bytes, tile.nr, cols,
+                   task.x + tile.t0 * cols, task.scale + tile.t0, tile.nt, task.y + tile.t0 * task.ldy + tile.r0, task.ldy);
 }
 
 // f(Dec{}) for a type the fused GEMM takes, or std::invalid_argument naming `what`.

@@ -21,6 +21,27 @@ __device__ __forceinline__ int group_task(const Group& g, int64_t u) {
     return lo;
 }
 
+// The tile of a grouped GEMM launch (mmq_group, fused_gemm_grouped) block u computes: task i's
+// row tile (u - first[i]) % row_tiles and token tile (u - first[i]) / row_tiles, its first row and
+// token, and how many of the tile's kRows rows and kTokens tokens the task has there.
+struct TaskTile {
+    int task;
+    int64_t r0, t0;
+    int nr, nt;
+};
+template <int kRows, int kTokens, class Group>
+__device__ __forceinline__ TaskTile task_tile(const Group& g, int64_t u) {
+    TaskTile tile;
+    tile.task = group_task(g, u);
+    const auto& t = g.task[tile.task];
+    const int64_t row_tiles = (t.rows + kRows - 1) / kRows, local = u - g.first[tile.task];
+    tile.r0 = local % row_tiles * kRows;
+    tile.t0 = local / row_tiles * kTokens;
+    tile.nr = t.rows - tile.r0 < kRows ? int(t.rows - tile.r0) : kRows;
+    tile.nt = t.n - tile.t0 < kTokens ? int(t.n - tile.t0) : kTokens;
+    return tile;
+}
+
 // The launchers' half (matvec_q8_group, mmq_group): `in` without its empty tasks (no rows or no
 // tokens), ldy 0 made rows, and first[i] numbering task i's blocks, blocks_of(task) of them.
 // Returns the whole group's block count (0: nothing to launch).

@@ -307,22 +307,17 @@ __global__ void __launch_bounds__(kMmqThreads)
                  y + t0 * ldy + r0, ldy, levels_lo, levels_hi);
 }
 
-// A group: block u is task group_task(g, u)'s (row tile, token tile) (u - first[i]) % row_tiles,
-// / row_tiles; the same block code as mmq_matmul's, so a task's results are the bits it gets alone.
+// A group: block u computes task_tile(g, u); the same block code as mmq_matmul's, so a task's
+// results are the bits it gets alone.
 template <class F>
 __global__ void __launch_bounds__(kMmqThreads)
     mmq_group_kernel(MatvecQ8Group g, size_t row_bytes, int64_t cols, size_t xq_stride, uint64_t levels_lo,
                      uint64_t levels_hi) {
-    const int64_t u = blockIdx.x;
-    const int i = group_task(g, u);
-    const MatvecQ8Task& task = g.task[i];
-    const int64_t row_tiles = (task.rows + kMmqRows - 1) / kMmqRows, local = u - g.first[i];
-    const int64_t r0 = local % row_tiles * kMmqRows, t0 = local / row_tiles * kMmqTokens;
-    const int nr = task.rows - r0 < kMmqRows ? int(task.rows - r0) : kMmqRows;
-    const int nt = task.n - t0 < kMmqTokens ? int(task.n - t0) : kMmqTokens;
-    mmq_block<F>(static_cast<const uint8_t*>(task.W) + size_t(r0) * row_bytes, row_bytes, nr, cols,
-                 static_cast<const uint8_t*>(task.xq) + size_t(t0) * xq_stride, xq_stride, nt, task.y + t0 * task.ldy + r0,
-                 task.ldy, levels_lo, levels_hi);
+    const TaskTile tile = task_tile<kMmqRows, kMmqTokens>(g, blockIdx.x);
+    const MatvecQ8Task& task = g.task[tile.task];
+    mmq_block<F>(static_cast<const uint8_t*>(task.W) + size_t(tile.r0) * row_bytes, row_bytes, tile.nr, cols,
+                 static_cast<const uint8_t*>(task.xq) + size_t(tile.t0) * xq_stride, xq_stride, tile.nt,
+                 task.y + tile.t0 * task.ldy + tile.r0, task.ldy, levels_lo, levels_hi);
 }
 
 // mma_check's warp: the product A B both ways and in both shapes, each stored by mma.cuh's layout
