@@ -1,9 +1,10 @@
 // cp.async (sm_80 on): a copy from global to shared memory that goes around the registers and
 // lets the thread go on, so a block can start its loads, do other work (the fused GEMM decodes
 // its weights) and wait only when it needs the bytes. A copy is visible to its own thread after
-// cp_async_wait_all, and to the block after that and a __syncthreads. The CPU mode queues each
-// thread's copies and makes them at its wait (cpu_mode.h async_copy), so a kernel that reads
-// the destination too early sees stale bytes in the tests too.
+// cp_async_wait_all, and to the block after that and a __syncthreads. A GPU makes the copy at any
+// point in between; the CPU mode makes it at the wait under its forward schedules and at the call
+// under the reverse ones (cpu_mode.h async_copy), so a kernel that reads the destination too
+// early, or copies into a buffer other threads still read, goes wrong in the tests too.
 #pragma once
 #include "backend/cuda/compat.h"
 

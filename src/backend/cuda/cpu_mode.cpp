@@ -388,11 +388,11 @@ namespace {
 // The calling lane's part of its warp's next exchange: its n words into this exchange's set, then
 // the warp's barrier (every lane has put its words). Returns the exchange's number: every lane of
 // the warp takes part in the same exchanges, so the count names it, and its parity is the set.
-// A lane that left the kernel before an exchange (it returned, or threw: the launch's error is
-// then that exception, which the others' reach the tests as) would have the exchange complete
-// without its words, which the others would read as zeros or stale ones: on a GPU a full-mask
-// shuffle with an exited lane is undefined. Such an exchange throws instead (checked after the
-// wait, when the lanes that will take part have all arrived or left).
+// A lane that left the kernel before an exchange (it returned, or threw: the launch then reports
+// that first exception, not this one) would have the exchange complete without its words, which
+// the others would read as zeros or stale ones: on a GPU a full-mask shuffle with an exited lane
+// is undefined. Such an exchange throws instead (checked after the wait, when the lanes that will
+// take part have all arrived or left).
 unsigned put_and_wait(Launch& L, const uint64_t* mine, unsigned n) {
     const unsigned me = L.current, exchange = L.threads[me].exchanges++;
     std::copy(mine, mine + n, L.words[exchange & 1].begin() + std::ptrdiff_t(me * kShareWords));

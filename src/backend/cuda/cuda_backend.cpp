@@ -642,8 +642,8 @@ bool CudaBackend::fused_matmul(const Mat& W, int64_t n) const {
 // Tasks go in groups of the same weight type, width and row size: those of a prefill's size
 // (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as
 // many as the workspace holds; with KINFER_CUDA_GEMM=int8 the int8 types' as one mmq_group launch
-// for up to kMatvecGroupMax tasks, with KINFER_CUDA_GEMM=fused the quantized types' as one
-// fused_gemm_grouped launch for as many), the others (the routed experts' shares of a chunk, decode's
+// for up to kMatvecGroupMax tasks, with KINFER_CUDA_GEMM=fused the quantized types' through
+// fused_gemm_grouped, up to kMatvecGroupMax tasks a launch), the others (the routed experts' shares of a chunk, decode's
 // projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
 // experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
@@ -742,7 +742,7 @@ void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const
     runs(large_f, large_f.size(), [&](std::span<const size_t> run, const Mat& W0) {
         std::vector<kern::GemmTask> group;
         for (size_t i : run) group.push_back({tasks[i].W.data, tasks[i].W.rows, src[i].x, src[i].ld, tasks[i].n, tasks[i].y, tasks[i].ldy});
-        if (fused_matmul(W0, kern::kGemmMinTokens)) {
+        if (fused_matmul(W0, kern::kGemmMinTokens)) {   // (every task of `large` has that many tokens or more)
             void* ws = gemm_workspace(kern::fused_gemm_grouped_workspace_bytes(W0.cols, group.data(), int64_t(group.size())));
             try {
                 kern::fused_gemm_grouped(W0.type, W0.row_bytes, W0.cols, group.data(), int64_t(group.size()), ws,
