@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_expert_device.h"
 #include "backend/cuda/emu/runtime.h"
+#include "backend/cuda/kernels.h"
 #include "backend/device_memory.h"
 #include "backend/registry.h"
 #include "model/parity_util.h"
@@ -572,6 +573,45 @@ TEST_CASE("CudaBackend on the emulated runtime: matmul_tasks on the fused GEMM, 
     CHECK(finite);
     for (backend::Buffer* b : {&bx, &by}) cu->free(*b);
     for (backend::Buffer& b : bufs) cu->free(b);
+}
+
+// What the fused GEMM saves, and what shows that matmul took it (its results are the fp16 path's
+// bits in CPU mode): no workspace for dequantized weights. The same 64-token matmul of a
+// 2048 x 512 Q4_K weight on two fresh devices: the fp16 path's workspace holds the activations and
+// a 2 MiB fp16 tile of the weights, the fused path's the activations alone.
+TEST_CASE("CudaBackend on the emulated runtime: the fused GEMM's workspace holds no dequantized weights") {
+    using Gemm = backend::cuda_emu::CudaBackend::PrefillGemm;
+    const int64_t K = 512, rows = 2048, n = 64;
+    const std::vector<uint8_t> q = pattern_weights(quant::Type::Q4_K, rows, K, 9);
+    std::vector<float> x(size_t(n * K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 31) - 15) * 0.2f;
+    size_t used[2] = {};
+    std::vector<float> y[2];
+    for (const Gemm form : {Gemm::fp16, Gemm::fused}) {
+        backend::Backends bk(1);
+        bk.add_device("emu-cuda:64MiB");
+        auto* cu = dynamic_cast<backend::cuda_emu::CudaBackend*>(bk.device(0));
+        REQUIRE(cu != nullptr);
+        cu->set_prefill_gemm(form);
+        backend::Buffer bw = cu->alloc(q.size(), "w"), bx = cu->alloc(x.size() * 4, "x"),
+                        by = cu->alloc(size_t(n * rows) * 4, "y");
+        cu->upload(bw.ptr, q.data(), q.size());
+        cu->upload(bx.ptr, x.data(), x.size() * 4);
+        const backend::Mat W{quant::Type::Q4_K, K, rows, bw.ptr, quant::row_size(quant::traits(quant::Type::Q4_K), K), 0, "w"};
+        const size_t before = cu->free_bytes();
+        cu->matmul(W, reinterpret_cast<const float*>(bx.ptr), n, reinterpret_cast<float*>(by.ptr), K, rows);
+        cu->synchronize();
+        const int f = form == Gemm::fused;
+        used[f] = before - cu->free_bytes();
+        y[f].resize(size_t(n * rows));
+        cu->download(y[f].data(), by.ptr, y[f].size() * 4);
+        for (backend::Buffer* b : {&bw, &bx, &by}) cu->free(*b);
+    }
+    const size_t act = kinfer::cuda::emu::gemm_act_bytes(quant::Type::Q4_K, K, n), tile = size_t(rows * K) * 2;
+    INFO("workspace: fp16 path ", used[0], " bytes, fused ", used[1], "; activations ", act, ", fp16 tile ", tile);
+    CHECK(used[0] >= act + tile);
+    CHECK(used[1] < act + tile / 16);
+    CHECK(y[0] == y[1]);   // CPU mode: the same sums in the same order
 }
 
 // The expert store's I/O thread records copy events (upload_after_compute) while the op thread

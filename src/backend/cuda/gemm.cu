@@ -55,11 +55,7 @@ struct UnscaleTask {
     int64_t ldy = 0, rows = 0, n = 0;
 };
 // Up to kMatvecGroupMax of them in one launch's parameters, a block per token (group_task.cuh).
-struct UnscaleGroup {
-    int n_tasks = 0;
-    int64_t first[kMatvecGroupMax] = {};
-    UnscaleTask task[kMatvecGroupMax];
-};
+using UnscaleGroup = TaskGroup<UnscaleTask>;
 static_assert(sizeof(UnscaleGroup) <= 4096, "a launch takes at most 4 KiB of parameters");
 
 // One block per token row: the row's largest finite |x| picks the power of two (f16_range_shift's
@@ -122,19 +118,7 @@ void unscale_tokens(const UnscaleTask* tasks, size_t count, void* stream) {
 // fp32's range).
 constexpr bool scaled_elem(Elem e) { return e == Elem::F16; }
 
-// One chunk of n tokens' converted activations in the workspace: the values (none for fp32: used
-// where they are), then, for fp16, the tokens' scales.
-struct ActBytes {
-    size_t values = 0, total = 0;
-};
 constexpr size_t gemm_align(size_t b) { return (b + 255) / 256 * 256; }
-ActBytes act_bytes(Elem e, int64_t cols, int64_t n) {
-    ActBytes b;
-    if (e == Elem::F32) return b;
-    b.values = gemm_align(size_t(n * cols) * size_t(elem_bytes(e)));
-    b.total = b.values + (scaled_elem(e) ? gemm_align(size_t(n) * sizeof(float)) : 0);
-    return b;
-}
 
 // How gemm_matmul splits a call: tokens per chunk (one activation copy), weight rows per tile,
 // and where the tile buffer starts in the workspace.
@@ -152,7 +136,7 @@ GemmPlan gemm_plan(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
     p.elem = gemm_elem(type);
     p.in_place = type == quant::Type::F32 || type == quant::Type::F16 || type == quant::Type::BF16;
     p.tokens = std::min(n, kGemmMaxTokens);
-    const ActBytes a = act_bytes(p.elem, cols, p.tokens);
+    const GemmActBytes a = gemm_act_layout(p.elem, cols, p.tokens);
     p.x_bytes = a.total;
     p.scale_at = a.values;
     if (p.in_place) {
@@ -166,6 +150,14 @@ GemmPlan gemm_plan(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
 }
 
 }  // namespace
+
+GemmActBytes gemm_act_layout(Elem e, int64_t cols, int64_t n) {
+    GemmActBytes b;
+    if (e == Elem::F32) return b;
+    b.values = gemm_align(size_t(n * cols) * size_t(elem_bytes(e)));
+    b.total = b.values + (scaled_elem(e) ? gemm_align(size_t(n) * sizeof(float)) : 0);
+    return b;
+}
 
 Elem gemm_elem(quant::Type t) {
     switch (t) {
@@ -220,7 +212,7 @@ void convert_rows_f16_scaled(const float* x, int64_t ldx, int64_t rows, int64_t 
 }
 
 size_t gemm_act_bytes(quant::Type type, int64_t cols, int64_t n) {
-    return act_bytes(gemm_elem(type), cols, std::min(n, kGemmMaxTokens)).total;
+    return gemm_act_layout(gemm_elem(type), cols, std::min(n, kGemmMaxTokens)).total;
 }
 
 size_t gemm_workspace_bytes(quant::Type type, int64_t rows, int64_t cols, int64_t n) {
@@ -280,16 +272,16 @@ void gemm_matmul(Blas* blas, quant::Type type, const void* W, size_t row_bytes, 
 namespace {
 
 // What one task of gemm_matmul_grouped takes from the workspace: its converted activations and
-// their scales (act_bytes), and its dequantized weights (none for F32 / F16 / BF16, used where
+// their scales (gemm_act_layout), and its dequantized weights (none for F32 / F16 / BF16, used where
 // they are).
 struct GroupedTaskBytes {
-    ActBytes x;
+    GemmActBytes x;
     size_t w = 0;
     size_t total() const { return x.total + w; }
 };
 GroupedTaskBytes grouped_task_bytes(const GemmPlan& p, int64_t rows, int64_t cols, int64_t n) {
     GroupedTaskBytes b;
-    b.x = act_bytes(p.elem, cols, n);
+    b.x = gemm_act_layout(p.elem, cols, n);
     b.w = p.in_place ? 0 : gemm_align(size_t(rows * cols) * size_t(elem_bytes(p.elem)));
     return b;
 }

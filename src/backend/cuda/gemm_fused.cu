@@ -159,11 +159,7 @@ struct FusedTask {
     float* y = nullptr;
     int64_t rows = 0, n = 0, ldy = 0;
 };
-struct FusedGroup {
-    int n_tasks = 0;
-    int64_t first[kMatvecGroupMax] = {};
-    FusedTask task[kMatvecGroupMax];
-};
+using FusedGroup = TaskGroup<FusedTask>;
 static_assert(sizeof(FusedGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a launch takes at most 4 KiB of parameters");
 
 // Block u computes task_tile(g, u): fused_block as fused_gemm_kernel calls it, so a task's results
@@ -197,10 +193,9 @@ void with_fused_dec(quant::Type type, int64_t cols, const char* what, F&& f) {
     });
 }
 
-// n tokens' activations in the workspace: their fp16 values, then their scales, each part a
-// multiple of 256 bytes (so the next task's start as aligned as the workspace).
-size_t fused_scale_at(int64_t cols, int64_t n) { return (size_t(n * cols) * 2 + 255) / 256 * 256; }
-size_t fused_act_bytes(int64_t cols, int64_t n) { return fused_scale_at(cols, n) + (size_t(n) * 4 + 255) / 256 * 256; }
+// n tokens' activations in the workspace: gemm.cu's fp16 layout (values, then scales).
+size_t fused_scale_at(int64_t cols, int64_t n) { return gemm_act_layout(Elem::F16, cols, n).values; }
+size_t fused_act_bytes(int64_t cols, int64_t n) { return gemm_act_layout(Elem::F16, cols, n).total; }
 
 // The opt-in to FusedShared's bytes. The attribute belongs to the kernel on the current device,
 // and a process may drive several GPUs (--device cuda0,cuda1), so it is set at every launch (a

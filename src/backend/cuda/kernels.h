@@ -67,17 +67,21 @@ void embed_rows(quant::Type type, const void* E, size_t row_bytes, int64_t n_row
 // (56 for the task, 8 for its first block), under the 4 KiB a launch's parameters may take (checked
 // below). rows or n of 0 skip a task.
 inline constexpr int kMatvecGroupMax = 48;
+// A grouped launch's tasks (group_task.cuh finds a block's): matvec_group's, matvec_q8_group's and
+// mmq_group's below, gemm.cu's unscaling and gemm_fused.cu's.
+template <class Task>
+struct TaskGroup {
+    int n_tasks = 0;
+    int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
+    Task task[kMatvecGroupMax];
+};
 struct MatvecTask {
     const void* W = nullptr;     // rows of row_bytes (the group's)
     const float* x = nullptr;    // n rows ldx apart (0: cols)
     float* y = nullptr;          // n rows ldy apart (0: rows)
     int64_t rows = 0, n = 0, ldx = 0, ldy = 0;
 };
-struct MatvecGroup {
-    int n_tasks = 0;
-    int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
-    MatvecTask task[kMatvecGroupMax];
-};
+using MatvecGroup = TaskGroup<MatvecTask>;
 // The group kernel's parameters: the group, the row size and the width.
 static_assert(sizeof(MatvecGroup) + sizeof(size_t) + sizeof(int64_t) <= 4096, "a launch takes at most 4 KiB of parameters");
 void matvec_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecGroup& group, void* stream);
@@ -90,11 +94,7 @@ struct MatvecQ8Task {
     float* y = nullptr;
     int64_t rows = 0, n = 0, ldy = 0;
 };
-struct MatvecQ8Group {
-    int n_tasks = 0;
-    int64_t first[kMatvecGroupMax] = {};   // the launcher's: each task's first block
-    MatvecQ8Task task[kMatvecGroupMax];
-};
+using MatvecQ8Group = TaskGroup<MatvecQ8Task>;
 static_assert(sizeof(MatvecQ8Group) + 2 * sizeof(size_t) + sizeof(int64_t) + 2 * sizeof(uint64_t) <= 4096,
               "a launch takes at most 4 KiB of parameters");
 void matvec_q8_group(quant::Type type, size_t row_bytes, int64_t cols, const MatvecQ8Group& group, void* stream);
@@ -155,6 +155,14 @@ void convert_rows(const float* x, int64_t ldx, int64_t rows, int64_t cols, Elem 
 // keeps fp16's 11 significant bits for every value from 2^(k_r - 14) up.
 void convert_rows_f16_scaled(const float* x, int64_t ldx, int64_t rows, int64_t cols, void* y, int64_t ldy,
                              float* scale, void* stream);
+// One chunk of n tokens' converted activations in a GEMM workspace (gemm.cu's and gemm_fused.cu's):
+// the values (none for fp32: used where they are) from its start, then, for fp16, the tokens'
+// scales from `values` on; each part a multiple of 256 bytes, so what follows is as aligned as
+// the chunk.
+struct GemmActBytes {
+    size_t values = 0, total = 0;
+};
+GemmActBytes gemm_act_layout(Elem e, int64_t cols, int64_t n);
 // The workspace bytes one chunk of n tokens' converted activations (and, for fp16, their scales)
 // take in gemm_matmul; weight tiles take the rest.
 size_t gemm_act_bytes(quant::Type type, int64_t cols, int64_t n);
