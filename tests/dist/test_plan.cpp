@@ -363,7 +363,7 @@ TEST_CASE("dist plan: layer profiles round-trip and bad ones are refused with a 
     CHECK_FALSE(dist::costs_from_flags(*m, "", "").has_value());
     CHECK_THROWS_AS(dist::costs_from_flags(*m, "prefill", ""), UsageError);
     CHECK_THROWS_AS(dist::costs_from_flags(*kl, "", path), Error);
-    std::filesystem::remove(path);
+    for (const char* name : {"layer.prof", "bad.prof", "comments.prof"}) std::filesystem::remove(temp_path(name));
 }
 
 TEST_CASE("dist plan: kinfer bench --layer-times writes a profile that info --plan balances by") {
