@@ -96,9 +96,9 @@ else
 fi
 
 # One clang build serves both the sanitizer suites and the fuzzers: every library is compiled
-# with ASan + UBSan, and the parsers' libraries with libFuzzer's coverage instrumentation too
-# (tests/CMakeLists.txt; on the kernels it doubled the suites' time), so the tree is compiled twice
-# in CI (Release, sanitized), not three times.
+# with ASan + UBSan, and the parsers' libraries (those the fuzz targets' inputs reach) with
+# libFuzzer's coverage instrumentation too (tests/CMakeLists.txt; on the kernels it doubled the
+# suites' time), so the tree is compiled twice in CI (Release, sanitized), not three times.
 echo "== ASan + UBSan suites"
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${DEBUG_FLAGS[@]}" \
     -DKINFER_SANITIZE=ON -DKINFER_FUZZ=ON -DKINFER_CUDA=OFF >/dev/null

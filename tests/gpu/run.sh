@@ -77,13 +77,15 @@
 # is cut to what is left, and the steps past it are listed as not run.
 #
 # The script itself, without a GPU (step 2, and steps 5-9 on the emulated device: CudaBackend's host
-# code and its kernels in CPU mode; steps 1, 3 and 4 need nvcc and a GPU and are skipped; about 7
-# minutes):
-#   KINFER_GPU_DEVICE=emu-cuda KINFER_GPU_BUILD=build KINFER_GPU_STEPS="cpumode tier split two list golden" \
-#     tests/gpu/run.sh
+# code and its kernels in CPU mode; steps 1, 3, 4 and 11 need nvcc and a GPU and are not run;
+# about 7 minutes):
+#   KINFER_GPU_DEVICE=emu-cuda KINFER_GPU_BUILD=build \
+#     KINFER_GPU_STEPS="cpumode tier split two list golden" tests/gpu/run.sh
 # Step 10 does not finish there (the kernels in CPU mode decode k3-bench at about 1 token/s, even
-# at KINFER_SPEED_P=32 KINFER_SPEED_N=8); its script checks itself on the simulated device:
-#   KINFER_SPEED_P=32 KINFER_SPEED_N=8 tests/gpu/speed_on_device.sh build/bin/kinfer sim:4GiB build/speed-models
+# at KINFER_SPEED_P=32 KINFER_SPEED_N=8); its script checks itself on the simulated device (it
+# reads the recipes in ../shared/golden, or KINFER_GOLDEN's):
+#   KINFER_SPEED_P=32 KINFER_SPEED_N=8 \
+#     tests/gpu/speed_on_device.sh build/bin/kinfer sim:4GiB build/speed-models
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # The device tool brings back what is under $OUT: the whole log goes there too.
