@@ -342,9 +342,9 @@ TEST_CASE("cuda cpu mode: a warp exchange a lane left before is an error; a lane
 }
 
 // Thread t copies 16 bytes of src into its slot of dynamic shared memory with cp.async; with
-// `early` it reads the slot back before waiting (a race on a GPU: the copy lands some time
-// between the call and the wait), then after the wait and a barrier it reads its neighbour's slot. `leak`: thread
-// 3 returns without waiting.
+// `early` it reads the slot back before waiting (a race on a GPU: the copy lands some time between
+// the call and the wait), then after the wait and a barrier it reads its neighbour's slot. `leak`:
+// thread 3 returns without waiting.
 __global__ void async_copy_kernel(const uint4* src, int early, int leak, uint32_t* before, uint32_t* after) {
     KINFER_DYNAMIC_SHARED(uint4, slot);
     const int t = int(threadIdx.x), n = int(blockDim.x);

@@ -1,14 +1,14 @@
 // The prefill GEMM with the weights decoded in the kernel (src/backend/cuda/gemm_fused.cu) in CPU
 // mode. Its operands are gemm_matmul's bit for bit, so the reference is exact: dequant_rows' fp16
 // weights dotted in double with convert_rows_f16_scaled's fp16 activations, times each token's
-// scale. The products of two fp16 values are exact in fp32; only the fp32 sums round, so
-// |err| <= 4 sqrt(K) 2^-24 sum |w16 x16| scale per output (four standard deviations of K
-// roundings' walk; the worst case, K 2^-24, would not see one element of K = 7168 misplaced). A
-// weight piece decoded into the wrong place or block, or a token's scale left out, moves an output
-// by far more. Measured: at most 0.40 of the bound (a token with one value of 7e4 beside N(0, 1)
-// ones, where the sum runs near that value's product), 0.13 elsewhere. In CPU mode the kernel's sums (mma_f16_plain:
-// k in order, fp32) are the CPU-mode GEMM's (blas.cu: k in order, fp32), so gemm_matmul gives the
-// same bits; on a GPU both orders are the hardware's.
+// scale. The products of two fp16 values are exact in fp32; only the fp32 sums round, so |err| <= 4
+// sqrt(K) 2^-24 sum |w16 x16| scale per output (four standard deviations of K roundings' walk; the
+// worst case, K 2^-24, would not see one element of K = 7168 misplaced). A weight piece decoded
+// into the wrong place or block, or a token's scale left out, moves an output by far more.
+// Measured: at most 0.40 of the bound (a token with one value of 7e4 beside N(0, 1) ones, where the
+// sum runs near that value's product), 0.13 elsewhere. In CPU mode the kernel's sums
+// (mma_f16_plain: k in order, fp32) are the CPU-mode GEMM's (blas.cu: k in order, fp32), so
+// gemm_matmul gives the same bits; on a GPU both orders are the hardware's.
 //  - every quantized type of matvec_supported: two row tiles of 64 and two token tiles of 128,
 //    both partial, widths of whole chunks of 128 and, for the 32-element types, a last chunk of
 //    32, 64 or 96 (and a width below one chunk, on one partial token tile); K3's 7168 for Q4_K and

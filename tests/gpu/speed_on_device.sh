@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench
-# (pp512 / tg128) on the CPU and with every layer on DEVICE (prefill again on the int8 and the
-# fused GEMMs), on k3-bench (Q4_K_M, made here from its recipe) and on a Kimi-Linear-48B-shaped
-# random model (make_wide_model.py's kl-wide: every width of the real model, 4 layers, 32 experts
-# top-8 (fewer, for the time it takes to make); MXFP4_MOE), then decode with the routed experts
-# through a device cache of 10 / 25 / 50 / 100 % of them (the store pages the misses from pinned
-# host memory), and decode with the routed experts grouped on the host (--moe grouped) against
-# the default by slot, and decode as CUDA graphs (--cuda-graphs) against the launches one by one. The recipes are read from
-# ${KINFER_GOLDEN:-../shared/golden}; without it the step says so and is skipped (the GPU machine
-# may not have ../shared: copy shared/golden/llama.cpp/{bench,models} there, or point
+# End-to-end speed with the model on a device (tests/gpu/run.sh's last table): kinfer bench (pp512 /
+# tg128) on the CPU and with every layer on DEVICE (prefill again on the int8 and the fused GEMMs),
+# on k3-bench (Q4_K_M, made here from its recipe) and on a Kimi-Linear-48B-shaped random model
+# (make_wide_model.py's kl-wide: every width of the real model, 4 layers, 32 experts top-8 (fewer,
+# for the time it takes to make); MXFP4_MOE), then decode with the routed experts through a device
+# cache of 10 / 25 / 50 / 100 % of them (the store pages the misses from pinned host memory), and
+# decode with the routed experts grouped on the host (--moe grouped) against the default by slot,
+# and decode as CUDA graphs (--cuda-graphs) against the launches one by one. The recipes are read
+# from ${KINFER_GOLDEN:-../shared/golden}; without it the step says so and is skipped (the GPU
+# machine may not have ../shared: copy shared/golden/llama.cpp/{bench,models} there, or point
 # KINFER_GOLDEN at a copy).
 #   tests/gpu/speed_on_device.sh BIN DEVICE [WORKDIR]     e.g. build-gpu/bin/kinfer cuda0
 # WORKDIR (default a temporary folder) keeps the generated models between runs.

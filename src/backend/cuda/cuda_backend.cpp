@@ -640,12 +640,12 @@ bool CudaBackend::fused_matmul(const Mat& W, int64_t n) const {
 }
 
 // Tasks go in groups of the same weight type, width and row size: those of a prefill's size
-// (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as
-// many as the workspace holds; with KINFER_CUDA_GEMM=int8 the int8 types' as one mmq_group launch
-// for up to kMatvecGroupMax tasks, with KINFER_CUDA_GEMM=fused the quantized types' through
-// fused_gemm_grouped, up to kMatvecGroupMax tasks a launch), the others (the routed experts' shares of a chunk, decode's
-// projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks (K3 decode: 16
-// experts' gate and up in one launch, their down in another).
+// (kGemmMinTokens tokens on) as one grouped GEMM (dequantized weights, one cuBLAS call for as many
+// as the workspace holds; with KINFER_CUDA_GEMM=int8 the int8 types' as one mmq_group launch for up
+// to kMatvecGroupMax tasks, with KINFER_CUDA_GEMM=fused the quantized types' through
+// fused_gemm_grouped, up to kMatvecGroupMax tasks a launch), the others (the routed experts' shares
+// of a chunk, decode's projections) as grouped matvecs, one launch for up to kMatvecGroupMax tasks
+// (K3 decode: 16 experts' gate and up in one launch, their down in another).
 void CudaBackend::matmul_tasks(std::span<const MatInput> inputs, std::span<const MatTask> tasks) {
     struct Src {
         const float* x;   // the task's first input row
